@@ -1,0 +1,19 @@
+# Warnings and sanitizers for devmem's own targets (never imposed on consumers).
+function(devmem_set_warnings target)
+  if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic
+      -Wshadow -Wconversion -Wsign-conversion -Wnon-virtual-dtor -Wold-style-cast>)
+    if(DEVMEM_WERROR)
+      target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+    endif()
+  endif()
+endfunction()
+
+function(devmem_set_sanitizers target)
+  if(DEVMEM_SANITIZE)
+    list(JOIN DEVMEM_SANITIZE "," _sanitizers)
+    target_compile_options(${target} PRIVATE -fsanitize=${_sanitizers} -fno-omit-frame-pointer
+                                             -fno-sanitize-recover=all)
+    target_link_options(${target} PRIVATE -fsanitize=${_sanitizers})
+  endif()
+endfunction()

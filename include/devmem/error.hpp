@@ -1,0 +1,67 @@
+// The exceptions devmem throws. Every error is a devmem::Error, which is a std::runtime_error, and
+// every message names the operation and the offending values, e.g.
+//   "reshape: cannot reshape array of size 1000 into shape (3, 7)".
+#pragma once
+
+#include <devmem/export.hpp>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace devmem {
+
+/// Base of every exception devmem throws.
+class DEVMEM_API Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+  ~Error() override;
+};
+
+/// A caller error: bad shape, strides, order, dtype, section, size mismatch, non-contiguous data
+/// where contiguity is required, an object from another context, a scope used twice.
+class DEVMEM_API InvalidArgument : public Error {
+ public:
+  using Error::Error;
+  ~InvalidArgument() override;
+};
+
+/// An allocation failed even after pending deallocations were flushed and the allocation retried.
+class DEVMEM_API OutOfMemory : public Error {
+ public:
+  OutOfMemory(const std::string& message, std::int64_t requested_bytes);
+  ~OutOfMemory() override;
+  /// The size of the allocation that failed.
+  [[nodiscard]] std::int64_t requested_bytes() const noexcept { return requested_bytes_; }
+
+ private:
+  std::int64_t requested_bytes_;
+};
+
+/// A vendor call failed. Carries the backend ("host", "cuda", "roc"), the function that failed, the
+/// vendor's numeric error code and its name (e.g. "cudaErrorInvalidValue").
+class DEVMEM_API BackendError : public Error {
+ public:
+  BackendError(std::string backend, std::string function, int code, std::string code_name,
+               const std::string& message);
+  ~BackendError() override;
+  [[nodiscard]] const std::string& backend() const noexcept { return backend_; }
+  [[nodiscard]] const std::string& function() const noexcept { return function_; }
+  [[nodiscard]] int code() const noexcept { return code_; }
+  [[nodiscard]] const std::string& code_name() const noexcept { return code_name_; }
+
+ private:
+  std::string backend_;
+  std::string function_;
+  int code_;
+  std::string code_name_;
+};
+
+/// The selected backend has no usable device (or the requested device index does not exist).
+class DEVMEM_API NoDevice : public Error {
+ public:
+  using Error::Error;
+  ~NoDevice() override;
+};
+
+}  // namespace devmem

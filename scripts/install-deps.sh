@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages devmem needs to build and test. Safe to run repeatedly.
+#   scripts/install-deps.sh          host backend (default build and tests)
+#   scripts/install-deps.sh --roc    also the HIP/HSA toolchain for the `roc` preset
+set -euo pipefail
+
+packages=(cmake ninja-build g++ pkg-config catch2 libfmt-dev libdlpack-dev)
+for arg in "$@"; do
+  case "$arg" in
+    --roc) packages+=(hipcc libamdhip64-dev libhsa-runtime-dev rocm-device-libs) ;;
+    *) echo "install-deps.sh: unknown option '$arg' (known: --roc)" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
