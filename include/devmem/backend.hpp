@@ -1,0 +1,163 @@
+// The backend interface: only what differs per vendor (CUDA runtime, HIP/HSA, the host simulator).
+// Everything else (array metadata, views, copies of strided data, host memory scopes, contexts)
+// is written once in core/ on top of this class.
+//
+// Conventions every backend follows:
+// - `device` is a device index in [0, device_count()); backends make it current as needed.
+// - A NativeStream of nullptr is the device's default (legacy, synchronising) stream. Work enqueued
+//   on it may still be asynchronous: core/ synchronises the default stream itself when the public
+//   API promises completion.
+// - Failures throw BackendError (function name, vendor code and code name), OutOfMemory when an
+//   allocation finds no room (core/ flushes deferred frees and retries), NoDevice when there is no
+//   device. Nothing is leaked when a call throws.
+// - Thread safety: every member may be called from several threads at once.
+// No vendor header is included here: native handles are opaque pointers (cudaStream_t and
+// hipStream_t are pointers to incomplete structs, so they convert to and from void*).
+#pragma once
+
+#include <devmem/export.hpp>
+#include <devmem/layout.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace devmem {
+
+/// Flags of a page-locked host allocation (cudaHostAlloc / hipHostMalloc).
+enum class HostAllocFlags : unsigned {
+  None = 0,
+  Mapped = 1u << 0,         // mapped into the device address space (zero-copy)
+  Portable = 1u << 1,       // pinned for every context, not only the allocating one
+  WriteCombined = 1u << 2,  // write-combined: fast host writes and device reads, slow host reads
+};
+/// Flags of a host registration (cudaHostRegister / hipHostRegister / hsa_memory_register).
+enum class HostRegisterFlags : unsigned {
+  None = 0,
+  Mapped = 1u << 0,
+  Portable = 1u << 1,
+};
+
+template <class E>
+concept HostFlagEnum = std::is_same_v<E, HostAllocFlags> || std::is_same_v<E, HostRegisterFlags>;
+
+template <HostFlagEnum E>
+constexpr E operator|(E a, E b) noexcept {
+  return static_cast<E>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
+}
+template <HostFlagEnum E>
+constexpr bool has_flag(E value, E flag) noexcept {
+  return (static_cast<unsigned>(value) & static_cast<unsigned>(flag)) != 0;
+}
+
+/// Direction of a copy. Host means host memory of any kind (pageable, pinned, mapped).
+enum class CopyKind { HostToDevice, DeviceToHost, DeviceToDevice, HostToHost };
+[[nodiscard]] DEVMEM_API const char* to_string(CopyKind kind) noexcept;
+
+/// What a device is and can do.
+struct DeviceProperties {
+  std::string name;
+  std::string architecture;  // "sm_90", "gfx90a", "host"
+  std::int64_t total_memory = 0;
+  int warp_size = 32;
+  int max_threads_per_block = 1024;
+  std::int64_t max_shared_memory_per_block = 48 * 1024;
+  int multiprocessor_count = 1;
+  bool can_map_host_memory = true;
+  bool unified_addressing = true;
+};
+
+/// Free and total bytes of device memory.
+struct MemoryInfo {
+  std::int64_t free = 0;
+  std::int64_t total = 0;
+};
+
+using NativeStream = void*;
+using NativeEvent = void*;
+
+class DEVMEM_API Backend {
+ public:
+  Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+  virtual ~Backend();
+
+  /// "host", "cuda" or "roc".
+  [[nodiscard]] virtual std::string_view name() const noexcept = 0;
+  /// Number of usable devices; 0 (not an exception) when the runtime reports none.
+  [[nodiscard]] virtual int device_count() = 0;
+  /// Why device_count() is 0, in the vendor's words (empty when there are devices).
+  [[nodiscard]] virtual std::string no_device_reason() { return {}; }
+  [[nodiscard]] virtual DeviceProperties properties(int device) = 0;
+  [[nodiscard]] virtual MemoryInfo memory_info(int device) = 0;
+
+  // Device memory.
+  [[nodiscard]] virtual void* allocate(int device, std::size_t bytes) = 0;
+  virtual void deallocate(int device, void* ptr) = 0;
+
+  // Page-locked host memory and registration of existing host memory.
+  [[nodiscard]] virtual void* host_allocate(int device, std::size_t bytes, HostAllocFlags flags) = 0;
+  virtual void host_deallocate(int device, void* ptr) = 0;
+  virtual void host_register(int device, void* ptr, std::size_t bytes, HostRegisterFlags flags) = 0;
+  virtual void host_unregister(int device, void* ptr) = 0;
+  /// The device address of mapped (allocated or registered) host memory.
+  [[nodiscard]] virtual void* mapped_device_pointer(int device, void* host_ptr) = 0;
+
+  // Streams and events.
+  [[nodiscard]] virtual NativeStream create_stream(int device) = 0;
+  virtual void destroy_stream(int device, NativeStream stream) = 0;
+  virtual void synchronize_stream(int device, NativeStream stream) = 0;
+  /// True when all work enqueued on the stream has completed.
+  [[nodiscard]] virtual bool query_stream(int device, NativeStream stream) = 0;
+  [[nodiscard]] virtual NativeEvent create_event(int device) = 0;
+  virtual void destroy_event(int device, NativeEvent event) = 0;
+  virtual void record_event(int device, NativeEvent event, NativeStream stream) = 0;
+  virtual void synchronize_event(int device, NativeEvent event) = 0;
+  [[nodiscard]] virtual bool query_event(int device, NativeEvent event) = 0;
+  /// Milliseconds between two completed events.
+  [[nodiscard]] virtual float elapsed_ms(int device, NativeEvent start, NativeEvent end) = 0;
+  /// Work enqueued on `stream` after this call waits until `event` has completed.
+  virtual void stream_wait_event(int device, NativeStream stream, NativeEvent event) = 0;
+
+  // Data movement. All enqueue on `stream`; pointers must stay valid until the work completes.
+  virtual void copy(int device, void* dst, const void* src, std::size_t bytes, CopyKind kind,
+                    NativeStream stream) = 0;
+  /// `height` rows of `width` bytes; row r at src + r*src_pitch and dst + r*dst_pitch. Pitches
+  /// are >= width when height > 1.
+  virtual void copy_2d(int device, void* dst, std::size_t dst_pitch, const void* src,
+                       std::size_t src_pitch, std::size_t width, std::size_t height, CopyKind kind,
+                       NativeStream stream) = 0;
+  /// Copies every block of `plan` (see layout::CopyPlan); `src` and `dst` are the addresses of
+  /// element (0, ..., 0). The default issues one copy_2d per block; backends override it when they
+  /// can do better (the host backend enqueues the whole plan as one operation).
+  virtual void copy_strided(int device, void* dst, const void* src, const layout::CopyPlan& plan,
+                            CopyKind kind, NativeStream stream);
+  virtual void memset(int device, void* dst, int byte_value, std::size_t bytes,
+                      NativeStream stream) = 0;
+  /// Runs `fn` on a backend thread once all work enqueued on `stream` before it has completed
+  /// (cudaLaunchHostFunc). `fn` must not call the backend. Used to release keep-alive references.
+  virtual void launch_host_function(int device, NativeStream stream, std::function<void()> fn) = 0;
+};
+
+/// Names of the backends compiled into this build, the default first ("cuda" or "roc" if
+/// compiled, then "host").
+[[nodiscard]] DEVMEM_API std::vector<std::string> compiled_backends();
+
+/// Name of the backend in use: the one selected by select_backend, else DEVMEM_BACKEND, else the
+/// first of compiled_backends(). Throws InvalidArgument when DEVMEM_BACKEND names a backend that
+/// is not compiled in.
+[[nodiscard]] DEVMEM_API std::string backend_name();
+
+/// Chooses the backend for the rest of the process. Only allowed before any context exists
+/// (InvalidArgument otherwise, or when `name` is not compiled in).
+DEVMEM_API void select_backend(std::string_view name);
+
+/// The backend instance in use (see backend_name). Lives until the process exits.
+[[nodiscard]] DEVMEM_API Backend& active_backend();
+
+}  // namespace devmem

@@ -1,0 +1,74 @@
+// Controls of the host backend, the simulated device that runs the whole API without a GPU.
+//
+// Device memory is ordinary process memory with a configurable capacity (DEVMEM_HOST_DEVICE_MEMORY,
+// bytes, with optional K/M/G suffix; default 4G), so out-of-memory paths are real. Every
+// non-default stream runs its operations in order on a worker thread, so asynchronous work really
+// completes later. Host registrations and allocations are tracked with CUDA's rules, and any call
+// kind can be made to fail on its Nth occurrence for reliability tests. The number of simulated
+// devices is DEVMEM_HOST_DEVICE_COUNT (default 1). Device-side pointers passed to copies and
+// memsets are checked against live allocations and mapped host memory, so an out-of-bounds or
+// use-after-free access is reported as IllegalAddress instead of corrupting memory.
+//
+// Thread safety: every function may be called concurrently with any devmem call.
+#pragma once
+
+#include <devmem/export.hpp>
+
+#include <cstdint>
+#include <string_view>
+
+namespace devmem::host {
+
+/// Call kinds of the host backend that can be counted and made to fail.
+enum class Call {
+  Allocate,
+  Deallocate,
+  HostAllocate,
+  HostDeallocate,
+  HostRegister,
+  HostUnregister,
+  Copy,  // every copy, copy_2d and copy_strided
+  Memset,
+  CreateStream,
+  DestroyStream,
+  SynchronizeStream,
+  CreateEvent,
+  RecordEvent,
+  Count_  // number of kinds; not a call
+};
+[[nodiscard]] DEVMEM_API std::string_view to_string(Call call) noexcept;
+
+/// Error codes the host backend reports, numbered like the CUDA runtime's cudaError_t.
+enum class Status : int {
+  Success = 0,
+  InvalidValue = 1,
+  MemoryAllocation = 2,
+  InvalidDevice = 101,
+  InvalidResourceHandle = 400,
+  NotReady = 600,
+  IllegalAddress = 700,
+  HostMemoryAlreadyRegistered = 712,
+  HostMemoryNotRegistered = 713,
+  Injected = 999,  // a failure requested with fail_nth
+};
+[[nodiscard]] DEVMEM_API std::string_view to_string(Status status) noexcept;
+
+/// Device memory capacity of every simulated device, in bytes. Shrinking below what is in use is
+/// allowed: allocations fail until enough is freed. Throws InvalidArgument for a negative value.
+DEVMEM_API void set_device_memory_capacity(std::int64_t bytes);
+[[nodiscard]] DEVMEM_API std::int64_t device_memory_capacity() noexcept;
+/// Bytes of simulated device memory currently allocated on `device`.
+[[nodiscard]] DEVMEM_API std::int64_t device_memory_used(int device = 0);
+
+/// Makes the `nth` (1-based) call of `kind` from now on fail with `status` (Injected by default;
+/// MemoryAllocation makes an allocation report out-of-memory). Replaces an earlier request for the
+/// same kind. The failure is reported like the vendor's: synchronously by the call, or for work on
+/// a non-default stream by the next synchronize / query of that stream.
+DEVMEM_API void fail_nth(Call kind, std::int64_t nth, Status status = Status::Injected);
+/// Cancels every pending fail_nth request.
+DEVMEM_API void clear_failures() noexcept;
+/// Number of calls of `kind` made since the process started or reset_call_counts().
+[[nodiscard]] DEVMEM_API std::int64_t call_count(Call kind) noexcept;
+DEVMEM_API void reset_call_counts() noexcept;
+
+}  // namespace devmem::host
