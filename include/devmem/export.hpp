@@ -11,5 +11,5 @@
 #define DEVMEM_API __declspec(dllimport)
 #endif
 #else
-#define DEVMEM_API __attribute__((visibility("default")))
+#define DEVMEM_API [[gnu::visibility("default")]]
 #endif

@@ -41,7 +41,7 @@ struct Extent {
 };
 
 /// Shape, byte strides and the byte offset of element (0, ..., 0) from the start of the buffer.
-struct Layout {
+struct DEVMEM_API Layout {
   Shape shape;
   Strides strides;
   std::int64_t offset = 0;
@@ -180,23 +180,24 @@ struct DEVMEM_API CopyPlan {
   template <class Fn>
   void for_each_block(Fn&& fn) const {
     if (empty()) return;
-    const auto n = static_cast<int>(outer_shape.size());
-    std::vector<std::int64_t> idx(outer_shape.size(), 0);
+    const std::size_t n = outer_shape.size();
+    std::vector<std::int64_t> idx(n, 0);
     std::int64_t s = src_offset, d = dst_offset;
     for (;;) {
       fn(s, d);
-      int k = n - 1;
-      for (; k >= 0; --k) {
-        if (++idx[k] < outer_shape[k]) {
-          s += outer_src_strides[k];
-          d += outer_dst_strides[k];
+      std::size_t k = n;
+      for (; k > 0; --k) {
+        const std::size_t a = k - 1;
+        if (++idx[a] < outer_shape[a]) {
+          s += outer_src_strides[a];
+          d += outer_dst_strides[a];
           break;
         }
-        s -= outer_src_strides[k] * (outer_shape[k] - 1);
-        d -= outer_dst_strides[k] * (outer_shape[k] - 1);
-        idx[k] = 0;
+        s -= outer_src_strides[a] * (outer_shape[a] - 1);
+        d -= outer_dst_strides[a] * (outer_shape[a] - 1);
+        idx[a] = 0;
       }
-      if (k < 0) return;
+      if (k == 0) return;
     }
   }
 };

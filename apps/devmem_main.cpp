@@ -1,0 +1,115 @@
+// devmem: shows what devmem sees (backends, devices, memory, features).
+//   devmem info          compiled backends, the active one, every device
+//   devmem --version
+// Exit codes: 0 success, 1 runtime failure (e.g. no device), 2 usage error.
+#include <devmem/devmem.hpp>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <string_view>
+
+namespace {
+
+constexpr int kUsageError = 2;
+
+std::string human_bytes(std::int64_t bytes) {
+  constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  auto value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, units[unit]);
+}
+
+// Checks a feature by using it on a small buffer: reports what works, not what is claimed.
+std::string probe(const char* what, void (*use)()) {
+  try {
+    use();
+    return fmt::format("{}: yes", what);
+  } catch (const std::exception& e) {
+    return fmt::format("{}: no ({})", what, e.what());
+  }
+}
+
+int info() {
+  fmt::print("devmem {} (compiled backends: {})\n", devmem::version(),
+             fmt::join(devmem::compiled_backends(), ", "));
+  const std::string backend = devmem::backend_name();
+  fmt::print("active backend: {}\n", backend);
+  const int n = devmem::device_count();
+  if (n == 0) {
+    fmt::print("no device: {}\n", devmem::active_backend().no_device_reason());
+    return 1;
+  }
+  for (int d = 0; d < n; ++d) {
+    devmem::select_device(d);
+    const auto ctx = devmem::current_context();
+    const devmem::DeviceProperties p = ctx->properties();
+    const devmem::MemoryInfo m = ctx->memory_info();
+    fmt::print("device {}: {} ({})\n", d, p.name, p.architecture);
+    fmt::print("  memory: {} free of {}\n", human_bytes(m.free), human_bytes(m.total));
+    fmt::print("  multiprocessors: {}, warp size: {}, max threads per block: {}, shared memory "
+               "per block: {}\n",
+               p.multiprocessor_count, p.warp_size, p.max_threads_per_block,
+               human_bytes(p.max_shared_memory_per_block));
+    fmt::print("  {}\n", probe("pinned host memory", [] {
+                 (void)devmem::pinned_array<float>({1024});
+               }));
+    fmt::print("  {}\n", probe("mapped host memory", [] {
+                 (void)devmem::mapped_array<float>({1024}).device();
+               }));
+    fmt::print("  {}\n", probe("host registration", [] {
+                 devmem::HostArray a({1024}, devmem::dtype_of<float>());
+                 (void)devmem::registered(a);
+               }));
+    fmt::print("  {}\n", probe("streams and events", [] {
+                 const devmem::Stream s = devmem::stream();
+                 const devmem::Event e = s.record();
+                 e.synchronize();
+               }));
+  }
+  return 0;
+}
+
+void usage(std::FILE* out) {
+  fmt::print(out,
+             "usage: devmem <command>\n"
+             "commands:\n"
+             "  info        backends, devices, memory and features\n"
+             "  --version   the library version\n"
+             "environment: DEVMEM_BACKEND picks a compiled backend ({}).\n",
+             fmt::join(devmem::compiled_backends(), ", "));
+}
+
+}  // namespace
+
+int main(int argc, char* argv[]) {
+  if (argc < 2) {
+    usage(stderr);
+    return kUsageError;
+  }
+  const std::string_view command = argv[1];
+  try {
+    if (command == "info" && argc == 2) return info();
+    if (command == "--version" && argc == 2) {
+      fmt::print("devmem {}\n", devmem::version());
+      return 0;
+    }
+    if (command == "--help" || command == "-h") {
+      usage(stdout);
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "devmem {}: {}\n", command, e.what());
+    return 1;
+  }
+  fmt::print(stderr, "devmem: unknown command or extra arguments: '{}'\n", command);
+  usage(stderr);
+  return kUsageError;
+}

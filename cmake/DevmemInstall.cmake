@@ -1,0 +1,29 @@
+# Install rules and package files: find_package(devmem CONFIG) from an install tree or from the
+# build tree, and pkg-config's devmem.pc.
+include(CMakePackageConfigHelpers)
+
+set(DEVMEM_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/devmem)
+
+install(TARGETS devmem EXPORT devmem-targets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/devmem DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+  FILES_MATCHING PATTERN "*.hpp")
+install(FILES ${PROJECT_BINARY_DIR}/include/devmem/config.hpp
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/devmem)
+
+install(EXPORT devmem-targets NAMESPACE devmem:: DESTINATION ${DEVMEM_CMAKE_DIR})
+export(EXPORT devmem-targets NAMESPACE devmem:: FILE ${PROJECT_BINARY_DIR}/devmem-targets.cmake)
+
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/devmem-config.cmake.in
+  ${PROJECT_BINARY_DIR}/devmem-config.cmake INSTALL_DESTINATION ${DEVMEM_CMAKE_DIR})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/devmem-config-version.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/devmem-config.cmake
+              ${PROJECT_BINARY_DIR}/devmem-config-version.cmake
+  DESTINATION ${DEVMEM_CMAKE_DIR})
+
+configure_file(${PROJECT_SOURCE_DIR}/cmake/devmem.pc.in ${PROJECT_BINARY_DIR}/devmem.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/devmem.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

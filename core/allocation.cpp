@@ -1,0 +1,245 @@
+// Free functions of memory.hpp: allocation, to_device, pinned and mapped memory, scopes.
+#include "core/internal.hpp"
+
+#include <devmem/error.hpp>
+#include <devmem/memory.hpp>
+
+#include <fmt/format.h>
+
+#include <exception>
+#include <optional>
+
+namespace devmem {
+
+namespace {
+
+std::shared_ptr<Context> context_of(const Stream& stream) {
+  return stream.is_specified() ? stream.context() : current_context();
+}
+
+Layout like_layout(const Layout& like, const char* operation) {
+  return layout::make_layout(like.shape, like.itemsize, layout::strides_like(like), Order::C,
+                             operation);
+}
+
+}  // namespace
+
+DeviceArray device_array(Shape shape, DType dtype, Strides strides, Order order,
+                         const Stream& stream) {
+  Layout l = layout::make_layout(shape, dtype.itemsize(), strides, order, "device_array");
+  (void)layout::checked_nbytes(l.shape, l.itemsize, "device_array");
+  auto ctx = context_of(stream);
+  return detail::make_device_array(*ctx, std::move(l), std::move(dtype), stream, "device_array");
+}
+
+DeviceArray device_array_like(const DeviceArray& like, const Stream& stream) {
+  auto ctx = stream.is_specified() ? stream.context() : like.context();
+  if (!ctx) ctx = current_context();
+  return detail::make_device_array(*ctx, like_layout(like.layout(), "device_array_like"),
+                                   like.dtype(), stream, "device_array_like");
+}
+
+DeviceArray device_array_like(const HostArray& like, const Stream& stream) {
+  auto ctx = context_of(stream);
+  return detail::make_device_array(*ctx, like_layout(like.layout(), "device_array_like"),
+                                   like.dtype(), stream, "device_array_like");
+}
+
+DeviceArray to_device(const HostArray& source, const Stream& stream, bool copy,
+                      const DeviceArray* to) {
+  if (to != nullptr) {
+    if (!(to->dtype() == source.dtype())) {
+      throw InvalidArgument(fmt::format("to_device: dtype mismatch: source is {}, `to` is {}",
+                                        source.dtype().name(), to->dtype().name()));
+    }
+    if (!layout::same_squeezed_shape(source.shape(), to->shape())) {
+      throw InvalidArgument(fmt::format("to_device: shape mismatch: source {}, `to` {}",
+                                        layout::format_tuple(source.shape()),
+                                        layout::format_tuple(to->shape())));
+    }
+    if (copy) to->copy_to_device(source, stream);
+    return *to;
+  }
+  DeviceArray out = device_array_like(source, stream);
+  if (copy) out.copy_to_device(source, stream);
+  return out;
+}
+
+HostArray pinned_array(Shape shape, DType dtype, Strides strides, Order order) {
+  Layout l = layout::make_layout(shape, dtype.itemsize(), strides, order, "pinned_array");
+  auto memory = current_context()->state().allocate_host(l.extent().end, HostAllocFlags::None,
+                                                         "pinned_array");
+  return HostArray(std::move(memory), std::move(l), std::move(dtype));
+}
+
+MappedArray mapped_array(Shape shape, DType dtype, Strides strides, Order order,
+                         const Stream& stream, bool portable, bool wc) {
+  Layout l = layout::make_layout(shape, dtype.itemsize(), strides, order, "mapped_array");
+  auto ctx = context_of(stream);
+  HostAllocFlags flags = HostAllocFlags::Mapped;
+  if (portable) flags = flags | HostAllocFlags::Portable;
+  if (wc) flags = flags | HostAllocFlags::WriteCombined;
+  auto memory = ctx->state().allocate_host(l.extent().end, flags, "mapped_array");
+  return MappedArray(HostArray(std::move(memory), std::move(l), std::move(dtype)), stream);
+}
+
+// ---- Scopes ----
+
+namespace {
+
+struct Range {
+  void* begin;
+  std::size_t bytes;
+};
+
+Range range_of(const HostArray& a) {
+  const Extent e = a.layout().extent();
+  auto* base = static_cast<std::byte*>(a.data()) - a.layout().offset;
+  return Range{base + e.begin, static_cast<std::size_t>(e.bytes())};
+}
+
+void check_registrable(const HostArray& a, std::size_t i, const char* operation) {
+  if (a.kind() != HostMemoryKind::Pageable) {
+    throw InvalidArgument(fmt::format(
+        "{}: array {} is already page-locked ({} memory from {}_array)", operation, i,
+        to_string(a.kind()), to_string(a.kind())));
+  }
+}
+
+// Registers each array's extent; on failure unregisters what this call registered and rethrows.
+std::vector<void*> register_all(Context& ctx, const std::vector<HostArray>& arrays,
+                                HostRegisterFlags flags, const char* operation) {
+  for (std::size_t i = 0; i < arrays.size(); ++i) check_registrable(arrays[i], i, operation);
+  std::vector<void*> done;
+  try {
+    for (const HostArray& a : arrays) {
+      const Range r = range_of(a);
+      if (r.bytes == 0) {
+        done.push_back(nullptr);
+        continue;
+      }
+      ctx.backend().host_register(ctx.device(), r.begin, r.bytes, flags);
+      done.push_back(r.begin);
+    }
+  } catch (...) {
+    for (void* p : done) {
+      if (p == nullptr) continue;
+      try {
+        ctx.backend().host_unregister(ctx.device(), p);
+      } catch (const std::exception& e) {
+        detail::report_error(fmt::format("{}: undoing registration of {}: {}", operation, p, e.what()));
+      }
+    }
+    throw;
+  }
+  return done;
+}
+
+// Unregisters every range; returns the first failure.
+std::exception_ptr unregister_all(Context& ctx, const std::vector<void*>& ranges) {
+  std::exception_ptr first;
+  for (void* p : ranges) {
+    if (p == nullptr) continue;
+    try {
+      ctx.backend().host_unregister(ctx.device(), p);
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  return first;
+}
+
+}  // namespace
+
+PinnedScope::PinnedScope(std::vector<HostArray> arrays, HostRegisterFlags flags,
+                         const char* operation)
+    : arrays_(std::move(arrays)), context_(current_context()), operation_(operation) {
+  registered_ = register_all(*context_, arrays_, flags, operation_);
+}
+
+PinnedScope::PinnedScope(PinnedScope&& other) noexcept
+    : arrays_(std::move(other.arrays_)),
+      registered_(std::move(other.registered_)),
+      context_(std::move(other.context_)),
+      operation_(other.operation_) {
+  other.registered_.clear();
+}
+
+void PinnedScope::close() {
+  if (registered_.empty()) return;
+  const std::vector<void*> ranges = std::move(registered_);
+  registered_.clear();
+  if (auto error = unregister_all(*context_, ranges)) std::rethrow_exception(error);
+}
+
+PinnedScope::~PinnedScope() {
+  if (registered_.empty()) return;
+  // Immediate, never deferred: the same memory may be pinned again right after (numba#3508).
+  if (auto error = unregister_all(*context_, registered_)) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      detail::report_error(fmt::format("{} scope exit: {}", operation_, e.what()));
+    }
+  }
+}
+
+PinnedScope pinned(std::vector<HostArray> arrays) {
+  return PinnedScope(std::move(arrays), HostRegisterFlags::None, "pinned");
+}
+
+PinnedScope registered(std::vector<HostArray> arrays) {
+  return PinnedScope(std::move(arrays), HostRegisterFlags::Mapped, "registered");
+}
+
+namespace {
+HostRegisterFlags map_flags(const MapOptions& options) {
+  return options.portable ? HostRegisterFlags::Mapped | HostRegisterFlags::Portable
+                          : HostRegisterFlags::Mapped;
+}
+}  // namespace
+
+MappedScope::MappedScope(std::vector<HostArray> arrays, const MapOptions& options)
+    : pins_(std::move(arrays), map_flags(options), "mapped") {
+  auto ctx = current_context();
+  if (options.stream.is_specified()) {
+    (void)detail::resolve_stream(options.stream, Stream{}, *ctx, "mapped");
+  }
+  for (const HostArray& a : pins_.arrays()) {
+    auto memory = std::make_shared<detail::DeviceMemory>();
+    memory->context = ctx;
+    memory->bytes = a.memory() ? a.memory()->bytes : 0;
+    memory->keep_alive = a.memory();
+    if (a.memory() && a.memory()->ptr != nullptr && a.size() != 0) {
+      // The backend maps the registered range; the device address of the buffer base follows
+      // from that of the first registered byte.
+      const Range r = range_of(a);
+      auto* device_begin =
+          static_cast<std::byte*>(ctx->backend().mapped_device_pointer(ctx->device(), r.begin));
+      memory->ptr = device_begin - (static_cast<std::byte*>(r.begin) - a.memory()->ptr);
+    }
+    views_.emplace_back(std::move(memory), a.layout(), a.dtype(), options.stream);
+  }
+}
+
+MappedScope mapped(std::vector<HostArray> arrays, const MapOptions& options) {
+  return MappedScope(std::move(arrays), options);
+}
+
+void register_host(std::span<const HostArray> arrays) {
+  auto ctx = current_context();
+  (void)register_all(*ctx, std::vector<HostArray>(arrays.begin(), arrays.end()),
+                     HostRegisterFlags::Mapped, "register_host");
+}
+
+void deregister_host(std::span<const HostArray> arrays) {
+  auto ctx = current_context();
+  std::vector<void*> ranges;
+  for (const HostArray& a : arrays) {
+    const Range r = range_of(a);
+    ranges.push_back(r.bytes == 0 ? nullptr : r.begin);
+  }
+  if (auto error = unregister_all(*ctx, ranges)) std::rethrow_exception(error);
+}
+
+}  // namespace devmem

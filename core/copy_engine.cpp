@@ -1,0 +1,189 @@
+// The one strided-copy path behind every transfer (H2D, D2H, D2D, H2H), and the memory objects
+// it moves bytes between.
+#include "core/internal.hpp"
+
+#include <devmem/error.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace devmem::detail {
+
+DeviceMemory::~DeviceMemory() {
+  if (owned && ptr != nullptr) context->state().release_device(ptr);
+}
+
+HostMemory::~HostMemory() {
+  if (!owned || ptr == nullptr) return;
+  if (kind == HostMemoryKind::Pageable) {
+    std::free(ptr);  // NOLINT(cppcoreguidelines-no-malloc): paired with calloc in make_host_array
+  } else {
+    context->state().release_host(ptr);
+  }
+}
+
+CopyEndpoint endpoint(const DeviceArray& array) {
+  const auto& mem = array.memory();
+  std::byte* base = mem ? mem->ptr : nullptr;
+  return CopyEndpoint{base == nullptr ? nullptr : base + array.layout().offset,
+                      &array.layout(),
+                      &array.dtype(),
+                      true,
+                      false,
+                      mem};
+}
+
+CopyEndpoint endpoint(const HostArray& array) {
+  const auto& mem = array.memory();
+  std::byte* base = mem ? mem->ptr : nullptr;
+  return CopyEndpoint{base == nullptr ? nullptr : base + array.layout().offset,
+                      &array.layout(),
+                      &array.dtype(),
+                      false,
+                      mem && mem->readonly,
+                      mem};
+}
+
+namespace {
+
+CopyKind kind_of(bool src_on_device, bool dst_on_device) {
+  if (src_on_device) return dst_on_device ? CopyKind::DeviceToDevice : CopyKind::DeviceToHost;
+  return dst_on_device ? CopyKind::HostToDevice : CopyKind::HostToHost;
+}
+
+bool ranges_overlap(const CopyEndpoint& a, const CopyEndpoint& b) {
+  if (a.on_device != b.on_device) return false;
+  const Extent ea = a.layout->extent();
+  const Extent eb = b.layout->extent();
+  // Extents are relative to each buffer's base; element0 = base + offset.
+  const std::byte* a_begin = a.element0 - a.layout->offset + ea.begin;
+  const std::byte* a_end = a.element0 - a.layout->offset + ea.end;
+  const std::byte* b_begin = b.element0 - b.layout->offset + eb.begin;
+  const std::byte* b_end = b.element0 - b.layout->offset + eb.end;
+  return a_begin < b_end && b_begin < a_end;
+}
+
+}  // namespace
+
+void copy_elements(const char* operation, Context& context, StreamState& stream,
+                   const CopyEndpoint& dst, const CopyEndpoint& src) {
+  if (!(*src.dtype == *dst.dtype)) {
+    throw InvalidArgument(fmt::format("{}: dtype mismatch: source is {}, destination is {}",
+                                      operation, src.dtype->name(), dst.dtype->name()));
+  }
+  if (!layout::same_squeezed_shape(src.layout->shape, dst.layout->shape)) {
+    throw InvalidArgument(fmt::format("{}: shape mismatch: source {}, destination {}", operation,
+                                      layout::format_tuple(src.layout->shape),
+                                      layout::format_tuple(dst.layout->shape)));
+  }
+  if (dst.readonly) {
+    throw InvalidArgument(fmt::format("{}: the destination host array is read-only", operation));
+  }
+  if (src.layout->size() == 0) return;
+
+  const Layout s = layout::squeeze(*src.layout);
+  const Layout d = layout::squeeze(*dst.layout);
+
+  if (ranges_overlap(src, dst)) {
+    // The same bytes are read and written: copy the source aside first so that every element is
+    // read before any is overwritten.
+    if (src.on_device) {
+      DeviceArray staging = make_device_array(
+          context, layout::make_layout(s.shape, s.itemsize, layout::strides_like(s)), *src.dtype,
+          StreamState::wrap(context.state().default_stream), operation);
+      const CopyEndpoint tmp = endpoint(staging);
+      const CopyEndpoint src_squeezed{src.element0, &s, src.dtype, true, false, src.keep_alive};
+      copy_elements(operation, context, stream, tmp, src_squeezed);
+      const CopyEndpoint dst_squeezed{dst.element0, &d, dst.dtype, true, false, dst.keep_alive};
+      copy_elements(operation, context, stream, dst_squeezed, tmp);
+    } else {
+      HostArray staging = make_host_array(
+          layout::make_layout(s.shape, s.itemsize, layout::strides_like(s)), *src.dtype);
+      const CopyEndpoint tmp = endpoint(staging);
+      const CopyEndpoint src_squeezed{src.element0, &s, src.dtype, false, false, src.keep_alive};
+      copy_elements(operation, context, stream, tmp, src_squeezed);
+      const CopyEndpoint dst_squeezed{dst.element0, &d, dst.dtype, false, false, dst.keep_alive};
+      copy_elements(operation, context, stream, dst_squeezed, tmp);
+    }
+    return;
+  }
+
+  const layout::CopyPlan plan = layout::plan_copy(d.shape, s.strides, d.strides, d.itemsize);
+  context.backend().copy_strided(context.device(), dst.element0, src.element0, plan,
+                                 kind_of(src.on_device, dst.on_device), stream.handle);
+  std::vector<std::shared_ptr<const void>> keep;
+  if (src.keep_alive) keep.push_back(src.keep_alive);
+  if (dst.keep_alive) keep.push_back(dst.keep_alive);
+  finish_enqueued(stream, std::move(keep));
+}
+
+Order resolve_copy_order(const Layout& source, Order order, const char* operation) {
+  switch (order) {
+    case Order::C:
+    case Order::F:
+      return order;
+    case Order::A:
+      return source.is_f_contiguous() && !source.is_c_contiguous() ? Order::F : Order::C;
+    case Order::K:
+      break;
+  }
+  throw InvalidArgument(fmt::format("{}: order must be 'C', 'F' or 'A', got '{}'", operation,
+                                    static_cast<char>(order)));
+}
+
+ReshapeCopy plan_reshape_copy(const Layout& source, const Shape& new_shape, Order order,
+                              const char* operation) {
+  const Order o = resolve_copy_order(source, order, operation);
+  ReshapeCopy out;
+  out.target = layout::make_layout(new_shape, source.itemsize, {}, o, operation);
+  // A dense array in order `o` can always be viewed with any shape of the same size in order `o`.
+  auto as_source = layout::reshape_view(out.target, source.shape, o);
+  if (!as_source) {
+    throw Error(fmt::format("{}: internal error: dense layout {} could not be viewed as {}",
+                            operation, layout::format_tuple(new_shape),
+                            layout::format_tuple(source.shape)));
+  }
+  out.target_as_source = std::move(*as_source);
+  return out;
+}
+
+void fill_pattern(std::byte* dst, std::int64_t count, const void* value,
+                  std::int64_t itemsize) noexcept {
+  if (count <= 0) return;
+  const auto total = static_cast<std::size_t>(count * itemsize);
+  std::size_t filled = static_cast<std::size_t>(itemsize);
+  std::memcpy(dst, value, filled);
+  while (filled < total) {
+    const std::size_t n = std::min(filled, total - filled);
+    std::memcpy(dst + filled, dst, n);
+    filled += n;
+  }
+}
+
+HostArray make_host_array(Layout layout, DType dtype) {
+  auto memory = std::make_shared<HostMemory>();
+  memory->bytes = layout.extent().end;
+  memory->kind = HostMemoryKind::Pageable;
+  if (memory->bytes > 0) {
+    // calloc: zeroed pages come lazily from the kernel, so large arrays cost nothing until used.
+    memory->ptr = static_cast<std::byte*>(std::calloc(static_cast<std::size_t>(memory->bytes), 1));
+    if (memory->ptr == nullptr) {
+      throw OutOfMemory(fmt::format("HostArray: out of host memory allocating {} bytes",
+                                    memory->bytes),
+                        memory->bytes);
+    }
+    memory->owned = true;
+  }
+  return HostArray(std::move(memory), std::move(layout), std::move(dtype));
+}
+
+DeviceArray make_device_array(Context& context, Layout layout, DType dtype, Stream stream,
+                              const char* operation) {
+  auto memory = context.state().allocate_device(layout.extent().end, operation);
+  return DeviceArray(std::move(memory), std::move(layout), std::move(dtype), std::move(stream));
+}
+
+}  // namespace devmem::detail

@@ -1,0 +1,223 @@
+// DeviceArray: transfers, shape changes that may copy, element access and fills.
+#include "core/internal.hpp"
+
+#include <devmem/error.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace devmem {
+
+namespace {
+
+// Context of a device array that has no memory (size 0, default-constructed): its stream's, else
+// the current one.
+std::shared_ptr<Context> context_of(const DeviceArray& a) {
+  return a.memory() ? a.memory()->context : a.stream().context();
+}
+
+}  // namespace
+
+DeviceArray::DeviceArray()
+    : ArrayBase(layout::make_layout(Shape{0}, 8, {}, Order::C, "DeviceArray"), DType{}) {}
+
+DeviceArray::DeviceArray(std::shared_ptr<detail::DeviceMemory> memory, Layout layout, DType dtype,
+                         Stream stream)
+    : ArrayBase(std::move(layout), std::move(dtype)),
+      memory_(std::move(memory)),
+      stream_(std::move(stream)) {}
+
+void* DeviceArray::data() const noexcept {
+  if (!memory_ || memory_->ptr == nullptr) return nullptr;
+  return memory_->ptr + layout_.offset;
+}
+
+std::shared_ptr<Context> DeviceArray::context() const {
+  return memory_ ? memory_->context : stream_.context();
+}
+
+DeviceArray DeviceArray::bind(const Stream& stream) const {
+  if (memory_ && stream.is_specified()) {
+    (void)detail::resolve_stream(stream, Stream{}, *memory_->context, "bind");
+  }
+  return DeviceArray(memory_, layout_, dtype_, stream);
+}
+
+Stream DeviceArray::resolve(const Stream& stream) const {
+  return stream.is_specified() ? stream : stream_;
+}
+
+HostArray DeviceArray::copy_to_host(const Stream& stream) const {
+  HostArray out = detail::make_host_array(
+      layout::make_layout(layout_.shape, layout_.itemsize, layout::strides_like(layout_),
+                          Order::C, "copy_to_host"),
+      dtype_);
+  copy_to_host(out, stream);
+  return out;
+}
+
+void DeviceArray::copy_to_host(const HostArray& destination, const Stream& stream) const {
+  const auto ctx_holder = context_of(*this);
+  Context& ctx = *ctx_holder;
+  detail::StreamState& s = detail::resolve_stream(stream, stream_, ctx, "copy_to_host");
+  detail::copy_elements("copy_to_host", ctx, s, detail::endpoint(destination),
+                        detail::endpoint(*this));
+}
+
+void DeviceArray::copy_to_device(const HostArray& source, const Stream& stream) const {
+  const auto ctx_holder = context_of(*this);
+  Context& ctx = *ctx_holder;
+  detail::StreamState& s = detail::resolve_stream(stream, stream_, ctx, "copy_to_device");
+  detail::copy_elements("copy_to_device", ctx, s, detail::endpoint(*this),
+                        detail::endpoint(source));
+}
+
+void DeviceArray::copy_to_device(const DeviceArray& source, const Stream& stream) const {
+  const auto ctx_holder = context_of(*this);
+  Context& ctx = *ctx_holder;
+  if (source.memory_ && memory_ && source.memory_->context.get() != &ctx) {
+    throw InvalidArgument(fmt::format(
+        "copy_to_device: the source is on device {} but the destination on device {} (copy "
+        "through the host, or make both on one device)",
+        source.memory_->context->device(), ctx.device()));
+  }
+  detail::StreamState& s = detail::resolve_stream(stream, stream_, ctx, "copy_to_device");
+  detail::copy_elements("copy_to_device", ctx, s, detail::endpoint(*this),
+                        detail::endpoint(source));
+}
+
+DeviceArray DeviceArray::reshape(Shape new_shape, Order order, const Stream& stream) const {
+  const Shape resolved = layout::resolve_reshape(size(), new_shape);
+  if (order == Order::K) throw InvalidArgument("reshape: order must be 'C', 'F' or 'A', got 'K'");
+  if (auto v = layout::reshape_view(layout_, resolved, order)) return with_layout(*v, dtype_);
+  // NumPy copies here; a view would reorder the elements (the Numba bug of API.md, item 1).
+  const detail::ReshapeCopy plan = detail::plan_reshape_copy(layout_, resolved, order, "reshape");
+  const auto ctx_holder = context_of(*this);
+  Context& ctx = *ctx_holder;
+  const Stream use = resolve(stream);
+  detail::StreamState& s = detail::resolve_stream(use, Stream{}, ctx, "reshape");
+  DeviceArray out = detail::make_device_array(ctx, plan.target, dtype_, use, "reshape");
+  const DeviceArray target_view(out.memory_, plan.target_as_source, dtype_, use);
+  detail::copy_elements("reshape", ctx, s, detail::endpoint(target_view), detail::endpoint(*this));
+  return out;
+}
+
+DeviceArray DeviceArray::ravel(Order order, const Stream& stream) const {
+  const Stream use = resolve(stream);
+  if (auto v = layout::ravel_view(layout_, order)) {
+    return DeviceArray(memory_, std::move(*v), dtype_, use);
+  }
+  if (order == Order::K) {
+    const DeviceArray dense = copy(Order::K, use);
+    if (auto v = layout::ravel_view(dense.layout_, Order::K)) {
+      return DeviceArray(dense.memory_, std::move(*v), dtype_, use);
+    }
+  }
+  return reshape(Shape{size()}, order == Order::K ? Order::C : order, use);
+}
+
+std::vector<DeviceArray> DeviceArray::split(std::int64_t section, const Stream& stream) const {
+  const Stream use = resolve(stream);
+  std::vector<DeviceArray> parts;
+  for (Layout& l : layout::split(layout_, section)) {
+    parts.emplace_back(memory_, std::move(l), dtype_, use);
+  }
+  return parts;
+}
+
+DeviceArray DeviceArray::copy(Order order, const Stream& stream) const {
+  const Stream use = resolve(stream);
+  Strides strides = order == Order::K
+                        ? layout::strides_like(layout_)
+                        : layout::dense_strides(layout_.shape, layout_.itemsize,
+                                                detail::resolve_copy_order(layout_, order, "copy"));
+  const auto ctx_holder = context_of(*this);
+  Context& ctx = *ctx_holder;
+  detail::StreamState& s = detail::resolve_stream(use, Stream{}, ctx, "copy");
+  DeviceArray out = detail::make_device_array(
+      ctx, layout::make_layout(layout_.shape, layout_.itemsize, strides, Order::C, "copy"), dtype_,
+      use, "copy");
+  detail::copy_elements("copy", ctx, s, detail::endpoint(out), detail::endpoint(*this));
+  return out;
+}
+
+void DeviceArray::read_element(std::span<const std::int64_t> index, void* value) const {
+  const std::int64_t offset = checked_offset(index, "item");
+  const auto ctx_holder = context_of(*this);
+  Context& ctx = *ctx_holder;
+  detail::StreamState& s = detail::resolve_stream(Stream{}, stream_, ctx, "item");
+  const DeviceArray element(memory_, Layout{{}, {}, offset, layout_.itemsize}, dtype_, stream_);
+  const HostArray out = HostArray::view(value, Shape{}, dtype_);
+  detail::copy_elements("item", ctx, s, detail::endpoint(out), detail::endpoint(element));
+  // The value is returned to the caller: the copy must be complete.
+  ctx.backend().synchronize_stream(ctx.device(), s.handle);
+  ctx.state().collect_retired();
+}
+
+void DeviceArray::write_element(std::span<const std::int64_t> index, const void* value) const {
+  const std::int64_t offset = checked_offset(index, "set_item");
+  const auto ctx_holder = context_of(*this);
+  Context& ctx = *ctx_holder;
+  detail::StreamState& s = detail::resolve_stream(Stream{}, stream_, ctx, "set_item");
+  const DeviceArray element(memory_, Layout{{}, {}, offset, layout_.itemsize}, dtype_, stream_);
+  // The caller's value may change as soon as we return; an owned copy is kept until the
+  // (possibly asynchronous) transfer has read it.
+  HostArray staged = detail::make_host_array(Layout{{}, {}, 0, layout_.itemsize}, dtype_);
+  std::memcpy(staged.data(), value, static_cast<std::size_t>(layout_.itemsize));
+  detail::copy_elements("set_item", ctx, s, detail::endpoint(element), detail::endpoint(staged));
+}
+
+void DeviceArray::fill_bytes(const void* value, const Stream& stream) const {
+  if (size() == 0) return;
+  const auto ctx_holder = context_of(*this);
+  Context& ctx = *ctx_holder;
+  detail::StreamState& s = detail::resolve_stream(stream, stream_, ctx, "fill");
+  const auto* bytes = static_cast<const unsigned char*>(value);
+  const auto itemsize = static_cast<std::size_t>(layout_.itemsize);
+  const bool uniform = std::all_of(bytes, bytes + itemsize, [&](unsigned char b) { return b == bytes[0]; });
+  if (uniform && layout_.is_contiguous()) {
+    ctx.backend().memset(ctx.device(), data(), bytes[0], static_cast<std::size_t>(nbytes()),
+                         s.handle);
+    detail::finish_enqueued(s, {memory_});
+    return;
+  }
+  // A dense host copy of the pattern in the array's own axis order, then one strided copy: large
+  // rows instead of one tiny copy per element, and the gaps of a strided array stay untouched.
+  HostArray pattern = detail::make_host_array(
+      layout::make_layout(layout_.shape, layout_.itemsize, layout::strides_like(layout_), Order::C,
+                          "fill"),
+      dtype_);
+  detail::fill_pattern(static_cast<std::byte*>(pattern.data()), size(), value, layout_.itemsize);
+  detail::copy_elements("fill", ctx, s, detail::endpoint(*this), detail::endpoint(pattern));
+}
+
+void DeviceArray::memset(int byte_value, const Stream& stream) const {
+  if (byte_value < 0 || byte_value > 255) {
+    throw InvalidArgument(fmt::format("memset: byte value must be in 0..255, got {}", byte_value));
+  }
+  std::vector<unsigned char> element(static_cast<std::size_t>(layout_.itemsize),
+                                     static_cast<unsigned char>(byte_value));
+  fill_bytes(element.data(), stream);
+}
+
+void DeviceArray::assign(const HostArray& value, const Stream& stream) const {
+  if (!(value.dtype() == dtype_)) {
+    throw InvalidArgument(fmt::format("assign: dtype mismatch: value is {}, array is {}",
+                                      value.dtype().name(), dtype_.name()));
+  }
+  if (value.ndim() > ndim()) {
+    throw InvalidArgument(fmt::format("assign: cannot assign a {}-d value to a {}-d array",
+                                      value.ndim(), ndim()));
+  }
+  if (size() == 0) return;
+  const HostArray broadcast(value.memory(),
+                            layout::broadcast_to(value.layout(), layout_.shape, "assign"), dtype_);
+  const auto ctx_holder = context_of(*this);
+  Context& ctx = *ctx_holder;
+  detail::StreamState& s = detail::resolve_stream(stream, stream_, ctx, "assign");
+  detail::copy_elements("assign", ctx, s, detail::endpoint(*this), detail::endpoint(broadcast));
+}
+
+}  // namespace devmem

@@ -1,0 +1,180 @@
+// Internal state behind the public handles (Context, Stream, Event, HostArray, DeviceArray).
+// Not installed; only core/ includes it.
+#pragma once
+
+#include <devmem/backend.hpp>
+#include <devmem/context.hpp>
+#include <devmem/device_array.hpp>
+#include <devmem/host_array.hpp>
+#include <devmem/stream.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace devmem::detail {
+
+/// Writes an error that cannot be thrown (destructors, background release) to stderr.
+void report_error(std::string_view what) noexcept;
+
+/// Device-addressable memory: a device allocation owned by devmem, or memory owned by someone
+/// else (mapped host memory, foreign memory) kept alive by `keep_alive`.
+struct DeviceMemory {
+  std::shared_ptr<Context> context;
+  std::byte* ptr = nullptr;  // base of the memory; elements live at ptr + layout offsets
+  std::int64_t bytes = 0;
+  bool owned = false;
+  std::shared_ptr<const void> keep_alive;
+
+  DeviceMemory() = default;
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  ~DeviceMemory();
+};
+
+/// Host memory: pageable, pinned or mapped, owned by devmem or viewed.
+struct HostMemory {
+  std::byte* ptr = nullptr;
+  std::int64_t bytes = 0;
+  HostMemoryKind kind = HostMemoryKind::Pageable;
+  bool owned = false;
+  bool readonly = false;
+  std::shared_ptr<Context> context;  // frees pinned / mapped allocations
+  std::byte* device_ptr = nullptr;   // device address of `ptr` for mapped memory
+  std::shared_ptr<const void> keep_alive;
+
+  HostMemory() = default;
+  HostMemory(const HostMemory&) = delete;
+  HostMemory& operator=(const HostMemory&) = delete;
+  ~HostMemory();
+};
+
+struct StreamState {
+  std::shared_ptr<Context> context;
+  NativeStream handle = nullptr;
+  bool is_default = false;
+
+  StreamState(std::shared_ptr<Context> ctx, NativeStream h, bool def)
+      : context(std::move(ctx)), handle(h), is_default(def) {}
+  StreamState(const StreamState&) = delete;
+  StreamState& operator=(const StreamState&) = delete;
+  ~StreamState();
+
+  static const std::shared_ptr<StreamState>& of(const Stream& s) noexcept { return s.state_; }
+  static Stream wrap(std::shared_ptr<StreamState> state) noexcept {
+    return Stream(std::move(state));
+  }
+};
+
+struct EventState {
+  std::shared_ptr<Context> context;
+  NativeEvent handle = nullptr;
+
+  EventState(std::shared_ptr<Context> ctx, NativeEvent h) : context(std::move(ctx)), handle(h) {}
+  EventState(const EventState&) = delete;
+  EventState& operator=(const EventState&) = delete;
+  ~EventState();
+
+  static const std::shared_ptr<EventState>& of(const Event& e) noexcept { return e.state_; }
+  static Event wrap(std::shared_ptr<EventState> state) noexcept { return Event(std::move(state)); }
+};
+
+struct ContextState {
+  Context& self;
+  std::weak_ptr<Context> weak_self;
+  std::shared_ptr<StreamState> default_stream;
+
+  explicit ContextState(Context& owner) : self(owner) {}
+
+  /// Creates the context of `device` on `backend`.
+  static std::shared_ptr<Context> create(Backend& backend, int device);
+
+  [[nodiscard]] std::shared_ptr<Context> shared() const { return weak_self.lock(); }
+  [[nodiscard]] Backend& backend() const noexcept { return self.backend(); }
+  [[nodiscard]] int device() const noexcept { return self.device(); }
+
+  // ---- The one path by which memory is obtained from and returned to the backend. ----
+  /// Device memory of `bytes` (none for 0 bytes). OutOfMemory names `operation`.
+  std::shared_ptr<DeviceMemory> allocate_device(std::int64_t bytes, const char* operation);
+  void release_device(void* ptr) noexcept;
+  /// Page-locked host memory (zero-filled).
+  std::shared_ptr<HostMemory> allocate_host(std::int64_t bytes, HostAllocFlags flags,
+                                            const char* operation);
+  void release_host(void* ptr) noexcept;
+
+  // ---- Streams. ----
+  void track_stream(const std::shared_ptr<StreamState>& stream);
+  std::vector<std::shared_ptr<StreamState>> live_streams();
+
+  // ---- Keep-alives of asynchronous work. ----
+  /// Keeps `objects` alive until the work enqueued so far on `stream` has completed; they are then
+  /// released on a user thread (the next devmem call of this context), never on a backend thread,
+  /// because releasing memory calls the backend.
+  void retire_after(StreamState& stream, std::vector<std::shared_ptr<const void>> objects);
+  /// Releases the keep-alives whose work has completed.
+  void collect_retired() noexcept;
+
+ private:
+  std::mutex streams_mutex_;
+  std::vector<std::weak_ptr<StreamState>> streams_;
+  std::mutex retired_mutex_;
+  std::vector<std::shared_ptr<const void>> retired_;
+  std::atomic<bool> has_retired_{false};
+};
+
+/// The stream state to use: `requested` if specified, else `fallback` if specified, else the
+/// default stream of `context`. Throws InvalidArgument when the chosen stream belongs to another
+/// context, naming `operation`.
+StreamState& resolve_stream(const Stream& requested, const Stream& fallback, Context& context,
+                            const char* operation);
+
+/// Completes an operation enqueued on `stream`: on the default stream waits for it (the API
+/// promises completion); on another stream keeps `keep_alive` until the work is done.
+void finish_enqueued(StreamState& stream, std::vector<std::shared_ptr<const void>> keep_alive);
+
+/// One side of a copy: the address of element (0, ..., 0), its layout and whether it is in device
+/// memory.
+struct CopyEndpoint {
+  std::byte* element0 = nullptr;
+  const Layout* layout = nullptr;
+  const DType* dtype = nullptr;
+  bool on_device = false;
+  bool readonly = false;
+  std::shared_ptr<const void> keep_alive;
+};
+CopyEndpoint endpoint(const DeviceArray& array);
+CopyEndpoint endpoint(const HostArray& array);
+
+/// Copies the elements of `src` into `dst` on `stream` of `context` whatever their strides, after
+/// checking dtype and (squeezed) shape. Overlapping source and destination are staged through a
+/// temporary. Only destination elements are written.
+void copy_elements(const char* operation, Context& context, StreamState& stream,
+                   const CopyEndpoint& dst, const CopyEndpoint& src);
+
+/// The layouts of a reshape/ravel that has to copy: `target` is the new array (dense in `order`),
+/// `target_as_source` is the same memory viewed with the source's shape, so that copying the
+/// source into it puts the elements in `order`.
+struct ReshapeCopy {
+  Layout target;
+  Layout target_as_source;
+};
+ReshapeCopy plan_reshape_copy(const Layout& source, const Shape& new_shape, Order order,
+                              const char* operation);
+/// C or F for a copy made under NumPy's `order` rules (A: F when F- and not C-contiguous).
+Order resolve_copy_order(const Layout& source, Order order, const char* operation);
+
+/// Writes `count` copies of the `itemsize`-byte `value` to dense memory at `dst`, doubling the
+/// filled prefix with each memcpy (log2(count) calls instead of one per element).
+void fill_pattern(std::byte* dst, std::int64_t count, const void* value, std::int64_t itemsize) noexcept;
+
+/// A new pageable host array with `layout` (offset must make the extent start at 0).
+HostArray make_host_array(Layout layout, DType dtype);
+/// A new device array with `layout` on `context`.
+DeviceArray make_device_array(Context& context, Layout layout, DType dtype, Stream stream,
+                              const char* operation);
+
+}  // namespace devmem::detail

@@ -1,0 +1,60 @@
+// Devices and contexts. One context per device of the active backend, created on first use and
+// alive until the process exits (like CUDA's primary contexts). The current device is per thread
+// (select_device), device 0 by default.
+//
+// Thread safety: all functions may be called from several threads at once.
+#pragma once
+
+#include <devmem/backend.hpp>
+#include <devmem/export.hpp>
+#include <devmem/stream.hpp>
+
+#include <memory>
+#include <string_view>
+
+namespace devmem {
+
+namespace detail {
+struct ContextState;
+}
+
+class DEVMEM_API Context {
+ public:
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+  ~Context();
+
+  [[nodiscard]] int device() const noexcept { return device_; }
+  [[nodiscard]] Backend& backend() const noexcept { return *backend_; }
+  [[nodiscard]] std::string_view backend_name() const noexcept { return backend_->name(); }
+  [[nodiscard]] DeviceProperties properties() const;
+  /// Free and total device memory in bytes.
+  [[nodiscard]] MemoryInfo memory_info() const;
+  [[nodiscard]] Stream default_stream() const;
+  /// Waits for all work on the default stream and on every stream of this context.
+  void synchronize();
+
+  /// Internal state shared with core/; not for users.
+  [[nodiscard]] detail::ContextState& state() const noexcept { return *state_; }
+
+ private:
+  friend struct detail::ContextState;
+  Context(Backend& backend, int device);
+  Backend* backend_;
+  int device_;
+  std::unique_ptr<detail::ContextState> state_;
+};
+
+/// Number of devices of the active backend (0 when it has none).
+[[nodiscard]] DEVMEM_API int device_count();
+/// Makes device `index` current for the calling thread. Throws NoDevice when it does not exist.
+DEVMEM_API void select_device(int index);
+/// The device current for the calling thread.
+[[nodiscard]] DEVMEM_API int current_device() noexcept;
+/// The context of the current device, created on first use. Throws NoDevice (with the backend's
+/// reason) when the backend has no device.
+[[nodiscard]] DEVMEM_API std::shared_ptr<Context> current_context();
+/// The context of device `index`.
+[[nodiscard]] DEVMEM_API std::shared_ptr<Context> context_for_device(int index);
+
+}  // namespace devmem

@@ -1,0 +1,170 @@
+// DeviceArray: an n-d array in device memory (Numba's DeviceNDArray), and DeviceRecord<T>, one
+// structured value on the device.
+//
+// A DeviceArray is a handle: copies and views share the memory, which is released (through the
+// context's deallocation path) when the last handle goes away and the streams using it are done.
+// Every array remembers the stream it was made on; methods called without a stream use it. Work on
+// the default stream completes before the method returns; on another stream it is asynchronous
+// and host buffers involved must stay untouched until the stream is synchronized (buffers devmem
+// allocates itself are kept alive automatically).
+//
+// Errors: InvalidArgument for bad arguments (messages name the method and the values),
+// OutOfMemory, BackendError for vendor failures.
+// Thread safety: distinct handles may be used from several threads; operations on the same
+// elements from several threads need the caller's ordering (streams, events).
+#pragma once
+
+#include <devmem/array_base.hpp>
+#include <devmem/export.hpp>
+#include <devmem/host_array.hpp>
+#include <devmem/stream.hpp>
+
+#include <array>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace devmem {
+
+namespace detail {
+struct DeviceMemory;
+}
+
+class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
+ public:
+  /// An empty 1-d float64 array of size 0 (no device memory, no context needed).
+  DeviceArray();
+
+  /// Address of element (0, ..., 0) in the device address space (nullptr for size 0 arrays).
+  [[nodiscard]] void* data() const noexcept;
+  /// The stream this array's methods use by default.
+  [[nodiscard]] const Stream& stream() const noexcept { return stream_; }
+  [[nodiscard]] std::shared_ptr<Context> context() const;
+  /// Bytes of device memory the elements span (Numba's alloc_size).
+  [[nodiscard]] std::int64_t alloc_size() const noexcept { return layout_.extent().bytes(); }
+  /// The same array using `stream` by default (Numba's bind).
+  [[nodiscard]] DeviceArray bind(const Stream& stream) const;
+
+  // Transfers. A stream left unspecified means the array's stream.
+  /// A new pageable host array with the same shape and dense strides in the same axis order.
+  [[nodiscard]] HostArray copy_to_host(const Stream& stream = {}) const;
+  /// Copies into `destination` (same dtype, same shape after removing size-1 axes). Only the
+  /// destination's elements are written, whatever its strides.
+  void copy_to_host(const HostArray& destination, const Stream& stream = {}) const;
+  template <Element T>
+  void copy_to_host(std::span<T> destination, const Stream& stream = {}) const {
+    copy_to_host(HostArray::view(destination).reshape(shape()), stream);
+  }
+  /// Copies host data into this array (H2D); same dtype and shape rules.
+  void copy_to_device(const HostArray& source, const Stream& stream = {}) const;
+  template <Element T>
+  void copy_to_device(std::span<const T> source, const Stream& stream = {}) const {
+    copy_to_device(HostArray::view(source).reshape(shape()), stream);
+  }
+  /// Copies another device array into this one (D2D), any strides, overlapping memory allowed.
+  void copy_to_device(const DeviceArray& source, const Stream& stream = {}) const;
+  /// Elements in C order, copied to the host (synchronizes the stream used).
+  template <Element T>
+  [[nodiscard]] std::vector<T> to_vector(const Stream& stream = {}) const {
+    detail::check_dtype(dtype_of<T>(), dtype_, "to_vector");
+    std::vector<T> out(static_cast<std::size_t>(size()));
+    copy_to_host(HostArray::view(std::span<T>(out), shape()), stream);
+    resolve(stream).synchronize();
+    return out;
+  }
+
+  // Shape changes: views where the memory allows, otherwise a copy on the stream.
+  /// NumPy reshape; one dimension may be -1. Never a view that reorders elements.
+  [[nodiscard]] DeviceArray reshape(Shape shape, Order order = Order::C,
+                                    const Stream& stream = {}) const;
+  /// 1-d array of the elements in `order`; a view when possible.
+  [[nodiscard]] DeviceArray ravel(Order order = Order::C, const Stream& stream = {}) const;
+  /// Consecutive views of `section` elements (the last smaller); 1-d arrays only.
+  [[nodiscard]] std::vector<DeviceArray> split(std::int64_t section,
+                                               const Stream& stream = {}) const;
+  /// A new C-contiguous (or F, or K = same axis order) copy on the device.
+  [[nodiscard]] DeviceArray copy(Order order = Order::K, const Stream& stream = {}) const;
+
+  // Element access.
+  /// Reads one element to the host (synchronizes the stream used).
+  template <Element T, std::integral... I>
+  [[nodiscard]] T item(I... indices) const {
+    detail::check_dtype(dtype_of<T>(), dtype_, "item");
+    const std::array<std::int64_t, sizeof...(I)> idx{static_cast<std::int64_t>(indices)...};
+    T value;
+    read_element(idx, &value);
+    return value;
+  }
+  /// Writes one element from the host.
+  template <Element T, std::integral... I>
+  void set_item(const T& value, I... indices) const {
+    detail::check_dtype(dtype_of<T>(), dtype_, "set_item");
+    const std::array<std::int64_t, sizeof...(I)> idx{static_cast<std::int64_t>(indices)...};
+    write_element(idx, &value);
+  }
+  /// Sets every element to `value` (dtype-checked).
+  template <Element T>
+  void fill(const T& value, const Stream& stream = {}) const {
+    detail::check_dtype(dtype_of<T>(), dtype_, "fill");
+    fill_bytes(&value, stream);
+  }
+  /// Sets every byte of every element to `byte_value` (0..255).
+  void memset(int byte_value, const Stream& stream = {}) const;
+  /// Assigns host data with NumPy broadcasting (Numba's `ary[...] = value`): `value` may have
+  /// fewer axes and size-1 axes that stretch.
+  void assign(const HostArray& value, const Stream& stream = {}) const;
+
+  /// The memory this array views (for core/).
+  [[nodiscard]] const std::shared_ptr<detail::DeviceMemory>& memory() const noexcept {
+    return memory_;
+  }
+  DeviceArray(std::shared_ptr<detail::DeviceMemory> memory, Layout layout, DType dtype,
+              Stream stream);
+
+ private:
+  friend class ArrayBase<DeviceArray>;
+  [[nodiscard]] DeviceArray with_layout(Layout layout, DType dtype) const {
+    return DeviceArray(memory_, std::move(layout), std::move(dtype), stream_);
+  }
+  [[nodiscard]] Stream resolve(const Stream& stream) const;
+  void read_element(std::span<const std::int64_t> index, void* value) const;
+  void write_element(std::span<const std::int64_t> index, const void* value) const;
+  void fill_bytes(const void* value, const Stream& stream) const;
+
+  std::shared_ptr<detail::DeviceMemory> memory_;
+  Stream stream_;
+};
+
+/// One value of a trivially copyable type on the device (Numba's DeviceRecord).
+template <Element T>
+class DeviceRecord {
+ public:
+  explicit DeviceRecord(DeviceArray array) : array_(std::move(array)) {
+    detail::check_dtype(dtype_of<T>(), array_.dtype(), "DeviceRecord");
+    if (array_.ndim() != 0) throw InvalidArgument("DeviceRecord: the array must be 0-d");
+  }
+  /// Copies the value to the host.
+  [[nodiscard]] T get(const Stream& stream = {}) const {
+    T value;
+    array_.copy_to_host(HostArray::view(static_cast<void*>(&value), Shape{}, array_.dtype()),
+                        stream);
+    (stream.is_specified() ? stream : array_.stream()).synchronize();
+    return value;
+  }
+  /// Copies `value` to the device (synchronously: the host value may change right after).
+  void set(const T& value, const Stream& stream = {}) const {
+    array_.copy_to_device(HostArray::view(static_cast<const void*>(&value), Shape{}, array_.dtype()),
+                          stream);
+    (stream.is_specified() ? stream : array_.stream()).synchronize();
+  }
+  [[nodiscard]] const DeviceArray& array() const noexcept { return array_; }
+  [[nodiscard]] void* data() const noexcept { return array_.data(); }
+  [[nodiscard]] const DType& dtype() const noexcept { return array_.dtype(); }
+  [[nodiscard]] const Stream& stream() const noexcept { return array_.stream(); }
+
+ private:
+  DeviceArray array_;
+};
+
+}  // namespace devmem

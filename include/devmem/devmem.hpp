@@ -1,0 +1,15 @@
+// The umbrella header: the whole host-side devmem API.
+#pragma once
+
+#include <devmem/array_base.hpp>
+#include <devmem/backend.hpp>
+#include <devmem/config.hpp>
+#include <devmem/context.hpp>
+#include <devmem/device_array.hpp>
+#include <devmem/dtype.hpp>
+#include <devmem/error.hpp>
+#include <devmem/host_array.hpp>
+#include <devmem/layout.hpp>
+#include <devmem/memory.hpp>
+#include <devmem/stream.hpp>
+#include <devmem/version.hpp>

@@ -1,0 +1,160 @@
+// HostArray: an n-d array in host memory, owning its memory or viewing the user's.
+//
+// Kinds: Pageable (ordinary memory), Pinned (page-locked: faster and truly asynchronous
+// transfers), Mapped (page-locked and mapped into the device address space: kernels read and
+// write it directly; device_view() gives the DeviceArray of the same bytes).
+//
+// Copies of a HostArray share memory (it is a handle); copy() makes a deep copy.
+// Thread safety: as for std::shared_ptr: distinct handles may be used concurrently; concurrent
+// writes to the same elements are the caller's business.
+#pragma once
+
+#include <devmem/array_base.hpp>
+#include <devmem/export.hpp>
+#include <devmem/stream.hpp>
+
+#include <memory>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+namespace devmem {
+
+class DeviceArray;
+
+enum class HostMemoryKind { Pageable, Pinned, Mapped };
+[[nodiscard]] DEVMEM_API const char* to_string(HostMemoryKind kind) noexcept;
+
+namespace detail {
+struct HostMemory;
+}
+
+class DEVMEM_API HostArray : public ArrayBase<HostArray> {
+ public:
+  /// An empty 1-d float64 array of size 0.
+  HostArray();
+  /// A new zero-filled pageable array.
+  explicit HostArray(Shape shape, DType dtype = {}, Order order = Order::C);
+
+  /// A non-owning view of user memory at `data` (the address of element (0, ..., 0)). `strides`
+  /// empty means C-contiguous. `owner`, if given, is kept alive as long as any view exists.
+  /// The memory must outlive all views and all asynchronous work using them.
+  [[nodiscard]] static HostArray view(void* data, Shape shape, DType dtype, Strides strides = {},
+                                      std::shared_ptr<const void> owner = {});
+  /// A read-only view: writing into it (copy_to_host into it, fill) throws InvalidArgument.
+  [[nodiscard]] static HostArray view(const void* data, Shape shape, DType dtype,
+                                      Strides strides = {}, std::shared_ptr<const void> owner = {});
+  /// 1-d view of a span, or a C/F-ordered view of it with `shape`.
+  template <Element T>
+  [[nodiscard]] static HostArray view(std::span<T> data) {
+    return view(static_cast<void*>(data.data()), Shape{static_cast<std::int64_t>(data.size())},
+                dtype_of<T>());
+  }
+  template <Element T>
+  [[nodiscard]] static HostArray view(std::span<const T> data) {
+    return view(static_cast<const void*>(data.data()),
+                Shape{static_cast<std::int64_t>(data.size())}, dtype_of<T>());
+  }
+  template <Element T>
+  [[nodiscard]] static HostArray view(std::span<T> data, Shape shape, Order order = Order::C) {
+    return view_with_order(data.data(), data.size(), std::move(shape), dtype_of<T>(), order,
+                           std::is_const_v<T>);
+  }
+  template <Element T>
+  [[nodiscard]] static HostArray view(std::vector<T>& data) {
+    return view(std::span<T>(data));
+  }
+  template <Element T>
+  [[nodiscard]] static HostArray view(const std::vector<T>& data) {
+    return view(std::span<const T>(data));
+  }
+  /// A new pageable 1-d array holding a copy of `values`.
+  template <Element T>
+  [[nodiscard]] static HostArray from(std::span<const T> values) {
+    HostArray a(Shape{static_cast<std::int64_t>(values.size())}, dtype_of<T>());
+    a.copy_from(view(values));
+    return a;
+  }
+  template <Element T>
+  [[nodiscard]] static HostArray from(const std::vector<T>& values) {
+    return from(std::span<const T>(values));
+  }
+
+  [[nodiscard]] HostMemoryKind kind() const noexcept;
+  [[nodiscard]] bool is_readonly() const noexcept;
+  /// Address of element (0, ..., 0).
+  [[nodiscard]] void* data() const noexcept;
+  /// Typed address of element (0, ..., 0); InvalidArgument when T is not the dtype.
+  template <Element T>
+  [[nodiscard]] T* data_as() const {
+    detail::check_dtype(dtype_of<T>(), dtype_, "data_as");
+    return static_cast<T*>(data());
+  }
+  /// Reference to one element (bounds- and dtype-checked).
+  template <Element T, std::integral... I>
+  [[nodiscard]] T& at(I... indices) const {
+    detail::check_dtype(dtype_of<T>(), dtype_, "at");
+    const std::array<std::int64_t, sizeof...(I)> idx{static_cast<std::int64_t>(indices)...};
+    return *reinterpret_cast<T*>(base() + checked_offset(idx, "at"));
+  }
+  /// Sets every element to `value` (dtype-checked).
+  template <Element T>
+  void fill(const T& value) const {
+    detail::check_dtype(dtype_of<T>(), dtype_, "fill");
+    fill_bytes(&value);
+  }
+  /// The elements in C order.
+  template <Element T>
+  [[nodiscard]] std::vector<T> to_vector() const {
+    detail::check_dtype(dtype_of<T>(), dtype_, "to_vector");
+    std::vector<T> out(static_cast<std::size_t>(size()));
+    view(std::span<T>(out), shape()).copy_from(*this);
+    return out;
+  }
+  /// Copies the elements of `source` (same dtype, same shape after removing size-1 axes) into
+  /// this array, whatever the strides of either side.
+  void copy_from(const HostArray& source) const;
+  /// A deep copy in pageable memory (order K keeps the axis order, dense).
+  [[nodiscard]] HostArray copy(Order order = Order::K) const;
+  /// NumPy reshape: a view when possible, otherwise a copy.
+  [[nodiscard]] HostArray reshape(Shape shape, Order order = Order::C) const;
+  [[nodiscard]] HostArray ravel(Order order = Order::C) const;
+
+  /// The device view of mapped memory (Mapped arrays, or memory inside a mapped() scope is
+  /// returned by the scope instead). InvalidArgument for other kinds.
+  [[nodiscard]] DeviceArray device_view(const Stream& stream) const;
+  [[nodiscard]] DeviceArray device_view() const;
+
+  /// The memory this array views (for core/).
+  [[nodiscard]] const std::shared_ptr<detail::HostMemory>& memory() const noexcept {
+    return memory_;
+  }
+  HostArray(std::shared_ptr<detail::HostMemory> memory, Layout layout, DType dtype);
+
+ private:
+  friend class ArrayBase<HostArray>;
+  [[nodiscard]] HostArray with_layout(Layout layout, DType dtype) const {
+    return HostArray(memory_, std::move(layout), std::move(dtype));
+  }
+  [[nodiscard]] std::byte* base() const noexcept;
+  void fill_bytes(const void* value) const;
+  static HostArray view_with_order(const void* data, std::size_t count, Shape shape, DType dtype,
+                                   Order order, bool readonly);
+
+  std::shared_ptr<detail::HostMemory> memory_;
+};
+
+/// The host array made by mapped_array(): pinned, device-mapped memory, plus the stream its device
+/// view uses.
+class DEVMEM_API MappedArray : public HostArray {
+ public:
+  MappedArray(HostArray host, Stream stream);
+  /// The DeviceArray of the same bytes (on the mapped array's stream).
+  [[nodiscard]] DeviceArray device() const;
+  [[nodiscard]] const Stream& stream() const noexcept { return stream_; }
+
+ private:
+  Stream stream_;
+};
+
+}  // namespace devmem

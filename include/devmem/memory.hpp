@@ -1,0 +1,186 @@
+// Allocation, transfer and host-memory functions (Numba's cuda.device_array, to_device,
+// pinned_array, mapped_array, pinned, mapped, and roc.register / roc.deregister).
+//
+// A stream left unspecified means the default stream; work on it completes before returning.
+// Errors: InvalidArgument for bad arguments, OutOfMemory when an allocation fails, BackendError
+// for vendor failures, NoDevice without a device. Thread safety: all functions may be called
+// from several threads at once.
+#pragma once
+
+#include <devmem/device_array.hpp>
+#include <devmem/export.hpp>
+#include <devmem/host_array.hpp>
+#include <devmem/stream.hpp>
+
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+namespace devmem {
+
+// ---- Device allocation ----
+
+/// Uninitialised device memory for `shape` elements of `dtype`. `strides` (bytes) empty means
+/// dense in `order` (C or F). The array's stream is `stream`.
+[[nodiscard]] DEVMEM_API DeviceArray device_array(Shape shape, DType dtype = {},
+                                                  Strides strides = {}, Order order = Order::C,
+                                                  const Stream& stream = {});
+template <Element T>
+[[nodiscard]] DeviceArray device_array(Shape shape, Order order = Order::C,
+                                       const Stream& stream = {}) {
+  return device_array(std::move(shape), dtype_of<T>(), {}, order, stream);
+}
+/// Same shape and dtype as `like`; its strides when it is C- or F-contiguous, otherwise dense
+/// strides in its axis order (NumPy's empty_like with order K).
+[[nodiscard]] DEVMEM_API DeviceArray device_array_like(const DeviceArray& like,
+                                                       const Stream& stream = {});
+[[nodiscard]] DEVMEM_API DeviceArray device_array_like(const HostArray& like,
+                                                       const Stream& stream = {});
+
+// ---- Host to device ----
+
+/// Copies `source` to a new device array (dense, in the source's axis order). With copy = false
+/// the array is allocated but not filled. With `to`, copies into that array instead (shape and
+/// dtype must match) and returns it.
+[[nodiscard]] DEVMEM_API DeviceArray to_device(const HostArray& source, const Stream& stream = {},
+                                               bool copy = true, const DeviceArray* to = nullptr);
+template <Element T>
+[[nodiscard]] DeviceArray to_device(std::span<const T> source, const Stream& stream = {},
+                                    bool copy = true, const DeviceArray* to = nullptr) {
+  return to_device(HostArray::view(source), stream, copy, to);
+}
+template <Element T>
+[[nodiscard]] DeviceArray to_device(const std::vector<T>& source, const Stream& stream = {},
+                                    bool copy = true, const DeviceArray* to = nullptr) {
+  return to_device(HostArray::view(source), stream, copy, to);
+}
+
+namespace detail {
+template <class T>
+struct is_span : std::false_type {};
+template <class T, std::size_t N>
+struct is_span<std::span<T, N>> : std::true_type {};
+}  // namespace detail
+
+/// Copies one value to the device (Numba's to_device of a record / scalar).
+template <Element T>
+  requires(!detail::is_span<T>::value)
+[[nodiscard]] DeviceRecord<T> to_device(const T& value, const Stream& stream = {}) {
+  DeviceRecord<T> record(device_array(Shape{}, dtype_of<T>(), {}, Order::C, stream));
+  record.set(value, stream);
+  return record;
+}
+
+// ---- Page-locked host memory ----
+
+/// Page-locked (pinned) host memory: faster transfers, truly asynchronous on a stream.
+[[nodiscard]] DEVMEM_API HostArray pinned_array(Shape shape, DType dtype = {}, Strides strides = {},
+                                                Order order = Order::C);
+template <Element T>
+[[nodiscard]] HostArray pinned_array(Shape shape, Order order = Order::C) {
+  return pinned_array(std::move(shape), dtype_of<T>(), {}, order);
+}
+/// Pinned host memory mapped into the device address space. `portable` and `wc`
+/// (write-combined) are passed to the vendor allocation.
+[[nodiscard]] DEVMEM_API MappedArray mapped_array(Shape shape, DType dtype = {},
+                                                  Strides strides = {}, Order order = Order::C,
+                                                  const Stream& stream = {}, bool portable = false,
+                                                  bool wc = false);
+template <Element T>
+[[nodiscard]] MappedArray mapped_array(Shape shape, Order order = Order::C,
+                                       const Stream& stream = {}) {
+  return mapped_array(std::move(shape), dtype_of<T>(), {}, order, stream);
+}
+
+// ---- Scopes over existing host memory ----
+
+/// Page-locks the memory of existing host arrays for the scope's lifetime (Numba's
+/// `with cuda.pinned(*arrays)`). Unlocks immediately at scope exit, never through the deferred
+/// queue, so the same memory can be pinned again right away. Move-only.
+class [[nodiscard]] DEVMEM_API PinnedScope {
+ public:
+  PinnedScope(std::vector<HostArray> arrays, HostRegisterFlags flags, const char* operation);
+  PinnedScope(PinnedScope&& other) noexcept;
+  PinnedScope& operator=(PinnedScope&&) = delete;
+  PinnedScope(const PinnedScope&) = delete;
+  PinnedScope& operator=(const PinnedScope&) = delete;
+  /// Unregisters; a failure is written to stderr (destructors do not throw).
+  ~PinnedScope();
+  /// Unregisters now, throwing the first failure (every range is still attempted).
+  void close();
+  [[nodiscard]] const std::vector<HostArray>& arrays() const noexcept { return arrays_; }
+
+ private:
+  std::vector<HostArray> arrays_;
+  std::vector<void*> registered_;  // start of each registered range, in order
+  std::shared_ptr<Context> context_;
+  const char* operation_;
+};
+
+/// Options of mapped(): the device views' stream, and whether the registration is portable.
+struct MapOptions {
+  Stream stream = {};
+  bool portable = false;
+  bool wc = false;  // accepted for symmetry with mapped_array; registration cannot change caching
+};
+
+/// Maps existing host memory into the device address space for the scope's lifetime (Numba's
+/// `with cuda.mapped(*arrays)`), giving a DeviceArray view of each array. The views must not be
+/// used after the scope ends (the host backend reports such use as IllegalAddress).
+class [[nodiscard]] DEVMEM_API MappedScope {
+ public:
+  MappedScope(std::vector<HostArray> arrays, const MapOptions& options);
+  MappedScope(MappedScope&& other) noexcept = default;
+  MappedScope& operator=(MappedScope&&) = delete;
+  ~MappedScope() = default;
+  [[nodiscard]] const std::vector<DeviceArray>& device_arrays() const noexcept { return views_; }
+  [[nodiscard]] const DeviceArray& operator[](std::size_t i) const { return views_.at(i); }
+  [[nodiscard]] std::size_t size() const noexcept { return views_.size(); }
+  /// Unmaps now, throwing the first failure.
+  void close() { pins_.close(); }
+
+ private:
+  PinnedScope pins_;
+  std::vector<DeviceArray> views_;
+};
+
+/// Page-locks `arrays` until the returned scope ends.
+[[nodiscard]] DEVMEM_API PinnedScope pinned(std::vector<HostArray> arrays);
+template <class... A>
+  requires(sizeof...(A) > 0 && (std::is_convertible_v<const A&, const HostArray&> && ...))
+[[nodiscard]] PinnedScope pinned(const A&... arrays) {
+  return pinned(std::vector<HostArray>{static_cast<const HostArray&>(arrays)...});
+}
+/// Maps `arrays` into the device address space until the returned scope ends.
+[[nodiscard]] DEVMEM_API MappedScope mapped(std::vector<HostArray> arrays,
+                                            const MapOptions& options = {});
+
+/// Registers host arrays with the device runtime (ROC's roc.register hint; cudaHostRegister on
+/// CUDA): transfers from them are faster and the device can access them. If one registration fails,
+/// those already made by this call are undone before the error is thrown.
+DEVMEM_API void register_host(std::span<const HostArray> arrays);
+template <class... A>
+  requires(sizeof...(A) > 0 && (std::is_convertible_v<const A&, const HostArray&> && ...))
+void register_host(const A&... arrays) {
+  const std::vector<HostArray> list{static_cast<const HostArray&>(arrays)...};
+  register_host(std::span<const HostArray>(list));
+}
+/// Undoes register_host. Every array is attempted; the first failure is thrown afterwards.
+DEVMEM_API void deregister_host(std::span<const HostArray> arrays);
+template <class... A>
+  requires(sizeof...(A) > 0 && (std::is_convertible_v<const A&, const HostArray&> && ...))
+void deregister_host(const A&... arrays) {
+  const std::vector<HostArray> list{static_cast<const HostArray&>(arrays)...};
+  deregister_host(std::span<const HostArray>(list));
+}
+/// register_host now, deregister at scope exit (Numba's `with roc.register(*arrays)`).
+[[nodiscard]] DEVMEM_API PinnedScope registered(std::vector<HostArray> arrays);
+template <class... A>
+  requires(sizeof...(A) > 0 && (std::is_convertible_v<const A&, const HostArray&> && ...))
+[[nodiscard]] PinnedScope registered(const A&... arrays) {
+  return registered(std::vector<HostArray>{static_cast<const HostArray&>(arrays)...});
+}
+
+}  // namespace devmem

@@ -1,0 +1,115 @@
+// Streams (device command queues) and events (markers in them).
+//
+// A default-constructed Stream is "unspecified": free functions then use the default stream and
+// array methods use the array's own stream. default_stream() returns the default stream
+// explicitly. Work on the default stream completes before the call returns; work on any other
+// stream is asynchronous with respect to the host until synchronize() or an event says it is done.
+//
+// Thread safety: Stream and Event are handles to shared state; copies may be used from several
+// threads at once. Work enqueued from several threads onto one stream runs in enqueue order.
+#pragma once
+
+#include <devmem/backend.hpp>
+#include <devmem/export.hpp>
+
+#include <memory>
+
+namespace devmem {
+
+class Context;
+class Event;
+class AutoSynchronize;
+
+namespace detail {
+struct StreamState;
+struct EventState;
+}  // namespace detail
+
+class DEVMEM_API Stream {
+ public:
+  /// Unspecified: resolves to the default stream, or to an array's own stream in array methods.
+  Stream() noexcept = default;
+
+  /// True unless default-constructed.
+  [[nodiscard]] bool is_specified() const noexcept { return state_ != nullptr; }
+  /// True for the default stream and for an unspecified stream (which resolves to it).
+  [[nodiscard]] bool is_default() const noexcept;
+  /// The context the stream belongs to; the current context for an unspecified stream.
+  [[nodiscard]] std::shared_ptr<Context> context() const;
+
+  /// Blocks until all work enqueued so far has completed. Errors of asynchronous work on the
+  /// stream are reported here (BackendError).
+  void synchronize() const;
+  /// True when all work enqueued so far has completed.
+  [[nodiscard]] bool query() const;
+  /// RAII scope that synchronizes the stream when it ends, also when it ends by an exception
+  /// (then a synchronization error is reported on stderr instead of thrown).
+  [[nodiscard]] AutoSynchronize auto_synchronize() const;
+  /// Records a new event at the current end of the stream.
+  [[nodiscard]] Event record() const;
+  /// Work enqueued on this stream after this call waits until `event` has completed.
+  void wait(const Event& event) const;
+  /// cudaStream_t / hipStream_t / the host backend's queue; nullptr for the default stream.
+  [[nodiscard]] NativeStream native_handle() const noexcept;
+
+  /// Same queue (an unspecified stream equals the default stream of the current context).
+  friend bool operator==(const Stream& a, const Stream& b) noexcept;
+
+ private:
+  friend struct detail::StreamState;
+  explicit Stream(std::shared_ptr<detail::StreamState> state) noexcept : state_(std::move(state)) {}
+  std::shared_ptr<detail::StreamState> state_;
+};
+
+DEVMEM_API bool operator==(const Stream& a, const Stream& b) noexcept;
+
+/// A marker in a stream, for waiting and timing.
+class DEVMEM_API Event {
+ public:
+  /// An event of the current context that has not been recorded (it counts as complete).
+  Event();
+  /// Records the event at the current end of `stream` (again).
+  void record(const Stream& stream = {});
+  /// Blocks until the work before the event has completed.
+  void synchronize() const;
+  [[nodiscard]] bool query() const;
+  [[nodiscard]] NativeEvent native_handle() const noexcept;
+  /// Milliseconds between two completed events. BackendError when either is not complete.
+  [[nodiscard]] static float elapsed_ms(const Event& start, const Event& end);
+
+ private:
+  friend struct detail::EventState;
+  explicit Event(std::shared_ptr<detail::EventState> state) noexcept : state_(std::move(state)) {}
+  std::shared_ptr<detail::EventState> state_;
+};
+
+/// Milliseconds between two completed events (same as Event::elapsed_ms).
+[[nodiscard]] DEVMEM_API float elapsed_ms(const Event& start, const Event& end);
+
+/// Synchronizes a stream at scope exit. Move-only. Numba's `with stream.auto_synchronize():`.
+class [[nodiscard]] DEVMEM_API AutoSynchronize {
+ public:
+  explicit AutoSynchronize(Stream stream) noexcept;
+  AutoSynchronize(AutoSynchronize&& other) noexcept;
+  AutoSynchronize& operator=(AutoSynchronize&&) = delete;
+  AutoSynchronize(const AutoSynchronize&) = delete;
+  AutoSynchronize& operator=(const AutoSynchronize&) = delete;
+  /// Synchronizes. Throws the synchronization error unless the scope is being left by an
+  /// exception, in which case the error is written to stderr (never lost, never a second throw).
+  ~AutoSynchronize() noexcept(false);
+  /// Synchronizes now (throwing on error); the destructor then does nothing.
+  void close();
+  [[nodiscard]] const Stream& stream() const noexcept { return stream_; }
+
+ private:
+  Stream stream_;
+  int uncaught_at_entry_;
+  bool active_;
+};
+
+/// A new stream on the current context.
+[[nodiscard]] DEVMEM_API Stream stream();
+/// The default stream of the current context.
+[[nodiscard]] DEVMEM_API Stream default_stream();
+
+}  // namespace devmem
