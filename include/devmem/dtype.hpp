@@ -13,6 +13,10 @@
 
 namespace devmem {
 
+class DType;
+/// Declared before the class so that it is exported: a friend declaration cannot carry DEVMEM_API.
+DEVMEM_API bool operator==(const DType& a, const DType& b) noexcept;
+
 /// The element type of an array. Values are cheap to copy and compare.
 ///
 /// Kinds follow NumPy: 'b' bool, 'i' signed integer, 'u' unsigned integer, 'f' floating point,

@@ -95,8 +95,9 @@ namespace layout {
                                             Order order = Order::C,
                                             const char* operation = "device_array");
 
-/// NumPy `empty_like(order='K')` strides: the source's strides when it is C- or F-contiguous or has
-/// ndim <= 1, otherwise dense strides that keep the source's axis order (axes sorted by |stride|).
+/// NumPy `empty_like(order='K')` strides: dense strides in order_like(source) when the source is C-
+/// or F-contiguous or has ndim <= 1 (so a strided 1-d array gets stride itemsize), otherwise dense
+/// strides that keep the source's axis order (axes sorted by |stride|).
 [[nodiscard]] DEVMEM_API Strides strides_like(const Layout& source);
 /// The order a copy of `source` should use by default: F if it is F- and not C-contiguous, else C.
 [[nodiscard]] DEVMEM_API Order order_like(const Layout& source);

@@ -1,0 +1,756 @@
+// Layout math: NumPy's rules for shapes, byte strides, contiguity, reshape, ravel, slicing and
+// strided copies, ported from NumPy's C sources where the exact behaviour matters (the function
+// names in the comments are NumPy's). Everything here is pure computation on metadata.
+#include <devmem/layout.hpp>
+
+#include "core/format.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+
+namespace devmem {
+namespace {
+
+using std::int64_t;
+using std::size_t;
+
+// a * b, or false when that overflows int64.
+[[nodiscard]] bool mul(int64_t a, int64_t b, int64_t& out) noexcept {
+  return !__builtin_mul_overflow(a, b, &out);
+}
+[[nodiscard]] bool add(int64_t a, int64_t b, int64_t& out) noexcept {
+  return !__builtin_add_overflow(a, b, &out);
+}
+[[nodiscard]] bool sub(int64_t a, int64_t b, int64_t& out) noexcept {
+  return !__builtin_sub_overflow(a, b, &out);
+}
+
+size_t as_index(int64_t k) noexcept {
+  return static_cast<size_t>(k);
+}
+
+char order_char(Order order) noexcept {
+  return static_cast<char>(order);
+}
+
+// Rejects layouts that no function here can interpret: a stride count that is not the number of
+// dimensions, negative dimensions, a non-positive itemsize.
+void validate(const Layout& l, const char* operation) {
+  if (l.strides.size() != l.shape.size()) {
+    detail::throw_invalid(operation, "layout has {} strides for {} dimensions", l.strides.size(),
+                          l.shape.size());
+  }
+  if (l.itemsize <= 0) {
+    detail::throw_invalid(operation, "itemsize must be positive, got {}", l.itemsize);
+  }
+  (void)layout::element_count(l.shape, operation);
+}
+
+// Normalises a possibly negative axis, NumPy's check_and_adjust_axis.
+size_t normalize_axis(int axis, size_t ndim, const char* operation) {
+  const int64_t n = static_cast<int64_t>(ndim);
+  const int64_t a = axis < 0 ? axis + n : axis;
+  if (a < 0 || a >= n) {
+    detail::throw_invalid(operation, "axis {} is out of bounds for array of dimension {}", axis,
+                          ndim);
+  }
+  return as_index(a);
+}
+
+// Dense strides, NumPy's _array_fill_strides: a dimension of 0 counts as 1, so the axes of an
+// empty array keep distinct strides, the ones NumPy gives views (numpy.empty((3, 0, 2)).reshape(2,
+// 0, 3).strides == (24, 24, 8)). Numba would compute (0, 16, 8) for (3, 0, 2), and NumPy >= 1.23
+// zeroes all strides of a newly allocated empty array; none of them address any memory.
+Strides fill_dense_strides(std::span<const int64_t> shape, int64_t itemsize, Order order,
+                           const char* operation) {
+  if (order != Order::C && order != Order::F) {
+    detail::throw_invalid(operation, "order must be C or F, got '{}'", order_char(order));
+  }
+  if (itemsize <= 0) {
+    detail::throw_invalid(operation, "itemsize must be positive, got {}", itemsize);
+  }
+  (void)layout::element_count(shape, operation);
+  const size_t n = shape.size();
+  Strides strides(n);
+  int64_t stride = itemsize;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t k = order == Order::C ? n - 1 - i : i;
+    strides[k] = stride;
+    if (shape[k] != 0 && !mul(stride, shape[k], stride)) {
+      detail::throw_invalid(operation, "strides of shape {} with itemsize {} overflow int64",
+                            layout::format_tuple(shape), itemsize);
+    }
+  }
+  return strides;
+}
+
+// NumPy's _UpdateContiguousFlags with relaxed strides: size-1 axes do not matter, an empty array
+// is contiguous, and every other axis must have exactly the stride of the axes inside it.
+bool contiguous_in(const Layout& l, bool c_order) noexcept {
+  const size_t n = l.shape.size();
+  if (l.strides.size() != n) return false;
+  for (const int64_t d : l.shape) {
+    if (d == 0) return true;
+  }
+  int64_t expected = l.itemsize;
+  bool overflowed = false;  // only a problem when another axis longer than 1 follows
+  for (size_t i = 0; i < n; ++i) {
+    const size_t k = c_order ? n - 1 - i : i;
+    if (l.shape[k] == 1) continue;
+    if (overflowed || l.strides[k] != expected) return false;
+    overflowed = !mul(expected, l.shape[k], expected);
+  }
+  return true;
+}
+
+// Axes sorted by |stride| descending, ties in axis order: NumPy's PyArray_CreateSortedStridePerm,
+// which empty_like(order='K') and ravel(order='K') use to find an array's memory order.
+std::vector<size_t> sorted_stride_perm(const Strides& strides) {
+  std::vector<size_t> perm(strides.size());
+  std::iota(perm.begin(), perm.end(), size_t{0});
+  std::stable_sort(perm.begin(), perm.end(), [&strides](size_t a, size_t b) {
+    return std::abs(strides[a]) > std::abs(strides[b]);
+  });
+  return perm;
+}
+
+// NumPy's _attempt_nocopy_reshape: strides for `newdims` that visit the elements of `src` in the
+// same order (C or F) as the source does, or nullopt when no such strides exist. The source's
+// element count is non-zero and equal to that of `newdims`.
+std::optional<Strides> attempt_nocopy_reshape(const Layout& src, const Shape& newdims,
+                                              bool f_order) {
+  // Size-1 axes have no effect on the element order but their strides are arbitrary.
+  Shape olddims;
+  Strides oldstrides;
+  for (size_t k = 0; k < src.shape.size(); ++k) {
+    if (src.shape[k] != 1) {
+      olddims.push_back(src.shape[k]);
+      oldstrides.push_back(src.strides[k]);
+    }
+  }
+  const size_t oldnd = olddims.size();
+  const size_t newnd = newdims.size();
+  Strides newstrides(newnd, 0);
+
+  // [oi, oj) and [ni, nj) are the groups of old and new axes that span the same elements.
+  size_t oi = 0, oj = 1, ni = 0, nj = 1;
+  while (ni < newnd && oi < oldnd) {
+    int64_t np = newdims[ni];
+    int64_t op = olddims[oi];
+    while (np != op) {
+      if (np < op) {
+        if (nj >= newnd) return std::nullopt;  // unreachable for equal non-zero sizes
+        np *= newdims[nj++];
+      } else {
+        if (oj >= oldnd) return std::nullopt;
+        op *= olddims[oj++];
+      }
+    }
+    // The old axes of the group must be mergeable into one axis in the requested order.
+    for (size_t ok = oi; ok + 1 < oj; ++ok) {
+      const bool mergeable = f_order ? oldstrides[ok + 1] == olddims[ok] * oldstrides[ok]
+                                     : oldstrides[ok] == olddims[ok + 1] * oldstrides[ok + 1];
+      if (!mergeable) return std::nullopt;
+    }
+    // Split that merged axis into the new axes of the group.
+    if (f_order) {
+      newstrides[ni] = oldstrides[oi];
+      for (size_t nk = ni + 1; nk < nj; ++nk) newstrides[nk] = newstrides[nk - 1] * newdims[nk - 1];
+    } else {
+      newstrides[nj - 1] = oldstrides[oj - 1];
+      for (size_t nk = nj - 1; nk > ni; --nk) newstrides[nk - 1] = newstrides[nk] * newdims[nk];
+    }
+    ni = nj++;
+    oi = oj++;
+  }
+  // Trailing size-1 axes of the new shape: any stride works; NumPy continues the last one.
+  int64_t last_stride = ni >= 1 ? newstrides[ni - 1] : src.itemsize;
+  if (f_order && ni >= 1) last_stride *= newdims[ni - 1];
+  for (size_t nk = ni; nk < newnd; ++nk) newstrides[nk] = last_stride;
+  return newstrides;
+}
+
+Layout flat_view(const Layout& source) {
+  return Layout{{source.size()}, {source.itemsize}, source.offset, source.itemsize};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Layout members
+
+int64_t Layout::size() const noexcept {
+  int64_t n = 1;
+  for (const int64_t d : shape) n *= d;
+  return n;
+}
+
+bool Layout::is_c_contiguous() const noexcept {
+  return contiguous_in(*this, true);
+}
+
+bool Layout::is_f_contiguous() const noexcept {
+  return contiguous_in(*this, false);
+}
+
+bool Layout::is_dense() const {
+  if (strides.size() != shape.size()) return false;
+  std::vector<size_t> axes;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    if (shape[k] == 0) return true;  // no elements: nothing can be left out or overlap
+    if (shape[k] > 1) axes.push_back(k);
+  }
+  // Innermost first: each axis must step over exactly the block of the axes inside it.
+  std::stable_sort(axes.begin(), axes.end(), [this](size_t a, size_t b) {
+    return std::abs(strides[a]) < std::abs(strides[b]);
+  });
+  int64_t expected = itemsize;
+  for (const size_t k : axes) {
+    if (std::abs(strides[k]) != expected) return false;  // also rejects broadcast (stride 0)
+    if (!mul(expected, shape[k], expected)) return false;
+  }
+  return true;
+}
+
+Extent Layout::extent() const noexcept {
+  const size_t n = std::min(shape.size(), strides.size());
+  for (size_t k = 0; k < n; ++k) {
+    if (shape[k] == 0) return Extent{offset, offset};
+  }
+  int64_t begin = offset;
+  int64_t end = offset + itemsize;
+  for (size_t k = 0; k < n; ++k) {
+    const int64_t span = strides[k] * (shape[k] - 1);
+    (span < 0 ? begin : end) += span;
+  }
+  return Extent{begin, end};
+}
+
+int64_t Layout::offset_of(std::span<const int64_t> index) const noexcept {
+  int64_t off = offset;
+  const size_t n = std::min(index.size(), strides.size());
+  for (size_t k = 0; k < n; ++k) off += index[k] * strides[k];
+  return off;
+}
+
+namespace layout {
+
+std::string format_tuple(std::span<const int64_t> values) {
+  if (values.size() == 1) return fmt::format("({},)", values[0]);
+  return fmt::format("({})", fmt::join(values, ", "));
+}
+
+int64_t element_count(std::span<const int64_t> shape, const char* operation) {
+  bool empty = false;
+  for (const int64_t d : shape) {
+    if (d < 0) {
+      detail::throw_invalid(operation, "negative dimension {} in shape {}", d, format_tuple(shape));
+    }
+    empty = empty || d == 0;
+  }
+  // A zero anywhere makes the product 0, however large the other dimensions are.
+  if (empty) return 0;
+  int64_t n = 1;
+  for (const int64_t d : shape) {
+    if (!mul(n, d, n)) {
+      detail::throw_invalid(operation, "element count of shape {} overflows int64",
+                            format_tuple(shape));
+    }
+  }
+  return n;
+}
+
+int64_t checked_nbytes(std::span<const int64_t> shape, int64_t itemsize, const char* operation) {
+  if (itemsize <= 0) {
+    detail::throw_invalid(operation, "itemsize must be positive, got {}", itemsize);
+  }
+  int64_t bytes = 0;
+  if (!mul(element_count(shape, operation), itemsize, bytes)) {
+    detail::throw_invalid(operation, "size in bytes of shape {} with itemsize {} overflows int64",
+                          format_tuple(shape), itemsize);
+  }
+  return bytes;
+}
+
+Strides dense_strides(std::span<const int64_t> shape, int64_t itemsize, Order order) {
+  return fill_dense_strides(shape, itemsize, order, "dense_strides");
+}
+
+Layout make_layout(std::span<const int64_t> shape, int64_t itemsize,
+                   std::span<const int64_t> strides, Order order, const char* operation) {
+  (void)checked_nbytes(shape, itemsize, operation);
+  Layout l{Shape(shape.begin(), shape.end()), {}, 0, itemsize};
+  if (strides.empty()) {
+    l.strides = fill_dense_strides(shape, itemsize, order, operation);
+    return l;
+  }
+  if (strides.size() != shape.size()) {
+    detail::throw_invalid(operation, "{} strides given for {} dimensions", strides.size(),
+                          shape.size());
+  }
+  l.strides.assign(strides.begin(), strides.end());
+  if (l.size() == 0) return l;
+  // Place element 0 so that the lowest addressed byte is byte 0 of the allocation (Numba's
+  // memory_size_from_info), checking that every address of the extent is representable.
+  int64_t low = 0;
+  int64_t high = itemsize;
+  int64_t bytes = 0;
+  bool ok = true;
+  for (size_t k = 0; ok && k < shape.size(); ++k) {
+    int64_t span = 0;
+    ok = mul(strides[k], shape[k] - 1, span) &&
+         (span < 0 ? add(low, span, low) : add(high, span, high));
+  }
+  if (!ok || !sub(high, low, bytes)) {
+    detail::throw_invalid(operation, "extent of shape {} with strides {} overflows int64",
+                          format_tuple(shape), format_tuple(strides));
+  }
+  l.offset = -low;  // high - low fits, and high > 0, so -low fits too
+  return l;
+}
+
+Strides strides_like(const Layout& source) {
+  validate(source, "strides_like");
+  if (source.ndim() <= 1 || source.is_contiguous()) {
+    // Fresh dense strides rather than the source's: they agree except on size-1 axes (whose
+    // strides relaxed contiguity ignores) and for 1-d strided arrays, which must become dense.
+    return fill_dense_strides(source.shape, source.itemsize, order_like(source), "strides_like");
+  }
+  // NumPy's PyArray_NewLikeArrayWithShape for order K: dense strides assigned innermost first in
+  // the source's memory order.
+  const std::vector<size_t> perm = sorted_stride_perm(source.strides);
+  Strides strides(source.strides.size());
+  int64_t stride = source.itemsize;
+  for (auto it = perm.rbegin(); it != perm.rend(); ++it) {
+    strides[*it] = stride;
+    stride *= source.shape[*it];
+  }
+  return strides;
+}
+
+Order order_like(const Layout& source) {
+  return source.is_f_contiguous() && !source.is_c_contiguous() ? Order::F : Order::C;
+}
+
+Shape resolve_reshape(int64_t size, std::span<const int64_t> new_shape) {
+  Shape shape(new_shape.begin(), new_shape.end());
+  std::optional<size_t> unknown;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    if (shape[k] == -1) {
+      if (unknown) {
+        detail::throw_invalid("reshape", "can only specify one unknown dimension, got shape {}",
+                              format_tuple(shape));
+      }
+      unknown = k;
+    } else if (shape[k] < 0) {
+      detail::throw_invalid("reshape", "negative dimension {} in shape {}", shape[k],
+                            format_tuple(shape));
+    }
+  }
+  // Product of the given dimensions; a zero makes it 0 however large the others are.
+  int64_t known = 1;
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) {
+    known = 0;
+  } else {
+    for (size_t k = 0; k < shape.size(); ++k) {
+      if (k != unknown && !mul(known, shape[k], known)) {
+        detail::throw_invalid("reshape", "element count of shape {} overflows int64",
+                              format_tuple(shape));
+      }
+    }
+  }
+  if (unknown) {
+    // NumPy refuses to infer against a zero product even for an empty array (0 * anything == 0).
+    if (known == 0 || size % known != 0) {
+      detail::throw_invalid(
+          "reshape", "cannot infer the unknown dimension of shape {} for an array of size {}",
+          format_tuple(shape), size);
+    }
+    shape[*unknown] = size / known;
+  } else if (known != size) {
+    detail::throw_invalid("reshape", "cannot reshape array of size {} into shape {}", size,
+                          format_tuple(shape));
+  }
+  return shape;
+}
+
+std::optional<Layout> reshape_view(const Layout& source, std::span<const int64_t> new_shape,
+                                   Order order) {
+  validate(source, "reshape");
+  if (order != Order::C && order != Order::F && order != Order::A) {
+    detail::throw_invalid("reshape", "order must be C, F or A, got '{}'", order_char(order));
+  }
+  Shape shape = resolve_reshape(source.size(), new_shape);
+  if (order == Order::A) order = order_like(source);
+  // PyArray_Newshape: the same shape is always a plain view, whatever the order.
+  if (shape == source.shape) return source;
+  Layout result{std::move(shape), {}, source.offset, source.itemsize};
+  const bool f_order = order == Order::F;
+  // Contiguous in the requested order (always true for empty arrays): the element sequence is the
+  // memory sequence, so fresh dense strides describe it.
+  if (f_order ? source.is_f_contiguous() : source.is_c_contiguous()) {
+    result.strides = fill_dense_strides(result.shape, source.itemsize, order, "reshape");
+    return result;
+  }
+  std::optional<Strides> strides = attempt_nocopy_reshape(source, result.shape, f_order);
+  if (!strides) return std::nullopt;
+  result.strides = std::move(*strides);
+  return result;
+}
+
+std::optional<Layout> ravel_view(const Layout& source, Order order) {
+  validate(source, "ravel");
+  // PyArray_Ravel.
+  if (order == Order::A) {
+    order = order_like(source);
+  } else if (order == Order::K) {
+    if (source.is_c_contiguous()) {
+      order = Order::C;
+    } else if (source.is_f_contiguous()) {
+      order = Order::F;
+    }
+  }
+  switch (order) {
+    case Order::C:
+      if (source.is_c_contiguous()) return flat_view(source);
+      return std::nullopt;
+    case Order::F:
+      if (source.is_f_contiguous()) return flat_view(source);
+      return std::nullopt;
+    case Order::K:
+    case Order::A:
+      break;
+  }
+  // Order K of a non-contiguous array: a view when the elements are dense, with positive
+  // strides, in the array's own memory order (e.g. a transpose of a 3-d C array).
+  const std::vector<size_t> perm = sorted_stride_perm(source.strides);
+  int64_t stride = source.itemsize;
+  for (auto it = perm.rbegin(); it != perm.rend(); ++it) {
+    if (source.shape[*it] == 1) continue;
+    if (source.strides[*it] != stride) return std::nullopt;
+    stride *= source.shape[*it];
+  }
+  return flat_view(source);
+}
+
+Layout slice(const Layout& source, int dim, const Slice& s) {
+  validate(source, "slice");
+  const size_t k = normalize_axis(dim, source.shape.size(), "slice");
+  if (s.step == 0) detail::throw_invalid("slice", "slice step cannot be zero");
+  // PySlice_AdjustIndices, i.e. range(n)[start:stop:step].
+  const int64_t n = source.shape[k];
+  const int64_t step = s.step;
+  const int64_t lower = step < 0 ? -1 : 0;
+  const int64_t upper = step < 0 ? n - 1 : n;
+  const auto adjust = [n, lower, upper](int64_t i) {
+    if (i < 0) return std::max(i + n, lower);
+    return std::min(i, upper);
+  };
+  const int64_t start = s.start ? adjust(*s.start) : (step < 0 ? upper : lower);
+  const int64_t stop = s.stop ? adjust(*s.stop) : (step < 0 ? lower : upper);
+  int64_t length = 0;
+  if (step > 0 && start < stop) {
+    length = (stop - start - 1) / step + 1;
+  } else if (step < 0 && start > stop) {
+    // Dividing by the negative step avoids negating INT64_MIN.
+    length = 1 - (start - stop - 1) / step;
+  }
+  Layout result = source;
+  result.shape[k] = length;
+  // An empty result keeps the offset and the stride, as NumPy does (it slices empty ranges as
+  // 0:0:1): there is no first element to move to.
+  if (length == 0) return result;
+  result.offset += start * source.strides[k];
+  // A stride only matters when the axis has two or more elements, and then it fits: the elements
+  // lie inside the source axis. Keep the old stride rather than overflow for a single element.
+  int64_t stride = 0;
+  result.strides[k] = mul(source.strides[k], step, stride) ? stride : source.strides[k];
+  return result;
+}
+
+Layout index(const Layout& source, int dim, int64_t i) {
+  validate(source, "index");
+  const size_t k = normalize_axis(dim, source.shape.size(), "index");
+  const int64_t n = source.shape[k];
+  const int64_t j = i < 0 ? i + n : i;
+  if (j < 0 || j >= n) {
+    detail::throw_invalid("index", "index {} is out of bounds for axis {} with size {}", i, k, n);
+  }
+  Layout result = source;
+  result.offset += j * source.strides[k];
+  const auto pos = static_cast<std::ptrdiff_t>(k);
+  result.shape.erase(result.shape.begin() + pos);
+  result.strides.erase(result.strides.begin() + pos);
+  return result;
+}
+
+Layout transpose(const Layout& source) {
+  validate(source, "transpose");
+  Layout result = source;
+  std::reverse(result.shape.begin(), result.shape.end());
+  std::reverse(result.strides.begin(), result.strides.end());
+  return result;
+}
+
+Layout transpose(const Layout& source, std::span<const int> axes) {
+  validate(source, "transpose");
+  const size_t n = source.shape.size();
+  const auto fail = [&]() {
+    const std::vector<int64_t> values(axes.begin(), axes.end());
+    detail::throw_invalid("transpose", "axes {} are not a permutation of {} axes",
+                          format_tuple(values), n);
+  };
+  if (axes.size() != n) fail();
+  std::vector<bool> seen(n, false);
+  Layout result = source;
+  for (size_t k = 0; k < n; ++k) {
+    const int64_t a = axes[k] < 0 ? axes[k] + static_cast<int64_t>(n) : axes[k];
+    if (a < 0 || a >= static_cast<int64_t>(n) || seen[as_index(a)]) fail();
+    seen[as_index(a)] = true;
+    result.shape[k] = source.shape[as_index(a)];
+    result.strides[k] = source.strides[as_index(a)];
+  }
+  return result;
+}
+
+Layout squeeze(const Layout& source, std::optional<int> axis) {
+  validate(source, "squeeze");
+  Layout result{{}, {}, source.offset, source.itemsize};
+  std::optional<size_t> only;
+  if (axis) {
+    only = normalize_axis(*axis, source.shape.size(), "squeeze");
+    if (source.shape[*only] != 1) {
+      detail::throw_invalid("squeeze",
+                            "cannot select an axis to squeeze out which has size not equal to one "
+                            "(axis {} has size {})",
+                            *axis, source.shape[*only]);
+    }
+  }
+  for (size_t k = 0; k < source.shape.size(); ++k) {
+    const bool drop = only ? k == *only : source.shape[k] == 1;
+    if (drop) continue;
+    result.shape.push_back(source.shape[k]);
+    result.strides.push_back(source.strides[k]);
+  }
+  return result;
+}
+
+// NumPy's rule (array_descr_set, NumPy >= 1.23), not Numba's stricter "must be C-contiguous": a
+// different itemsize rescales the last axis, which must be contiguous (stride == itemsize) unless
+// it has length 1 or the array is empty; 0-d arrays cannot change their itemsize at all.
+Layout view_as(const Layout& source, int64_t new_itemsize) {
+  validate(source, "view");
+  if (new_itemsize <= 0) {
+    detail::throw_invalid("view", "itemsize must be positive, got {}", new_itemsize);
+  }
+  const int64_t old_itemsize = source.itemsize;
+  Layout result = source;
+  result.itemsize = new_itemsize;
+  if (new_itemsize == old_itemsize) return result;
+  if (source.shape.empty()) {
+    detail::throw_invalid("view", "cannot change the itemsize of a 0-d array (from {} to {} bytes)",
+                          old_itemsize, new_itemsize);
+  }
+  const size_t last = source.shape.size() - 1;
+  const int64_t n = source.shape[last];
+  if (n != 1 && source.size() != 0 && source.strides[last] != old_itemsize) {
+    detail::throw_invalid("view",
+                          "to change the itemsize from {} to {} bytes the last axis must be "
+                          "contiguous, but its stride is {}",
+                          old_itemsize, new_itemsize, source.strides[last]);
+  }
+  if (new_itemsize < old_itemsize) {
+    if (old_itemsize % new_itemsize != 0) {
+      detail::throw_invalid("view",
+                            "when changing to a smaller itemsize, it must divide the original "
+                            "itemsize ({} does not divide {})",
+                            new_itemsize, old_itemsize);
+    }
+    // n * old_itemsize is the byte length of the contiguous last axis, which fits.
+    result.shape[last] = n * (old_itemsize / new_itemsize);
+  } else {
+    const int64_t bytes = n * old_itemsize;
+    if (bytes % new_itemsize != 0) {
+      detail::throw_invalid("view",
+                            "when changing to a larger itemsize, it must divide the size in bytes "
+                            "of the last axis ({} does not divide {} bytes)",
+                            new_itemsize, bytes);
+    }
+    result.shape[last] = bytes / new_itemsize;
+  }
+  result.strides[last] = new_itemsize;
+  return result;
+}
+
+std::vector<Layout> split(const Layout& source, int64_t section) {
+  validate(source, "split");
+  if (source.shape.size() != 1) {
+    detail::throw_invalid("split", "only 1-d arrays can be split, got ndim {}", source.ndim());
+  }
+  if (section <= 0) detail::throw_invalid("split", "section must be positive, got {}", section);
+  const int64_t n = source.shape[0];
+  const int64_t stride = source.strides[0];
+  std::vector<Layout> parts;
+  parts.reserve(as_index(n / section + 1));
+  for (int64_t begin = 0; begin < n;) {
+    const int64_t count = std::min(section, n - begin);
+    parts.push_back(Layout{{count}, {stride}, source.offset + begin * stride, source.itemsize});
+    begin += count;
+  }
+  return parts;
+}
+
+Layout broadcast_to(const Layout& source, std::span<const int64_t> shape, const char* operation) {
+  validate(source, operation);
+  (void)element_count(shape, operation);
+  const size_t n = shape.size();
+  const size_t m = source.shape.size();
+  const auto fail = [&]() {
+    detail::throw_invalid(operation, "cannot broadcast shape {} to shape {}",
+                          format_tuple(source.shape), format_tuple(shape));
+  };
+  if (m > n) fail();
+  Layout result{Shape(shape.begin(), shape.end()), Strides(n, 0), source.offset, source.itemsize};
+  // Trailing axes line up; new leading axes and stretched size-1 axes get stride 0.
+  for (size_t k = 0; k < m; ++k) {
+    const int64_t from = source.shape[m - 1 - k];
+    const int64_t to = shape[n - 1 - k];
+    if (from == to) {
+      result.strides[n - 1 - k] = source.strides[m - 1 - k];
+    } else if (from != 1) {
+      fail();
+    }
+  }
+  return result;
+}
+
+bool same_squeezed_shape(std::span<const int64_t> a, std::span<const int64_t> b) {
+  const auto not_one = [](int64_t d) { return d != 1; };
+  auto ia = std::find_if(a.begin(), a.end(), not_one);
+  auto ib = std::find_if(b.begin(), b.end(), not_one);
+  while (ia != a.end() && ib != b.end()) {
+    if (*ia != *ib) return false;
+    ia = std::find_if(ia + 1, a.end(), not_one);
+    ib = std::find_if(ib + 1, b.end(), not_one);
+  }
+  return ia == a.end() && ib == b.end();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Copy plans
+
+int64_t CopyPlan::block_count() const noexcept {
+  if (empty()) return 0;
+  int64_t n = 1;
+  for (const int64_t d : outer_shape) n *= d;
+  return n;
+}
+
+namespace {
+struct CopyAxis {
+  int64_t n;
+  int64_t src;
+  int64_t dst;
+};
+}  // namespace
+
+CopyPlan plan_copy(std::span<const int64_t> shape, std::span<const int64_t> src_strides,
+                   std::span<const int64_t> dst_strides, int64_t itemsize) {
+  if (src_strides.size() != shape.size() || dst_strides.size() != shape.size()) {
+    detail::throw_invalid("copy",
+                          "shape {} has {} dimensions but {} source and {} destination strides "
+                          "were given",
+                          format_tuple(shape), shape.size(), src_strides.size(),
+                          dst_strides.size());
+  }
+  if (itemsize <= 0) detail::throw_invalid("copy", "itemsize must be positive, got {}", itemsize);
+  CopyPlan plan;
+  if (element_count(shape, "copy") == 0) return plan;
+
+  // Size-1 axes address nothing; axes where both sides run backwards are flipped so that rows are
+  // copied forwards, moving element 0 of each side to the other end of that axis.
+  std::vector<CopyAxis> axes;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    if (shape[k] == 1) continue;
+    if (dst_strides[k] == 0) {
+      detail::throw_invalid("copy",
+                            "destination has a zero stride on axis {} of length {} (one element "
+                            "would be written {} times)",
+                            k, shape[k], shape[k]);
+    }
+    CopyAxis a{shape[k], src_strides[k], dst_strides[k]};
+    if (a.src < 0 && a.dst < 0) {
+      plan.src_offset += a.src * (a.n - 1);
+      plan.dst_offset += a.dst * (a.n - 1);
+      a.src = -a.src;
+      a.dst = -a.dst;
+    }
+    axes.push_back(a);
+  }
+  // Outermost first, so that the innermost axis is the one that varies fastest in the destination.
+  std::stable_sort(axes.begin(), axes.end(), [](const CopyAxis& a, const CopyAxis& b) {
+    return std::abs(a.dst) > std::abs(b.dst);
+  });
+  // Merge an axis into the one outside it when it continues it on both sides.
+  std::vector<CopyAxis> merged;
+  for (const CopyAxis& a : axes) {
+    if (!merged.empty()) {
+      CopyAxis& outer = merged.back();
+      if (outer.src == a.src * a.n && outer.dst == a.dst * a.n) {
+        outer = CopyAxis{outer.n * a.n, a.src, a.dst};
+        continue;
+      }
+    }
+    merged.push_back(a);
+  }
+
+  // Rows: the contiguous innermost axis, else single elements. Height: the next axis out when
+  // both of its strides are valid pitches (rows of a block must not overlap or run backwards).
+  plan.width = itemsize;
+  plan.height = 1;
+  if (!merged.empty() && merged.back().src == itemsize && merged.back().dst == itemsize) {
+    plan.width = merged.back().n * itemsize;
+    merged.pop_back();
+  }
+  if (!merged.empty() && merged.back().src >= plan.width && merged.back().dst >= plan.width) {
+    plan.height = merged.back().n;
+    plan.src_pitch = merged.back().src;
+    plan.dst_pitch = merged.back().dst;
+    merged.pop_back();
+  } else {
+    plan.src_pitch = plan.width;
+    plan.dst_pitch = plan.width;
+  }
+  for (const CopyAxis& a : merged) {
+    plan.outer_shape.push_back(a.n);
+    plan.outer_src_strides.push_back(a.src);
+    plan.outer_dst_strides.push_back(a.dst);
+  }
+  return plan;
+}
+
+void copy_host_strided(const CopyPlan& plan, void* dst, const void* src) noexcept {
+  auto* const d0 = static_cast<std::byte*>(dst);
+  const auto* const s0 = static_cast<const std::byte*>(src);
+  const auto width = static_cast<size_t>(plan.width);
+  // Rows that follow each other without gaps on both sides are one memcpy.
+  const bool packed =
+      plan.height == 1 || (plan.src_pitch == plan.width && plan.dst_pitch == plan.width);
+  plan.for_each_block([&](int64_t s, int64_t d) {
+    if (packed) {
+      std::memcpy(d0 + d, s0 + s, width * static_cast<size_t>(plan.height));
+      return;
+    }
+    for (int64_t r = 0; r < plan.height; ++r) {
+      std::memcpy(d0 + d + r * plan.dst_pitch, s0 + s + r * plan.src_pitch, width);
+    }
+  });
+}
+
+}  // namespace layout
+}  // namespace devmem
