@@ -1,0 +1,419 @@
+// Streams and events: stream(), default_stream(), synchronize/query, native handles, asynchronous
+// copies, events and cross-stream ordering, auto_synchronize (also on the error path), and the
+// lifetime of buffers used by queued work.
+#include "support.hpp"
+
+#include <stdexcept>
+#include <thread>
+
+using namespace conformance;
+using Catch::Matchers::Message;
+using devmem::DeviceArray;
+using devmem::HostArray;
+
+namespace {
+
+// Enqueues `rounds` device-to-device copies of 16 MiB on `s`, so that work enqueued after them
+// on the same stream is still pending for a while.
+struct BusyWork {
+  DeviceArray src = devmem::device_array(Shape{2 * kMiB}, f8());
+  DeviceArray dst = devmem::device_array(Shape{2 * kMiB}, f8());
+  BusyWork() {
+    src.memset(1);
+    dst.memset(2);
+  }
+  void enqueue(const devmem::Stream& s, int rounds = 4) const {
+    for (int i = 0; i < rounds; ++i) dst.copy_to_device(src, s);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("stream: a new stream", "[streams]") {
+  const devmem::Stream s = devmem::stream();
+  CHECK(s.is_specified());
+  CHECK_FALSE(s.is_default());
+  CHECK(s.native_handle() != nullptr);
+  CHECK(s.context() == devmem::current_context());
+  CHECK(s.query());
+  s.synchronize();
+  const devmem::Stream copy = s;  // NOLINT(performance-unnecessary-copy-initialization)
+  CHECK(copy == s);
+  CHECK(copy.native_handle() == s.native_handle());
+  const devmem::Stream other = devmem::stream();
+  CHECK_FALSE(other == s);
+  CHECK(other.native_handle() != s.native_handle());
+  CHECK_FALSE(s == devmem::default_stream());
+  CHECK_FALSE(s == devmem::Stream{});
+}
+
+TEST_CASE("default_stream and the unspecified stream", "[streams]") {
+  const devmem::Stream d = devmem::default_stream();
+  CHECK(d.is_specified());
+  CHECK(d.is_default());
+  CHECK(d.native_handle() == nullptr);
+  CHECK(d == devmem::default_stream());
+  CHECK(d == devmem::current_context()->default_stream());
+  CHECK(d.context() == devmem::current_context());
+  d.synchronize();
+  CHECK(d.query());
+
+  const devmem::Stream u;
+  CHECK_FALSE(u.is_specified());
+  CHECK(u.is_default());
+  CHECK(u.native_handle() == nullptr);
+  CHECK(u == d);
+  CHECK(d == u);
+  CHECK(u.context() == devmem::current_context());
+  u.synchronize();
+  CHECK(u.query());
+}
+
+TEST_CASE("streams: asynchronous copies complete at synchronize", "[streams][transfers]") {
+  const devmem::Stream s = devmem::stream();
+  const int64_t n = 512 * kKiB;  // 4 MiB of float64
+  const HostArray src = devmem::pinned_array(Shape{n}, f8());
+  src.copy_from(iota_host(Shape{n}));
+  const HostArray dst = devmem::pinned_array(Shape{n}, f8());
+  SECTION("H2D then D2H on the same stream") {
+    const DeviceArray d = devmem::to_device(src, s);
+    d.copy_to_host(dst, s);
+    s.synchronize();
+    CHECK(s.query());
+    CHECK(dst.to_vector<double>() == iota_vec(n));
+  }
+  SECTION("an array's own stream is used by default") {
+    const DeviceArray d = devmem::device_array(Shape{n}, f8(), {}, Order::C, s);
+    d.copy_to_device(src);
+    d.copy_to_host(dst);
+    s.synchronize();
+    CHECK(dst.to_vector<double>() == iota_vec(n));
+  }
+  SECTION("copy_to_host() returning a new array") {
+    const DeviceArray d = devmem::to_device(src, s);
+    const HostArray h = d.copy_to_host(s);
+    s.synchronize();
+    CHECK(h.to_vector<double>() == iota_vec(n));
+  }
+  SECTION("an explicit default stream completes before returning") {
+    const DeviceArray d = devmem::to_device(src, s);
+    s.synchronize();
+    const HostArray h(Shape{n}, f8());
+    d.copy_to_host(h, devmem::default_stream());
+    CHECK(h.at<double>(n - 1) == static_cast<double>(n - 1));
+  }
+  SECTION("to_vector and item synchronize the stream they use") {
+    const DeviceArray d = devmem::to_device(src, s);
+    CHECK(d.to_vector<double>(s) == iota_vec(n));
+    const DeviceArray e = d.bind(s);
+    e.fill(2.0);
+    CHECK(e.item<double>(n - 1) == 2.0);
+  }
+}
+
+TEST_CASE("streams: many interleaved streams", "[streams]") {
+  constexpr int kStreams = 8;
+  constexpr int64_t kN = 10000;
+  std::vector<devmem::Stream> streams;
+  std::vector<HostArray> sources;
+  std::vector<HostArray> results;
+  std::vector<DeviceArray> devices;
+  for (int i = 0; i < kStreams; ++i) {
+    streams.push_back(devmem::stream());
+    sources.push_back(iota_host(Shape{kN}, Order::C, static_cast<double>(i * 1000)));
+    results.emplace_back(Shape{kN}, f8());
+    devices.push_back(devmem::device_array(Shape{kN}, f8(), {}, Order::C, streams.back()));
+  }
+  // Interleave: every stream gets its H2D, then every stream a partial fill, then every D2H.
+  for (int i = 0; i < kStreams; ++i)
+    devices[static_cast<std::size_t>(i)].copy_to_device(sources[static_cast<std::size_t>(i)]);
+  for (int i = 0; i < kStreams; ++i)
+    devices[static_cast<std::size_t>(i)].slice(0, 0, i + 1).fill(-1.0);
+  for (int i = 0; i < kStreams; ++i)
+    devices[static_cast<std::size_t>(i)].copy_to_host(results[static_cast<std::size_t>(i)]);
+  for (const devmem::Stream& s : streams) s.synchronize();
+  for (int i = 0; i < kStreams; ++i) {
+    std::vector<double> expected = iota_vec(kN, static_cast<double>(i * 1000));
+    for (int k = 0; k <= i; ++k) expected[static_cast<std::size_t>(k)] = -1.0;
+    CHECK(results[static_cast<std::size_t>(i)].to_vector<double>() == expected);
+    CHECK(streams[static_cast<std::size_t>(i)].query());
+  }
+}
+
+TEST_CASE("streams: several threads, one stream each", "[streams]") {
+  constexpr int kThreads = 4;
+  std::vector<int> ok(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([t, &ok] {
+      const devmem::Stream s = devmem::stream();
+      const std::vector<double> v = iota_vec(4096, static_cast<double>(t));
+      const DeviceArray d = devmem::to_device(v, s);
+      const HostArray out(Shape{4096}, f8());
+      d.copy_to_host(out, s);
+      s.synchronize();
+      ok[static_cast<std::size_t>(t)] = out.to_vector<double>() == v ? 1 : 0;
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  CHECK(ok == std::vector<int>(kThreads, 1));
+}
+
+TEST_CASE("events: record, query, synchronize, elapsed time", "[streams][events]") {
+  const devmem::Stream s = devmem::stream();
+  SECTION("an unrecorded event counts as complete") {
+    const devmem::Event e;
+    CHECK(e.query());
+    e.synchronize();
+    CHECK(e.native_handle() != nullptr);
+  }
+  SECTION("record on a stream, then wait for it") {
+    const BusyWork busy;
+    const devmem::Event start = s.record();
+    busy.enqueue(s);
+    const devmem::Event end = s.record();
+    end.synchronize();
+    CHECK(end.query());
+    CHECK(start.query());
+    const float ms = devmem::Event::elapsed_ms(start, end);
+    CHECK(ms >= 0.0F);
+    CHECK(devmem::elapsed_ms(start, end) == ms);
+  }
+  SECTION("Event::record re-records an event") {
+    devmem::Event e;
+    e.record(s);
+    e.synchronize();
+    CHECK(e.query());
+    e.record();  // the default stream
+    e.synchronize();
+    CHECK(e.query());
+    e.record(devmem::default_stream());
+    e.synchronize();
+    CHECK(e.query());
+  }
+  SECTION("events on the default stream") {
+    const devmem::Event a = devmem::default_stream().record();
+    const devmem::Event b = devmem::Stream{}.record();
+    a.synchronize();
+    b.synchronize();
+    CHECK(devmem::Event::elapsed_ms(a, b) >= 0.0F);
+  }
+  SECTION("elapsed time needs recorded events") {
+    const devmem::Event never;
+    const devmem::Event done = s.record();
+    done.synchronize();
+    REQUIRE_THROWS_AS(devmem::Event::elapsed_ms(never, done), devmem::BackendError);
+  }
+}
+
+TEST_CASE("Stream::wait orders two streams", "[streams][events]") {
+  const BusyWork busy;
+  const devmem::Stream s1 = devmem::stream();
+  const devmem::Stream s2 = devmem::stream();
+  const int64_t n = 64 * kKiB;
+  const HostArray src = devmem::pinned_array(Shape{n}, f8());
+  src.copy_from(iota_host(Shape{n}, Order::C, 3.0));
+  const HostArray dst = devmem::pinned_array(Shape{n}, f8());
+  const DeviceArray d = devmem::device_array(Shape{n}, f8());
+  d.fill(0.0);
+
+  busy.enqueue(s1);           // s1 is busy for a while ...
+  d.copy_to_device(src, s1);  // ... before it writes d
+  const devmem::Event written = s1.record();
+  s2.wait(written);
+  d.copy_to_host(dst, s2);  // must see the write
+  s2.synchronize();
+  CHECK(written.query());
+  CHECK(dst.to_vector<double>() == iota_vec(n, 3.0));
+
+  SECTION("the default stream can wait too") {
+    busy.enqueue(s1, 2);
+    d.fill(5.0, s1);
+    const devmem::Event filled = s1.record();
+    devmem::default_stream().wait(filled);
+    // d's own stream is the default stream: the read is ordered after the fill.
+    CHECK(d.item<double>(0) == 5.0);
+    CHECK(d.item<double>(n - 1) == 5.0);
+    CHECK(filled.query());
+  }
+}
+
+TEST_CASE("auto_synchronize: the stream is idle when the scope ends", "[streams]") {
+  const BusyWork busy;
+  const devmem::Stream s = devmem::stream();
+  const HostArray src = iota_host(Shape{1000});
+  const HostArray dst(Shape{1000}, f8());
+  const DeviceArray d = devmem::device_array(Shape{1000}, f8(), {}, Order::C, s);
+  SECTION("normal exit") {
+    {
+      const devmem::AutoSynchronize sync = s.auto_synchronize();
+      CHECK(sync.stream() == s);
+      busy.enqueue(s);
+      d.copy_to_device(src);
+      d.copy_to_host(dst);
+    }
+    CHECK(s.query());
+    CHECK(dst.to_vector<double>() == iota_vec(1000));
+  }
+  SECTION("exit by an exception (API.md stricter item 9): the exception propagates") {
+    const auto body = [&] {
+      const devmem::AutoSynchronize sync = s.auto_synchronize();
+      busy.enqueue(s);
+      d.copy_to_device(src);
+      d.copy_to_host(dst);
+      throw std::runtime_error("boom");
+    };
+    REQUIRE_THROWS_MATCHES(body(), std::runtime_error, Message("boom"));
+    CHECK(s.query());
+    CHECK(dst.to_vector<double>() == iota_vec(1000));
+  }
+  SECTION("close synchronizes now") {
+    devmem::AutoSynchronize sync = s.auto_synchronize();
+    busy.enqueue(s);
+    d.copy_to_device(src);
+    d.copy_to_host(dst);
+    sync.close();
+    CHECK(s.query());
+    CHECK(dst.to_vector<double>() == iota_vec(1000));
+    sync.close();  // again: nothing to do
+  }
+  SECTION("a moved scope synchronizes once, at the end of the new owner") {
+    {
+      devmem::AutoSynchronize first = s.auto_synchronize();
+      const devmem::AutoSynchronize second(std::move(first));
+      CHECK(second.stream() == s);
+      busy.enqueue(s);
+      d.copy_to_device(src);
+      d.copy_to_host(dst);
+    }
+    CHECK(s.query());
+    CHECK(dst.to_vector<double>() == iota_vec(1000));
+  }
+  SECTION("the default stream") {
+    {
+      const devmem::AutoSynchronize sync = devmem::default_stream().auto_synchronize();
+      d.copy_to_host(dst, devmem::default_stream());
+    }
+    CHECK(devmem::default_stream().query());
+  }
+}
+
+TEST_CASE("streams: buffers of queued work stay alive", "[streams][lifetime]") {
+  const BusyWork busy;
+  const devmem::Stream s = devmem::stream();
+  const int64_t n = 100000;
+  SECTION("dropping the only handle of a HostArray from an async copy_to_host") {
+    const DeviceArray d = iota_device(Shape{n});
+    busy.enqueue(s);
+    HostArray h = d.copy_to_host(s);
+    h = HostArray();  // the queued copy still writes into the dropped array's memory
+    s.synchronize();
+    // The data of a kept result is correct after synchronize.
+    busy.enqueue(s);
+    const HostArray kept = d.copy_to_host(s);
+    s.synchronize();
+    CHECK(kept.to_vector<double>() == iota_vec(n));
+    CHECK(h.size() == 0);
+  }
+  SECTION("dropping a DeviceArray while a copy from it is queued") {
+    DeviceArray d = iota_device(Shape{n});
+    const HostArray out = devmem::pinned_array(Shape{n}, f8());
+    busy.enqueue(s);
+    d.copy_to_host(out, s);
+    d = DeviceArray();
+    s.synchronize();
+    CHECK(out.to_vector<double>() == iota_vec(n));
+  }
+  SECTION("dropping a DeviceArray while a copy into it is queued") {
+    DeviceArray d = devmem::device_array(Shape{n}, f8());
+    const HostArray src = devmem::pinned_array(Shape{n}, f8());
+    src.copy_from(iota_host(Shape{n}));
+    busy.enqueue(s);
+    d.copy_to_device(src, s);
+    d = DeviceArray();
+    s.synchronize();
+    CHECK(src.to_vector<double>() == iota_vec(n));
+  }
+  SECTION("dropping the source HostArray of a queued H2D copy") {
+    HostArray src = devmem::pinned_array(Shape{n}, f8());
+    src.copy_from(iota_host(Shape{n}));
+    const DeviceArray d = devmem::device_array(Shape{n}, f8());
+    busy.enqueue(s);
+    d.copy_to_device(src, s);
+    src = HostArray();
+    s.synchronize();
+    CHECK(d.to_vector<double>() == iota_vec(n));
+  }
+  SECTION("a view keeps its base alive") {
+    DeviceArray base = iota_device(Shape{n});
+    const DeviceArray view = base.slice(0, 10, 20);
+    base = DeviceArray();
+    CHECK(view.to_vector<double>() == iota_vec(10, 10.0));
+  }
+  SECTION("dropping the last handle of a stream with queued work completes the work") {
+    const DeviceArray d = iota_device(Shape{n});
+    const HostArray out = devmem::pinned_array(Shape{n}, f8());
+    {
+      const devmem::Stream local = devmem::stream();
+      busy.enqueue(local);
+      d.copy_to_host(out, local);
+    }
+    devmem::current_context()->synchronize();
+    CHECK(out.to_vector<double>() == iota_vec(n));
+  }
+  SECTION("an array keeps its stream alive") {
+    DeviceArray d = devmem::device_array(Shape{n}, f8(), {}, Order::C, devmem::stream());
+    d.fill(1.5);
+    d.stream().synchronize();
+    CHECK(d.to_vector<double>() == std::vector<double>(static_cast<std::size_t>(n), 1.5));
+  }
+}
+
+TEST_CASE("Context::synchronize waits for every stream", "[streams][context]") {
+  const BusyWork busy;
+  const devmem::Stream s1 = devmem::stream();
+  const devmem::Stream s2 = devmem::stream();
+  const HostArray out1 = devmem::pinned_array(Shape{1000}, f8());
+  const HostArray out2 = devmem::pinned_array(Shape{1000}, f8());
+  const DeviceArray d = iota_device(Shape{1000});
+  busy.enqueue(s1);
+  d.copy_to_host(out1, s1);
+  busy.enqueue(s2);
+  d.copy_to_host(out2, s2);
+  devmem::current_context()->synchronize();
+  CHECK(s1.query());
+  CHECK(s2.query());
+  CHECK(out1.to_vector<double>() == iota_vec(1000));
+  CHECK(out2.to_vector<double>() == iota_vec(1000));
+}
+
+TEST_CASE("streams: a stream of another device is rejected", "[streams][errors]") {
+  const int count = devmem::device_count();
+  REQUIRE(count >= 1);
+  if (count < 2) {
+    // One device: nothing to mix up. A stream of this device is accepted by its arrays.
+    const devmem::Stream s = devmem::stream();
+    const DeviceArray d = iota_device(Shape{4});
+    CHECK(s.context() == d.context());
+    const HostArray h(Shape{4}, f8());
+    d.copy_to_host(h, s);
+    s.synchronize();
+    CHECK(h.to_vector<double>() == iota_vec(4));
+    return;
+  }
+  const int original = devmem::current_device();
+  devmem::select_device(1);
+  const devmem::Stream other = devmem::stream();
+  devmem::select_device(0);
+  const DeviceArray d = iota_device(Shape{4});
+  const HostArray h(Shape{4}, f8());
+  const std::string backend = devmem::backend_name();
+  REQUIRE_THROWS_MATCHES(
+      d.copy_to_host(h, other), devmem::InvalidArgument,
+      Message("copy_to_host: the stream belongs to device 1 of backend '" + backend +
+              "' but the array is on device 0 of backend '" + backend + "'"));
+  REQUIRE_THROWS_AS(d.bind(other), devmem::InvalidArgument);
+  REQUIRE_THROWS_AS(d.fill(1.0, other), devmem::InvalidArgument);
+  REQUIRE_THROWS_AS(devmem::device_array_like(d, other).copy_to_device(d), devmem::InvalidArgument);
+  devmem::select_device(original);
+}
