@@ -17,11 +17,6 @@ std::shared_ptr<Context> context_of(const Stream& stream) {
   return stream.is_specified() ? stream.context() : current_context();
 }
 
-Layout like_layout(const Layout& like, const char* operation) {
-  return layout::make_layout(like.shape, like.itemsize, layout::strides_like(like), Order::C,
-                             operation);
-}
-
 }  // namespace
 
 DeviceArray device_array(Shape shape, DType dtype, Strides strides, Order order,
@@ -35,14 +30,14 @@ DeviceArray device_array(Shape shape, DType dtype, Strides strides, Order order,
 DeviceArray device_array_like(const DeviceArray& like, const Stream& stream) {
   auto ctx = stream.is_specified() ? stream.context() : like.context();
   if (!ctx) ctx = current_context();
-  return detail::make_device_array(*ctx, like_layout(like.layout(), "device_array_like"),
-                                   like.dtype(), stream, "device_array_like");
+  return detail::make_device_array_like(*ctx, like.layout(), like.dtype(), stream,
+                                        "device_array_like");
 }
 
 DeviceArray device_array_like(const HostArray& like, const Stream& stream) {
   auto ctx = context_of(stream);
-  return detail::make_device_array(*ctx, like_layout(like.layout(), "device_array_like"),
-                                   like.dtype(), stream, "device_array_like");
+  return detail::make_device_array_like(*ctx, like.layout(), like.dtype(), stream,
+                                        "device_array_like");
 }
 
 DeviceArray to_device(const HostArray& source, const Stream& stream, bool copy,
@@ -60,7 +55,9 @@ DeviceArray to_device(const HostArray& source, const Stream& stream, bool copy,
     if (copy) to->copy_to_device(source, stream);
     return *to;
   }
-  DeviceArray out = device_array_like(source, stream);
+  auto ctx = context_of(stream);
+  DeviceArray out =
+      detail::make_device_array_like(*ctx, source.layout(), source.dtype(), stream, "to_device");
   if (copy) out.copy_to_device(source, stream);
   return out;
 }
@@ -217,6 +214,7 @@ MappedScope::MappedScope(std::vector<HostArray> arrays, const MapOptions& option
       auto* device_begin =
           static_cast<std::byte*>(ctx->backend().mapped_device_pointer(ctx->device(), r.begin));
       memory->ptr = device_begin - (static_cast<std::byte*>(r.begin) - a.memory()->ptr);
+      memory->host_alias = a.memory()->ptr;
     }
     views_.emplace_back(std::move(memory), a.layout(), a.dtype(), options.stream);
   }

@@ -28,23 +28,19 @@ HostMemory::~HostMemory() {
 CopyEndpoint endpoint(const DeviceArray& array) {
   const auto& mem = array.memory();
   std::byte* base = mem ? mem->ptr : nullptr;
-  return CopyEndpoint{base == nullptr ? nullptr : base + array.layout().offset,
-                      &array.layout(),
-                      &array.dtype(),
-                      true,
-                      false,
-                      mem};
+  std::byte* element0 = base == nullptr ? nullptr : base + array.layout().offset;
+  const bool aliases_host = mem && mem->host_alias != nullptr;
+  std::byte* identity0 = aliases_host ? mem->host_alias + array.layout().offset : element0;
+  return CopyEndpoint{element0, identity0, aliases_host, &array.layout(), &array.dtype(), true,
+                      false, mem};
 }
 
 CopyEndpoint endpoint(const HostArray& array) {
   const auto& mem = array.memory();
   std::byte* base = mem ? mem->ptr : nullptr;
-  return CopyEndpoint{base == nullptr ? nullptr : base + array.layout().offset,
-                      &array.layout(),
-                      &array.dtype(),
-                      false,
-                      mem && mem->readonly,
-                      mem};
+  std::byte* element0 = base == nullptr ? nullptr : base + array.layout().offset;
+  return CopyEndpoint{element0,           element0, true, &array.layout(), &array.dtype(), false,
+                      mem && mem->readonly, mem};
 }
 
 namespace {
@@ -55,15 +51,13 @@ CopyKind kind_of(bool src_on_device, bool dst_on_device) {
 }
 
 bool ranges_overlap(const CopyEndpoint& a, const CopyEndpoint& b) {
-  if (a.on_device != b.on_device) return false;
+  if (a.identity_on_host != b.identity_on_host) return false;
   const Extent ea = a.layout->extent();
   const Extent eb = b.layout->extent();
-  // Extents are relative to each buffer's base; element0 = base + offset.
-  const std::byte* a_begin = a.element0 - a.layout->offset + ea.begin;
-  const std::byte* a_end = a.element0 - a.layout->offset + ea.end;
-  const std::byte* b_begin = b.element0 - b.layout->offset + eb.begin;
-  const std::byte* b_end = b.element0 - b.layout->offset + eb.end;
-  return a_begin < b_end && b_begin < a_end;
+  // Extents are relative to each buffer's base, and identity0 = base + offset.
+  const std::byte* a_base = a.identity0 - a.layout->offset;
+  const std::byte* b_base = b.identity0 - b.layout->offset;
+  return a_base + ea.begin < b_base + eb.end && b_base + eb.begin < a_base + ea.end;
 }
 
 }  // namespace
@@ -83,6 +77,14 @@ void copy_elements(const char* operation, Context& context, StreamState& stream,
     throw InvalidArgument(fmt::format("{}: the destination host array is read-only", operation));
   }
   if (src.layout->size() == 0) return;
+  for (std::size_t k = 0; k < dst.layout->shape.size(); ++k) {
+    if (dst.layout->strides[k] == 0 && dst.layout->shape[k] > 1) {
+      throw InvalidArgument(fmt::format(
+          "{}: the destination has a zero stride on axis {} of length {} (a broadcast array "
+          "cannot be written element by element)",
+          operation, k, dst.layout->shape[k]));
+    }
+  }
 
   const Layout s = layout::squeeze(*src.layout);
   const Layout d = layout::squeeze(*dst.layout);
@@ -95,17 +97,21 @@ void copy_elements(const char* operation, Context& context, StreamState& stream,
           context, layout::make_layout(s.shape, s.itemsize, layout::strides_like(s)), *src.dtype,
           StreamState::wrap(context.state().default_stream), operation);
       const CopyEndpoint tmp = endpoint(staging);
-      const CopyEndpoint src_squeezed{src.element0, &s, src.dtype, true, false, src.keep_alive};
+      CopyEndpoint src_squeezed = src;
+      src_squeezed.layout = &s;
       copy_elements(operation, context, stream, tmp, src_squeezed);
-      const CopyEndpoint dst_squeezed{dst.element0, &d, dst.dtype, true, false, dst.keep_alive};
+      CopyEndpoint dst_squeezed = dst;
+      dst_squeezed.layout = &d;
       copy_elements(operation, context, stream, dst_squeezed, tmp);
     } else {
       HostArray staging = make_host_array(
           layout::make_layout(s.shape, s.itemsize, layout::strides_like(s)), *src.dtype);
       const CopyEndpoint tmp = endpoint(staging);
-      const CopyEndpoint src_squeezed{src.element0, &s, src.dtype, false, false, src.keep_alive};
+      CopyEndpoint src_squeezed = src;
+      src_squeezed.layout = &s;
       copy_elements(operation, context, stream, tmp, src_squeezed);
-      const CopyEndpoint dst_squeezed{dst.element0, &d, dst.dtype, false, false, dst.keep_alive};
+      CopyEndpoint dst_squeezed = dst;
+      dst_squeezed.layout = &d;
       copy_elements(operation, context, stream, dst_squeezed, tmp);
     }
     return;
@@ -178,6 +184,23 @@ HostArray make_host_array(Layout layout, DType dtype) {
     memory->owned = true;
   }
   return HostArray(std::move(memory), std::move(layout), std::move(dtype));
+}
+
+Layout broadcast_core(const Layout& layout) {
+  Layout core = layout;
+  for (std::size_t k = 0; k < core.shape.size(); ++k) {
+    if (core.strides[k] == 0 && core.shape[k] > 1) core.shape[k] = 1;
+  }
+  return core;
+}
+
+DeviceArray make_device_array_like(Context& context, const Layout& like, DType dtype,
+                                   Stream stream, const char* operation) {
+  return make_device_array(
+      context,
+      layout::make_layout(like.shape, like.itemsize, layout::strides_like(like), Order::C,
+                          operation),
+      std::move(dtype), std::move(stream), operation);
 }
 
 DeviceArray make_device_array(Context& context, Layout layout, DType dtype, Stream stream,

@@ -174,23 +174,26 @@ void DeviceArray::fill_bytes(const void* value, const Stream& stream) const {
   const auto ctx_holder = context_of(*this);
   Context& ctx = *ctx_holder;
   detail::StreamState& s = detail::resolve_stream(stream, stream_, ctx, "fill");
+  // A broadcast array has fewer distinct elements than its size: fill each once.
+  const DeviceArray target(memory_, detail::broadcast_core(layout_), dtype_, stream_);
+  const Layout& tl = target.layout_;
   const auto* bytes = static_cast<const unsigned char*>(value);
-  const auto itemsize = static_cast<std::size_t>(layout_.itemsize);
-  const bool uniform = std::all_of(bytes, bytes + itemsize, [&](unsigned char b) { return b == bytes[0]; });
-  if (uniform && layout_.is_contiguous()) {
-    ctx.backend().memset(ctx.device(), data(), bytes[0], static_cast<std::size_t>(nbytes()),
-                         s.handle);
+  const auto itemsize = static_cast<std::size_t>(tl.itemsize);
+  const bool uniform =
+      std::all_of(bytes, bytes + itemsize, [&](unsigned char b) { return b == bytes[0]; });
+  if (uniform && tl.is_contiguous()) {
+    ctx.backend().memset(ctx.device(), target.data(), bytes[0],
+                         static_cast<std::size_t>(tl.nbytes()), s.handle);
     detail::finish_enqueued(s, {memory_});
     return;
   }
   // A dense host copy of the pattern in the array's own axis order, then one strided copy: large
   // rows instead of one tiny copy per element, and the gaps of a strided array stay untouched.
   HostArray pattern = detail::make_host_array(
-      layout::make_layout(layout_.shape, layout_.itemsize, layout::strides_like(layout_), Order::C,
-                          "fill"),
+      layout::make_layout(tl.shape, tl.itemsize, layout::strides_like(tl), Order::C, "fill"),
       dtype_);
-  detail::fill_pattern(static_cast<std::byte*>(pattern.data()), size(), value, layout_.itemsize);
-  detail::copy_elements("fill", ctx, s, detail::endpoint(*this), detail::endpoint(pattern));
+  detail::fill_pattern(static_cast<std::byte*>(pattern.data()), tl.size(), value, tl.itemsize);
+  detail::copy_elements("fill", ctx, s, detail::endpoint(target), detail::endpoint(pattern));
 }
 
 void DeviceArray::memset(int byte_value, const Stream& stream) const {

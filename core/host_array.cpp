@@ -145,15 +145,17 @@ void HostArray::copy_from(const HostArray& source) const {
 void HostArray::fill_bytes(const void* value) const {
   if (is_readonly()) throw InvalidArgument("fill: the host array is read-only");
   if (size() == 0) return;
-  if (layout_.is_contiguous()) {
-    detail::fill_pattern(static_cast<std::byte*>(data()), size(), value, layout_.itemsize);
+  // A broadcast array has fewer distinct elements than its size: fill each once.
+  const Layout target = detail::broadcast_core(layout_);
+  if (target.is_contiguous()) {
+    detail::fill_pattern(static_cast<std::byte*>(data()), target.size(), value, target.itemsize);
     return;
   }
   // Broadcast one element over the strided array: a source with every stride 0. Only the
   // elements are written, never the gaps between them.
-  const Strides zero(layout_.shape.size(), 0);
-  layout::copy_host_strided(
-      layout::plan_copy(layout_.shape, zero, layout_.strides, layout_.itemsize), data(), value);
+  const Strides zero(target.shape.size(), 0);
+  layout::copy_host_strided(layout::plan_copy(target.shape, zero, target.strides, target.itemsize),
+                            data(), value);
 }
 
 HostArray HostArray::copy(Order order) const {
@@ -202,6 +204,7 @@ DeviceArray HostArray::device_view(const Stream& stream) const {
   device_memory->ptr = memory_->device_ptr;
   device_memory->bytes = memory_->bytes;
   device_memory->keep_alive = memory_;
+  device_memory->host_alias = memory_->ptr;
   if (stream.is_specified()) {
     (void)detail::resolve_stream(stream, Stream{}, *memory_->context, "device_view");
   }

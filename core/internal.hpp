@@ -29,6 +29,9 @@ struct DeviceMemory {
   std::int64_t bytes = 0;
   bool owned = false;
   std::shared_ptr<const void> keep_alive;
+  // For device views of mapped host memory: the host address of `ptr`. Lets the copy engine see
+  // that a host array and a device view are the same bytes.
+  std::byte* host_alias = nullptr;
 
   DeviceMemory() = default;
   DeviceMemory(const DeviceMemory&) = delete;
@@ -140,6 +143,10 @@ void finish_enqueued(StreamState& stream, std::vector<std::shared_ptr<const void
 /// memory.
 struct CopyEndpoint {
   std::byte* element0 = nullptr;
+  // Where the bytes really are, for overlap checks: the host address for host memory and mapped
+  // device views, the device address otherwise.
+  std::byte* identity0 = nullptr;
+  bool identity_on_host = false;
   const Layout* layout = nullptr;
   const DType* dtype = nullptr;
   bool on_device = false;
@@ -171,10 +178,17 @@ Order resolve_copy_order(const Layout& source, Order order, const char* operatio
 /// filled prefix with each memcpy (log2(count) calls instead of one per element).
 void fill_pattern(std::byte* dst, std::int64_t count, const void* value, std::int64_t itemsize) noexcept;
 
+/// `layout` without its broadcast axes: every axis with stride 0 shrinks to length 1, so each
+/// distinct element appears once (Numba's array_core). Used to write into broadcast arrays.
+Layout broadcast_core(const Layout& layout);
+
 /// A new pageable host array with `layout` (offset must make the extent start at 0).
 HostArray make_host_array(Layout layout, DType dtype);
 /// A new device array with `layout` on `context`.
 DeviceArray make_device_array(Context& context, Layout layout, DType dtype, Stream stream,
                               const char* operation);
+/// A new device array shaped like `like` (NumPy empty_like order K strides).
+DeviceArray make_device_array_like(Context& context, const Layout& like, DType dtype,
+                                   Stream stream, const char* operation);
 
 }  // namespace devmem::detail

@@ -405,6 +405,10 @@ std::optional<Layout> reshape_view(const Layout& source, std::span<const int64_t
 
 std::optional<Layout> ravel_view(const Layout& source, Order order) {
   validate(source, "ravel");
+  if (order != Order::C && order != Order::F && order != Order::A && order != Order::K) {
+    detail::throw_invalid("ravel", "order must be 'C', 'F', 'A' or 'K', got '{}'",
+                          static_cast<char>(order));
+  }
   // PyArray_Ravel.
   if (order == Order::A) {
     order = order_like(source);

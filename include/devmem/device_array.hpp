@@ -68,10 +68,9 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
   template <Element T>
   [[nodiscard]] std::vector<T> to_vector(const Stream& stream = {}) const {
     detail::check_dtype(dtype_of<T>(), dtype_, "to_vector");
-    std::vector<T> out(static_cast<std::size_t>(size()));
-    copy_to_host(HostArray::view(std::span<T>(out), shape()), stream);
+    const HostArray host = copy_to_host(stream);
     resolve(stream).synchronize();
-    return out;
+    return host.to_vector<T>();
   }
 
   // Shape changes: views where the memory allows, otherwise a copy on the stream.

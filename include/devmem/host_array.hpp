@@ -55,11 +55,15 @@ class DEVMEM_API HostArray : public ArrayBase<HostArray> {
     return view(static_cast<const void*>(data.data()),
                 Shape{static_cast<std::int64_t>(data.size())}, dtype_of<T>());
   }
-  template <Element T>
+  template <class T>
+    requires Element<std::remove_const_t<T>>
   [[nodiscard]] static HostArray view(std::span<T> data, Shape shape, Order order = Order::C) {
-    return view_with_order(data.data(), data.size(), std::move(shape), dtype_of<T>(), order,
-                           std::is_const_v<T>);
+    return view_with_order(data.data(), data.size(), std::move(shape),
+                           dtype_of<std::remove_const_t<T>>(), order, std::is_const_v<T>);
   }
+  /// ArrayBase::view(DType): reinterpret the elements (the static view() overloads above would
+  /// otherwise hide it).
+  using ArrayBase<HostArray>::view;
   template <Element T>
   [[nodiscard]] static HostArray view(std::vector<T>& data) {
     return view(std::span<T>(data));
@@ -107,9 +111,17 @@ class DEVMEM_API HostArray : public ArrayBase<HostArray> {
   template <Element T>
   [[nodiscard]] std::vector<T> to_vector() const {
     detail::check_dtype(dtype_of<T>(), dtype_, "to_vector");
-    std::vector<T> out(static_cast<std::size_t>(size()));
-    view(std::span<T>(out), shape()).copy_from(*this);
-    return out;
+    const auto n = static_cast<std::size_t>(size());
+    if constexpr (std::is_same_v<T, bool>) {
+      // std::vector<bool> has no contiguous storage to copy into.
+      const std::unique_ptr<bool[]> staging(new bool[n]);
+      view(std::span<bool>(staging.get(), n), shape()).copy_from(*this);
+      return std::vector<bool>(staging.get(), staging.get() + n);
+    } else {
+      std::vector<T> out(n);
+      view(std::span<T>(out), shape()).copy_from(*this);
+      return out;
+    }
   }
   /// Copies the elements of `source` (same dtype, same shape after removing size-1 axes) into
   /// this array, whatever the strides of either side.

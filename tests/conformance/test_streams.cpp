@@ -387,7 +387,7 @@ TEST_CASE("Context::synchronize waits for every stream", "[streams][context]") {
   CHECK(out2.to_vector<double>() == iota_vec(1000));
 }
 
-TEST_CASE("streams: a stream of another device is rejected", "[streams][errors]") {
+TEST_CASE("streams: a stream of another device is rejected", "[streams][errors][multi-device]") {
   const int count = devmem::device_count();
   REQUIRE(count >= 1);
   if (count < 2) {
