@@ -1,0 +1,776 @@
+#include "backends/host/host_backend.hpp"
+
+#include "core/backend_factories.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <optional>
+#include <system_error>
+#include <thread>
+
+namespace devmem {
+
+std::unique_ptr<Backend> make_host_backend() {
+  return std::make_unique<host::HostBackend>();
+}
+
+namespace host {
+namespace {
+
+// cudaMalloc guarantees 256-byte alignment; the simulator gives the same so that code relying on
+// it (vectorised kernels, texture-style pitches) is exercised.
+constexpr std::size_t kDeviceAlignment = 256;
+constexpr std::size_t kPageSize = 4096;
+
+std::atomic<HostBackend*> g_live_instance{nullptr};
+
+std::uintptr_t address_of(const void* ptr) noexcept {
+  return reinterpret_cast<std::uintptr_t>(ptr);
+}
+
+constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
+
+std::int64_t clamp_to_int64(std::size_t value) noexcept {
+  return value > static_cast<std::size_t>(kInt64Max) ? kInt64Max : static_cast<std::int64_t>(value);
+}
+
+/// The entry of `ranges` (start -> size, or start -> HostRange) that contains [begin, begin+bytes),
+/// or end(). Entries never overlap, so only the last one starting at or before `begin` can match.
+template <class Map, class SizeOf>
+typename Map::const_iterator find_containing(const Map& ranges, std::uintptr_t begin,
+                                             std::size_t bytes, SizeOf size_of) {
+  auto it = ranges.upper_bound(begin);
+  if (it == ranges.begin()) return ranges.end();
+  --it;
+  const std::size_t into = begin - it->first;
+  const std::size_t size = size_of(it->second);
+  if (into < size && bytes <= size - into) return it;
+  return ranges.end();
+}
+
+std::size_t size_of_allocation(std::size_t bytes) noexcept {
+  return bytes;
+}
+
+/// The bytes [0, (height - 1) * pitch + width) that a 2-D copy touches on one side; nullopt on
+/// overflow.
+std::optional<std::int64_t> span_2d(std::size_t pitch, std::size_t width, std::size_t height) {
+  if (width == 0 || height == 0) return 0;
+  std::int64_t rows = 0;
+  std::int64_t total = 0;
+  if (__builtin_mul_overflow(pitch, height - 1, &rows) ||
+      __builtin_add_overflow(rows, width, &total)) {
+    return std::nullopt;
+  }
+  return total;
+}
+
+bool is_valid(CopyKind kind) noexcept {
+  switch (kind) {
+    case CopyKind::HostToDevice:
+    case CopyKind::DeviceToHost:
+    case CopyKind::DeviceToDevice:
+    case CopyKind::HostToHost:
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// ---- Construction, errors and lookups -----------------------------------------------------------
+
+HostBackend::HostBackend()
+    : device_count_(detail::configured_device_count()),
+      devices_(static_cast<std::size_t>(device_count_)) {
+  HostBackend* expected = nullptr;
+  g_live_instance.compare_exchange_strong(expected, this, std::memory_order_acq_rel);
+}
+
+HostBackend::~HostBackend() {
+  HostBackend* expected = this;
+  g_live_instance.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel);
+
+  std::map<NativeStream, std::shared_ptr<HostStream>> streams;
+  {
+    const std::lock_guard lock(streams_mutex_);
+    streams.swap(streams_);
+  }
+  for (auto& [handle, stream] : streams) stream->shutdown();
+
+  const std::lock_guard lock(memory_mutex_);
+  for (DeviceMemory& memory : devices_) {
+    for (const auto& [address, bytes] : memory.allocations) {
+      ::operator delete (reinterpret_cast<void*>(address), std::align_val_t{kDeviceAlignment});
+    }
+  }
+  for (const auto& [address, range] : host_allocations_) {
+    ::operator delete (reinterpret_cast<void*>(address), std::align_val_t{kPageSize});
+  }
+}
+
+HostBackend* HostBackend::live_instance() noexcept {
+  return g_live_instance.load(std::memory_order_acquire);
+}
+
+BackendError HostBackend::make_error(const char* function, Status status,
+                                     std::string_view details) {
+  const auto code = static_cast<int>(status);
+  const std::string_view code_name = to_string(status);
+  return BackendError("host", function, code, std::string(code_name),
+                      fmt::format("host {}: {} ({}): {}", function, code_name, code, details));
+}
+
+std::exception_ptr HostBackend::injected_error(const char* function, Call kind,
+                                               const detail::Injection& injection, int device,
+                                               std::size_t bytes) {
+  const std::string request =
+      fmt::format("injected failure of call {} of {} (fail_nth)", injection.nth, to_string(kind));
+  if (injection.status == Status::MemoryAllocation &&
+      (kind == Call::Allocate || kind == Call::HostAllocate)) {
+    return std::make_exception_ptr(OutOfMemory(
+        fmt::format("host {}: out of memory allocating {} ({} bytes) on device {} ({})", function,
+                    detail::format_bytes(clamp_to_int64(bytes)), bytes, device, request),
+        clamp_to_int64(bytes)));
+  }
+  return std::make_exception_ptr(make_error(function, injection.status, request));
+}
+
+void HostBackend::throw_injected(const char* function, Call kind,
+                                 const detail::Injection& injection, int device,
+                                 std::size_t bytes) {
+  std::rethrow_exception(injected_error(function, kind, injection, device, bytes));
+}
+
+void HostBackend::check_device(const char* function, int device) const {
+  if (device_count_ == 0) {
+    throw NoDevice(fmt::format("host {}: no device: DEVMEM_HOST_DEVICE_COUNT is 0", function));
+  }
+  if (device < 0 || device >= device_count_) {
+    fail(function, Status::InvalidDevice, "device {} does not exist (device count {})", device,
+         device_count_);
+  }
+}
+
+bool HostBackend::device_accessible_locked(std::uintptr_t begin, std::size_t bytes) const {
+  for (const DeviceMemory& memory : devices_) {
+    if (find_containing(memory.allocations, begin, bytes, size_of_allocation) !=
+        memory.allocations.end()) {
+      return true;
+    }
+  }
+  const auto host_range_size = [](const HostRange& range) { return range.bytes; };
+  for (const HostRangeMap* ranges : {&host_allocations_, &registrations_}) {
+    const auto it = find_containing(*ranges, begin, bytes, host_range_size);
+    if (it != ranges->end() && it->second.mapped) return true;
+  }
+  return false;
+}
+
+void HostBackend::check_device_span(const char* function, const char* role, const void* ptr,
+                                    ByteSpan span) const {
+  if (span.empty()) return;
+  const auto base = static_cast<std::int64_t>(address_of(ptr));
+  std::int64_t begin = 0;
+  const bool overflow = __builtin_add_overflow(base, span.lo, &begin) || begin < 0;
+  const auto bytes = static_cast<std::size_t>(span.hi - span.lo);
+  if (!overflow) {
+    const auto first = static_cast<std::uintptr_t>(begin);
+    const std::lock_guard lock(memory_mutex_);
+    if (first + bytes >= first && device_accessible_locked(first, bytes)) return;
+  }
+  // Unsigned arithmetic: the address is only printed, and may have wrapped.
+  fail(function, Status::IllegalAddress,
+       "{} {:#x} ({} bytes) is not inside a live device allocation or mapped host memory", role,
+       address_of(ptr) + static_cast<std::uintptr_t>(span.lo), bytes);
+}
+
+void HostBackend::check_copy(const char* function, CopyKind kind, const void* dst,
+                             ByteSpan dst_span, const void* src, ByteSpan src_span) const {
+  if (!is_valid(kind)) {
+    fail(function, Status::InvalidValue, "invalid copy kind {}", static_cast<int>(kind));
+  }
+  const bool device_dst = kind == CopyKind::HostToDevice || kind == CopyKind::DeviceToDevice;
+  const bool device_src = kind == CopyKind::DeviceToHost || kind == CopyKind::DeviceToDevice;
+  if (device_dst) {
+    check_device_span(function, "destination", dst, dst_span);
+  } else if (dst == nullptr && !dst_span.empty()) {
+    fail(function, Status::InvalidValue, "null host destination for a {} copy", to_string(kind));
+  }
+  if (device_src) {
+    check_device_span(function, "source", src, src_span);
+  } else if (src == nullptr && !src_span.empty()) {
+    fail(function, Status::InvalidValue, "null host source for a {} copy", to_string(kind));
+  }
+}
+
+std::string HostBackend::describe_device_pointer_locked(int device, std::uintptr_t address) const {
+  for (std::size_t other = 0; other < devices_.size(); ++other) {
+    const AllocationMap& allocations = devices_[other].allocations;
+    if (allocations.contains(address)) {
+      return fmt::format("{:#x} is an allocation of device {}, not of device {}", address, other,
+                         device);
+    }
+    const auto it = find_containing(allocations, address, 1, size_of_allocation);
+    if (it != allocations.end()) {
+      return fmt::format(
+          "{:#x} is not the start of a device allocation (it lies {} bytes into the {}-byte "
+          "allocation at {:#x})",
+          address, address - it->first, it->second, it->first);
+    }
+  }
+  return fmt::format("{:#x} is not a device allocation", address);
+}
+
+std::shared_ptr<HostStream> HostBackend::find_stream(const char* function, int device,
+                                                     NativeStream stream) {
+  const std::lock_guard lock(streams_mutex_);
+  const auto it = streams_.find(stream);
+  if (it == streams_.end()) {
+    fail(function, Status::InvalidResourceHandle, "{} is not a stream of the host backend",
+         fmt::ptr(stream));
+  }
+  if (it->second->device() != device) {
+    fail(function, Status::InvalidResourceHandle, "stream {} belongs to device {}, not device {}",
+         fmt::ptr(stream), it->second->device(), device);
+  }
+  return it->second;
+}
+
+std::shared_ptr<HostEvent> HostBackend::find_event(const char* function, int device,
+                                                   NativeEvent event) {
+  const std::lock_guard lock(events_mutex_);
+  const auto it = events_.find(event);
+  if (it == events_.end()) {
+    fail(function, Status::InvalidResourceHandle, "{} is not an event of the host backend",
+         fmt::ptr(event));
+  }
+  if (device >= 0 && it->second->device() != device) {
+    fail(function, Status::InvalidResourceHandle, "event {} belongs to device {}, not device {}",
+         fmt::ptr(event), it->second->device(), device);
+  }
+  return it->second;
+}
+
+std::vector<std::shared_ptr<HostStream>> HostBackend::streams_of(int device) {
+  std::vector<std::shared_ptr<HostStream>> result;
+  const std::lock_guard lock(streams_mutex_);
+  for (const auto& [handle, stream] : streams_) {
+    if (device < 0 || stream->device() == device) result.push_back(stream);
+  }
+  return result;
+}
+
+void HostBackend::drain(int device) {
+  // Errors stay stored on their streams: they belong to that stream's next synchronize/query.
+  for (const auto& stream : streams_of(device)) stream->wait_idle();
+}
+
+void HostBackend::submit(const char* function, Call kind, int device, NativeStream stream,
+                         const detail::Injection& injection, HostStream::Operation op) {
+  if (stream == nullptr) {
+    if (injection) throw_injected(function, kind, injection, device);
+    drain(device);
+    op();
+    return;
+  }
+  const std::shared_ptr<HostStream> target = find_stream(function, device, stream);
+  if (injection) {
+    // Like a real asynchronous failure, the injected one happens when the operation would run:
+    // the operation is dropped and its error takes its place in the queue, to be reported by the
+    // next synchronize_stream / query_stream of this stream.
+    target->enqueue([error = injected_error(function, kind, injection, device)] {
+      std::rethrow_exception(error);
+    });
+    return;
+  }
+  target->enqueue(std::move(op));
+}
+
+// ---- Devices ------------------------------------------------------------------------------------
+
+std::string HostBackend::no_device_reason() {
+  if (device_count_ > 0) return {};
+  return "DEVMEM_HOST_DEVICE_COUNT is 0: the host backend simulates no device";
+}
+
+DeviceProperties HostBackend::properties(int device) {
+  check_device("properties", device);
+  DeviceProperties props;
+  props.name = "devmem host simulator";
+  props.architecture = "host";
+  props.total_memory = detail::effective_capacity();
+  props.warp_size = 32;
+  props.max_threads_per_block = 1024;
+  props.max_shared_memory_per_block = 48 * 1024;
+  props.multiprocessor_count = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  props.can_map_host_memory = true;
+  props.unified_addressing = true;
+  return props;
+}
+
+MemoryInfo HostBackend::memory_info(int device) {
+  check_device("memory_info", device);
+  const std::int64_t capacity = detail::effective_capacity();
+  const std::lock_guard lock(memory_mutex_);
+  const std::int64_t used = devices_[static_cast<std::size_t>(device)].used;
+  return MemoryInfo{std::max<std::int64_t>(0, capacity - used), capacity};
+}
+
+std::int64_t HostBackend::device_memory_used(int device) {
+  check_device("device_memory_used", device);
+  const std::lock_guard lock(memory_mutex_);
+  return devices_[static_cast<std::size_t>(device)].used;
+}
+
+// ---- Device memory ------------------------------------------------------------------------------
+
+void* HostBackend::allocate(int device, std::size_t bytes) {
+  const detail::Injection injection = detail::begin_call(Call::Allocate);
+  if (injection) throw_injected("allocate", Call::Allocate, injection, device, bytes);
+  check_device("allocate", device);
+  if (bytes == 0) return nullptr;  // like cudaMalloc(0): success without memory
+  const std::int64_t capacity = detail::effective_capacity();
+
+  const std::lock_guard lock(memory_mutex_);
+  DeviceMemory& memory = devices_[static_cast<std::size_t>(device)];
+  const std::int64_t free = std::max<std::int64_t>(0, capacity - memory.used);
+  const auto out_of_memory = [&](std::string_view reason) {
+    return OutOfMemory(
+        fmt::format("host allocate: out of memory allocating {} ({} bytes) on device "
+                    "{} ({})",
+                    detail::format_bytes(clamp_to_int64(bytes)), bytes, device, reason),
+        clamp_to_int64(bytes));
+  };
+  if (clamp_to_int64(bytes) > free) {
+    throw out_of_memory(
+        fmt::format("free {} of {}", detail::format_bytes(free), detail::format_bytes(capacity)));
+  }
+  void* const ptr = ::operator new (bytes, std::align_val_t{kDeviceAlignment}, std::nothrow);
+  if (ptr == nullptr) throw out_of_memory("the process is out of memory");
+  memory.allocations.emplace(address_of(ptr), bytes);
+  memory.used += static_cast<std::int64_t>(bytes);
+  return ptr;
+}
+
+void HostBackend::deallocate(int device, void* ptr) {
+  const detail::Injection injection = detail::begin_call(Call::Deallocate);
+  if (injection) throw_injected("deallocate", Call::Deallocate, injection, device);
+  check_device("deallocate", device);
+  if (ptr == nullptr) return;
+  // Like cudaFree, which synchronises: work enqueued before the free may still use the memory.
+  drain(device);
+  {
+    const std::lock_guard lock(memory_mutex_);
+    DeviceMemory& memory = devices_[static_cast<std::size_t>(device)];
+    const auto it = memory.allocations.find(address_of(ptr));
+    if (it == memory.allocations.end()) {
+      fail("deallocate", Status::InvalidValue, "{}",
+           describe_device_pointer_locked(device, address_of(ptr)));
+    }
+    memory.used -= static_cast<std::int64_t>(it->second);
+    memory.allocations.erase(it);
+  }
+  ::operator delete (ptr, std::align_val_t{kDeviceAlignment});
+}
+
+// ---- Page-locked host memory --------------------------------------------------------------------
+
+void* HostBackend::host_allocate(int device, std::size_t bytes, HostAllocFlags flags) {
+  const detail::Injection injection = detail::begin_call(Call::HostAllocate);
+  if (injection) throw_injected("host_allocate", Call::HostAllocate, injection, device, bytes);
+  check_device("host_allocate", device);
+  if (bytes == 0) return nullptr;
+  // Page-aligned and a whole number of pages, as page-locking works on pages.
+  const std::size_t rounded = (bytes + kPageSize - 1) / kPageSize * kPageSize;
+  void* const ptr = rounded < bytes
+                        ? nullptr
+                        : ::operator new (rounded, std::align_val_t{kPageSize}, std::nothrow);
+  if (ptr == nullptr) {
+    throw OutOfMemory(fmt::format("host host_allocate: out of memory allocating {} ({} bytes) of "
+                                  "page-locked host memory",
+                                  detail::format_bytes(clamp_to_int64(bytes)), bytes),
+                      clamp_to_int64(bytes));
+  }
+  const std::lock_guard lock(memory_mutex_);
+  host_allocations_.emplace(address_of(ptr),
+                            HostRange{bytes, has_flag(flags, HostAllocFlags::Mapped)});
+  return ptr;
+}
+
+void HostBackend::host_deallocate(int device, void* ptr) {
+  const detail::Injection injection = detail::begin_call(Call::HostDeallocate);
+  if (injection) throw_injected("host_deallocate", Call::HostDeallocate, injection, device);
+  check_device("host_deallocate", device);
+  if (ptr == nullptr) return;
+  // Like cudaFreeHost, which synchronises: streams of any device may still copy from or to it.
+  drain(-1);
+  {
+    const std::lock_guard lock(memory_mutex_);
+    const auto it = host_allocations_.find(address_of(ptr));
+    if (it == host_allocations_.end()) {
+      const auto inside = find_containing(host_allocations_, address_of(ptr), 1,
+                                          [](const HostRange& range) { return range.bytes; });
+      if (inside != host_allocations_.end()) {
+        fail("host_deallocate", Status::InvalidValue,
+             "{} is not the start of a page-locked host allocation (it lies {} bytes into the "
+             "allocation at {:#x})",
+             fmt::ptr(ptr), address_of(ptr) - inside->first, inside->first);
+      }
+      fail("host_deallocate", Status::InvalidValue, "{} is not a page-locked host allocation",
+           fmt::ptr(ptr));
+    }
+    host_allocations_.erase(it);
+  }
+  ::operator delete (ptr, std::align_val_t{kPageSize});
+}
+
+void HostBackend::host_register(int device, void* ptr, std::size_t bytes, HostRegisterFlags flags) {
+  const detail::Injection injection = detail::begin_call(Call::HostRegister);
+  if (injection) throw_injected("host_register", Call::HostRegister, injection, device);
+  check_device("host_register", device);
+  const std::uintptr_t begin = address_of(ptr);
+  if (ptr == nullptr || bytes == 0 || begin + bytes < begin) {
+    fail("host_register", Status::InvalidValue,
+         "cannot register {} ({} bytes): the pointer must be non-null and the range non-empty",
+         fmt::ptr(ptr), bytes);
+  }
+  const std::uintptr_t end = begin + bytes;
+  const std::lock_guard lock(memory_mutex_);
+  // Entries of one map never overlap each other, so the last one starting before `end` is the
+  // only candidate for an overlap.
+  const auto overlapping = [&](const HostRangeMap& ranges) {
+    auto it = ranges.lower_bound(end);
+    if (it == ranges.begin()) return ranges.end();
+    --it;
+    return it->first + it->second.bytes > begin ? it : ranges.end();
+  };
+  if (const auto it = overlapping(registrations_); it != registrations_.end()) {
+    fail("host_register", Status::HostMemoryAlreadyRegistered,
+         "{} ({} bytes) overlaps a registered range ({:#x}, {} bytes)", fmt::ptr(ptr), bytes,
+         it->first, it->second.bytes);
+  }
+  if (const auto it = overlapping(host_allocations_); it != host_allocations_.end()) {
+    fail("host_register", Status::HostMemoryAlreadyRegistered,
+         "{} ({} bytes) overlaps a page-locked host allocation ({:#x}, {} bytes)", fmt::ptr(ptr),
+         bytes, it->first, it->second.bytes);
+  }
+  registrations_.emplace(begin, HostRange{bytes, has_flag(flags, HostRegisterFlags::Mapped)});
+}
+
+void HostBackend::host_unregister(int device, void* ptr) {
+  const detail::Injection injection = detail::begin_call(Call::HostUnregister);
+  if (injection) throw_injected("host_unregister", Call::HostUnregister, injection, device);
+  check_device("host_unregister", device);
+  const std::lock_guard lock(memory_mutex_);
+  const auto it = registrations_.find(address_of(ptr));
+  if (it == registrations_.end()) {
+    const auto inside = find_containing(registrations_, address_of(ptr), 1,
+                                        [](const HostRange& range) { return range.bytes; });
+    if (inside != registrations_.end()) {
+      fail("host_unregister", Status::HostMemoryNotRegistered,
+           "{} is not the start of a registered range (it lies {} bytes into the range "
+           "registered at {:#x})",
+           fmt::ptr(ptr), address_of(ptr) - inside->first, inside->first);
+    }
+    fail("host_unregister", Status::HostMemoryNotRegistered, "{} is not a registered range",
+         fmt::ptr(ptr));
+  }
+  registrations_.erase(it);
+}
+
+void* HostBackend::mapped_device_pointer(int device, void* host_ptr) {
+  check_device("mapped_device_pointer", device);
+  const std::uintptr_t address = address_of(host_ptr);
+  const auto host_range_size = [](const HostRange& range) { return range.bytes; };
+  const std::lock_guard lock(memory_mutex_);
+  if (host_ptr != nullptr) {
+    const auto allocation = find_containing(host_allocations_, address, 1, host_range_size);
+    if (allocation != host_allocations_.end()) {
+      if (allocation->second.mapped) return host_ptr;  // unified addressing: same address
+      fail("mapped_device_pointer", Status::InvalidValue,
+           "{} lies in page-locked host memory allocated without HostAllocFlags::Mapped",
+           fmt::ptr(host_ptr));
+    }
+    const auto registration = find_containing(registrations_, address, 1, host_range_size);
+    if (registration != registrations_.end()) {
+      if (registration->second.mapped) return host_ptr;
+      fail("mapped_device_pointer", Status::InvalidValue,
+           "{} lies in host memory registered without HostRegisterFlags::Mapped",
+           fmt::ptr(host_ptr));
+    }
+  }
+  fail("mapped_device_pointer", Status::InvalidValue,
+       "{} is not in mapped host memory (allocate it with HostAllocFlags::Mapped or register it "
+       "with HostRegisterFlags::Mapped)",
+       fmt::ptr(host_ptr));
+}
+
+// ---- Streams ------------------------------------------------------------------------------------
+
+NativeStream HostBackend::create_stream(int device) {
+  const detail::Injection injection = detail::begin_call(Call::CreateStream);
+  if (injection) throw_injected("create_stream", Call::CreateStream, injection, device);
+  check_device("create_stream", device);
+  std::shared_ptr<HostStream> stream;
+  try {
+    stream = std::make_shared<HostStream>(device);
+  } catch (const std::system_error& error) {
+    fail("create_stream", Status::MemoryAllocation, "cannot start the stream's worker thread: {}",
+         error.what());
+  }
+  NativeStream handle = stream.get();
+  const std::lock_guard lock(streams_mutex_);
+  streams_.emplace(handle, std::move(stream));
+  return handle;
+}
+
+void HostBackend::destroy_stream(int device, NativeStream stream) {
+  const detail::Injection injection = detail::begin_call(Call::DestroyStream);
+  if (injection) throw_injected("destroy_stream", Call::DestroyStream, injection, device);
+  check_device("destroy_stream", device);
+  if (stream == nullptr) {
+    fail("destroy_stream", Status::InvalidResourceHandle, "the default stream cannot be destroyed");
+  }
+  std::shared_ptr<HostStream> target = find_stream("destroy_stream", device, stream);
+  {
+    const std::lock_guard lock(streams_mutex_);
+    // Another thread may have destroyed it since find_stream; only one of them erases it.
+    if (streams_.erase(stream) == 0) {
+      fail("destroy_stream", Status::InvalidResourceHandle,
+           "{} is not a stream of the host backend", fmt::ptr(stream));
+    }
+  }
+  target->shutdown();  // runs the queued work, joins the worker
+  // Like cudaStreamDestroy, report an asynchronous failure that nobody has seen yet; the stream is
+  // destroyed either way.
+  if (std::exception_ptr error = target->take_error()) std::rethrow_exception(error);
+}
+
+void HostBackend::synchronize_stream(int device, NativeStream stream) {
+  const detail::Injection injection = detail::begin_call(Call::SynchronizeStream);
+  if (injection) throw_injected("synchronize_stream", Call::SynchronizeStream, injection, device);
+  check_device("synchronize_stream", device);
+  if (stream == nullptr) {
+    // The legacy default stream waits for the device's blocking streams.
+    drain(device);
+    return;
+  }
+  const std::shared_ptr<HostStream> target = find_stream("synchronize_stream", device, stream);
+  target->wait_idle();
+  if (std::exception_ptr error = target->take_error()) std::rethrow_exception(error);
+}
+
+bool HostBackend::query_stream(int device, NativeStream stream) {
+  check_device("query_stream", device);
+  if (stream == nullptr) {
+    const auto streams = streams_of(device);
+    return std::all_of(streams.begin(), streams.end(), [](const auto& s) { return s->idle(); });
+  }
+  const std::shared_ptr<HostStream> target = find_stream("query_stream", device, stream);
+  if (std::exception_ptr error = target->take_error()) std::rethrow_exception(error);
+  return target->idle();
+}
+
+// ---- Events -------------------------------------------------------------------------------------
+
+NativeEvent HostBackend::create_event(int device) {
+  const detail::Injection injection = detail::begin_call(Call::CreateEvent);
+  if (injection) throw_injected("create_event", Call::CreateEvent, injection, device);
+  check_device("create_event", device);
+  auto event = std::make_shared<HostEvent>(device);
+  NativeEvent handle = event.get();
+  const std::lock_guard lock(events_mutex_);
+  events_.emplace(handle, std::move(event));
+  return handle;
+}
+
+void HostBackend::destroy_event(int device, NativeEvent event) {
+  check_device("destroy_event", device);
+  // A pending record is owned by its marker in the stream, so destroying the event while it is
+  // pending is safe (CUDA allows it too).
+  static_cast<void>(find_event("destroy_event", device, event));
+  const std::lock_guard lock(events_mutex_);
+  if (events_.erase(event) == 0) {
+    fail("destroy_event", Status::InvalidResourceHandle, "{} is not an event of the host backend",
+         fmt::ptr(event));
+  }
+}
+
+void HostBackend::record_event(int device, NativeEvent event, NativeStream stream) {
+  const detail::Injection injection = detail::begin_call(Call::RecordEvent);
+  if (injection) throw_injected("record_event", Call::RecordEvent, injection, device);
+  check_device("record_event", device);
+  const std::shared_ptr<HostEvent> target = find_event("record_event", device, event);
+  auto record = std::make_shared<EventRecord>();
+  if (stream == nullptr) {
+    drain(device);
+    record->complete();
+    target->set_latest(std::move(record));
+    return;
+  }
+  const std::shared_ptr<HostStream> queue = find_stream("record_event", device, stream);
+  target->set_latest(record);
+  queue->enqueue([record = std::move(record)] { record->complete(); });
+}
+
+void HostBackend::synchronize_event(int device, NativeEvent event) {
+  check_device("synchronize_event", device);
+  if (const auto record = find_event("synchronize_event", device, event)->latest()) record->wait();
+}
+
+bool HostBackend::query_event(int device, NativeEvent event) {
+  check_device("query_event", device);
+  const auto record = find_event("query_event", device, event)->latest();
+  return record == nullptr || record->is_complete();
+}
+
+float HostBackend::elapsed_ms(int device, NativeEvent start, NativeEvent end) {
+  check_device("elapsed_ms", device);
+  const auto completed_record = [&](NativeEvent event) {
+    auto record = find_event("elapsed_ms", device, event)->latest();
+    if (record == nullptr) {
+      fail("elapsed_ms", Status::InvalidValue, "event {} has never been recorded", fmt::ptr(event));
+    }
+    if (!record->is_complete()) {
+      fail("elapsed_ms", Status::NotReady, "event {} has not completed yet", fmt::ptr(event));
+    }
+    return record;
+  };
+  const auto first = completed_record(start);
+  const auto second = completed_record(end);
+  return std::chrono::duration<float, std::milli>(second->completion_time() -
+                                                  first->completion_time())
+      .count();
+}
+
+void HostBackend::stream_wait_event(int device, NativeStream stream, NativeEvent event) {
+  check_device("stream_wait_event", device);
+  // The event may belong to another device (cross-device dependencies are allowed).
+  // The record that is latest now is what the stream waits for, even if the event is recorded
+  // again before the wait runs.
+  const auto record = find_event("stream_wait_event", -1, event)->latest();
+  if (stream == nullptr) {
+    if (record != nullptr) record->wait();
+    return;
+  }
+  const std::shared_ptr<HostStream> queue = find_stream("stream_wait_event", device, stream);
+  if (record == nullptr || record->is_complete()) return;
+  queue->enqueue([record] { record->wait(); });
+}
+
+// ---- Data movement ------------------------------------------------------------------------------
+
+void HostBackend::copy(int device, void* dst, const void* src, std::size_t bytes, CopyKind kind,
+                       NativeStream stream) {
+  const detail::Injection injection = detail::begin_call(Call::Copy);
+  check_device("copy", device);
+  const ByteSpan span{0, clamp_to_int64(bytes)};
+  check_copy("copy", kind, dst, span, src, span);
+  submit("copy", Call::Copy, device, stream, injection, [dst, src, bytes] {
+    if (bytes != 0) std::memcpy(dst, src, bytes);
+  });
+}
+
+void HostBackend::copy_2d(int device, void* dst, std::size_t dst_pitch, const void* src,
+                          std::size_t src_pitch, std::size_t width, std::size_t height,
+                          CopyKind kind, NativeStream stream) {
+  const detail::Injection injection = detail::begin_call(Call::Copy);
+  check_device("copy_2d", device);
+  if (height > 1 && (dst_pitch < width || src_pitch < width)) {
+    fail("copy_2d", Status::InvalidValue,
+         "pitches must be >= the row width when copying several rows (width {}, dst_pitch {}, "
+         "src_pitch {}, height {})",
+         width, dst_pitch, src_pitch, height);
+  }
+  const auto dst_bytes = span_2d(dst_pitch, width, height);
+  const auto src_bytes = span_2d(src_pitch, width, height);
+  if (!dst_bytes || !src_bytes) {
+    fail("copy_2d", Status::InvalidValue,
+         "{} rows of {} bytes with pitches {} (dst) and {} (src) overflow the address space",
+         height, width, dst_pitch, src_pitch);
+  }
+  check_copy("copy_2d", kind, dst, ByteSpan{0, *dst_bytes}, src, ByteSpan{0, *src_bytes});
+  submit("copy_2d", Call::Copy, device, stream, injection,
+         [dst, dst_pitch, src, src_pitch, width, height] {
+           auto* out = static_cast<std::byte*>(dst);
+           const auto* in = static_cast<const std::byte*>(src);
+           if (width == 0 || height == 0) return;
+           if (dst_pitch == width && src_pitch == width) {
+             std::memcpy(out, in, width * height);  // rows are adjacent on both sides
+             return;
+           }
+           for (std::size_t row = 0; row < height; ++row) {
+             std::memcpy(out + row * dst_pitch, in + row * src_pitch, width);
+           }
+         });
+}
+
+void HostBackend::copy_strided(int device, void* dst, const void* src, const layout::CopyPlan& plan,
+                               CopyKind kind, NativeStream stream) {
+  const detail::Injection injection = detail::begin_call(Call::Copy);
+  check_device("copy_strided", device);
+  const std::size_t outer = plan.outer_shape.size();
+  const bool well_formed = plan.width >= 0 && plan.height >= 0 &&
+                           plan.outer_src_strides.size() == outer &&
+                           plan.outer_dst_strides.size() == outer &&
+                           std::all_of(plan.outer_shape.begin(), plan.outer_shape.end(),
+                                       [](std::int64_t n) { return n >= 1; });
+  if (!well_formed) {
+    fail("copy_strided", Status::InvalidValue,
+         "malformed copy plan (width {}, height {}, outer shape {}, {} source and {} destination "
+         "outer strides)",
+         plan.width, plan.height, layout::format_tuple(plan.outer_shape),
+         plan.outer_src_strides.size(), plan.outer_dst_strides.size());
+  }
+  // The bytes each side touches: every block's rows, over every step of the outer loops, in
+  // whichever direction the strides go.
+  const auto touched = [&](std::int64_t offset, std::int64_t pitch,
+                           const Strides& strides) -> std::optional<ByteSpan> {
+    if (plan.empty()) return ByteSpan{};
+    ByteSpan span{offset, offset};
+    const auto extend = [&span](std::int64_t step, std::int64_t count) {
+      std::int64_t reach = 0;
+      if (__builtin_mul_overflow(step, count, &reach)) return false;
+      return !__builtin_add_overflow(reach > 0 ? span.hi : span.lo, reach,
+                                     reach > 0 ? &span.hi : &span.lo);
+    };
+    for (std::size_t k = 0; k < outer; ++k) {
+      if (!extend(strides[k], plan.outer_shape[k] - 1)) return std::nullopt;
+    }
+    if (!extend(pitch, plan.height - 1) || !extend(plan.width, 1)) return std::nullopt;
+    return span;
+  };
+  const auto dst_span = touched(plan.dst_offset, plan.dst_pitch, plan.outer_dst_strides);
+  const auto src_span = touched(plan.src_offset, plan.src_pitch, plan.outer_src_strides);
+  if (!dst_span || !src_span) {
+    fail("copy_strided", Status::InvalidValue,
+         "the copy plan's extent overflows the address space");
+  }
+  check_copy("copy_strided", kind, dst, *dst_span, src, *src_span);
+  submit("copy_strided", Call::Copy, device, stream, injection,
+         [plan, dst, src] { layout::copy_host_strided(plan, dst, src); });
+}
+
+void HostBackend::memset(int device, void* dst, int byte_value, std::size_t bytes,
+                         NativeStream stream) {
+  const detail::Injection injection = detail::begin_call(Call::Memset);
+  check_device("memset", device);
+  check_device_span("memset", "destination", dst, ByteSpan{0, clamp_to_int64(bytes)});
+  submit("memset", Call::Memset, device, stream, injection, [dst, byte_value, bytes] {
+    if (bytes != 0) std::memset(dst, byte_value, bytes);
+  });
+}
+
+void HostBackend::launch_host_function(int device, NativeStream stream, std::function<void()> fn) {
+  check_device("launch_host_function", device);
+  if (!fn) fail("launch_host_function", Status::InvalidValue, "empty function");
+  submit("launch_host_function", Call::Count_, device, stream, detail::Injection{}, std::move(fn));
+}
+
+}  // namespace host
+}  // namespace devmem

@@ -1,0 +1,177 @@
+// The host backend: a simulated device in process memory and threads (the controls are in
+// include/devmem/host_backend.hpp). Not installed; the registry creates it through
+// make_host_backend() (core/backend_factories.hpp).
+//
+// What it simulates, and why:
+// - Device memory is separate 256-byte-aligned allocations, counted against a capacity, so
+//   out-of-memory paths are real. Every device-side byte range of a copy or memset is checked at
+//   enqueue time against live device allocations and mapped host memory (IllegalAddress
+//   otherwise), so out-of-bounds and use-after-free accesses are reported instead of corrupting
+//   memory. Host-side ranges are not checked: a real driver knows nothing of pageable memory.
+// - Page-locked host memory and registrations follow CUDA's rules (overlapping registrations are
+//   HostMemoryAlreadyRegistered, unregistering something else is HostMemoryNotRegistered, only
+//   mapped memory has a device address, which with unified addressing is the host address).
+// - Every non-default stream has a worker thread running its operations in FIFO order, so
+//   asynchronous work really completes later. The default stream (nullptr) has legacy semantics:
+//   an operation on it first waits for the device's other streams to finish their queued work,
+//   then runs inline, so it is complete when the call returns.
+// - An operation that fails on a worker (e.g. an injected copy failure) stores its error on the
+//   stream; the next synchronize_stream or query_stream (or destroy_stream) rethrows it, once.
+// - deallocate and host_deallocate first wait for streams that may still use the memory (like
+//   cudaFree and cudaFreeHost, which synchronise), so a worker never touches freed memory.
+//
+// Thread safety: every member may be called concurrently. Lock order: a backend mutex is never
+// held while waiting for a stream or an event.
+#pragma once
+
+#include "backends/host/host_controls.hpp"
+#include "backends/host/host_event.hpp"
+#include "backends/host/host_stream.hpp"
+
+#include <devmem/backend.hpp>
+#include <devmem/error.hpp>
+#include <devmem/host_backend.hpp>
+
+#include <fmt/format.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace devmem::host {
+
+class HostBackend final : public Backend {
+ public:
+  /// Reads DEVMEM_HOST_DEVICE_COUNT (InvalidArgument when it is invalid).
+  HostBackend();
+  /// Joins the workers of streams that were never destroyed and frees what is still allocated.
+  ~HostBackend() override;
+
+  /// The first host backend created in this process, while it exists; null before (and after).
+  /// Lets the devmem::host:: free functions reach the simulated devices.
+  [[nodiscard]] static HostBackend* live_instance() noexcept;
+  /// Bytes of device memory allocated on `device`.
+  [[nodiscard]] std::int64_t device_memory_used(int device);
+
+  [[nodiscard]] std::string_view name() const noexcept override { return "host"; }
+  [[nodiscard]] int device_count() override { return device_count_; }
+  [[nodiscard]] std::string no_device_reason() override;
+  [[nodiscard]] DeviceProperties properties(int device) override;
+  [[nodiscard]] MemoryInfo memory_info(int device) override;
+
+  [[nodiscard]] void* allocate(int device, std::size_t bytes) override;
+  void deallocate(int device, void* ptr) override;
+
+  [[nodiscard]] void* host_allocate(int device, std::size_t bytes, HostAllocFlags flags) override;
+  void host_deallocate(int device, void* ptr) override;
+  void host_register(int device, void* ptr, std::size_t bytes, HostRegisterFlags flags) override;
+  void host_unregister(int device, void* ptr) override;
+  [[nodiscard]] void* mapped_device_pointer(int device, void* host_ptr) override;
+
+  [[nodiscard]] NativeStream create_stream(int device) override;
+  void destroy_stream(int device, NativeStream stream) override;
+  void synchronize_stream(int device, NativeStream stream) override;
+  [[nodiscard]] bool query_stream(int device, NativeStream stream) override;
+  [[nodiscard]] NativeEvent create_event(int device) override;
+  void destroy_event(int device, NativeEvent event) override;
+  void record_event(int device, NativeEvent event, NativeStream stream) override;
+  void synchronize_event(int device, NativeEvent event) override;
+  [[nodiscard]] bool query_event(int device, NativeEvent event) override;
+  [[nodiscard]] float elapsed_ms(int device, NativeEvent start, NativeEvent end) override;
+  void stream_wait_event(int device, NativeStream stream, NativeEvent event) override;
+
+  void copy(int device, void* dst, const void* src, std::size_t bytes, CopyKind kind,
+            NativeStream stream) override;
+  void copy_2d(int device, void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+               std::size_t width, std::size_t height, CopyKind kind, NativeStream stream) override;
+  /// One operation for the whole plan (layout::copy_host_strided), counted as one Copy call.
+  void copy_strided(int device, void* dst, const void* src, const layout::CopyPlan& plan,
+                    CopyKind kind, NativeStream stream) override;
+  void memset(int device, void* dst, int byte_value, std::size_t bytes,
+              NativeStream stream) override;
+  void launch_host_function(int device, NativeStream stream, std::function<void()> fn) override;
+
+ private:
+  /// Bytes [lo, hi) relative to a pointer that an operation touches on one side.
+  struct ByteSpan {
+    std::int64_t lo = 0;
+    std::int64_t hi = 0;
+    [[nodiscard]] bool empty() const noexcept { return hi <= lo; }
+  };
+  /// A page-locked allocation or a registration: its size and whether it is mapped.
+  struct HostRange {
+    std::size_t bytes = 0;
+    bool mapped = false;
+  };
+  using AllocationMap = std::map<std::uintptr_t, std::size_t>;
+  using HostRangeMap = std::map<std::uintptr_t, HostRange>;
+  struct DeviceMemory {
+    AllocationMap allocations;  // start address -> bytes
+    std::int64_t used = 0;
+  };
+
+  /// BackendError with the message "host <function>: <status> (<code>): <details>".
+  template <class... Args>
+  [[noreturn]] static void fail(const char* function, Status status,
+                                fmt::format_string<Args...> format, Args&&... args) {
+    throw make_error(function, status, fmt::format(format, std::forward<Args>(args)...));
+  }
+  [[nodiscard]] static BackendError make_error(const char* function, Status status,
+                                               std::string_view details);
+  /// The error a fail_nth request makes `function` report (OutOfMemory for an allocation failing
+  /// with MemoryAllocation).
+  [[nodiscard]] static std::exception_ptr injected_error(const char* function, Call kind,
+                                                         const detail::Injection& injection,
+                                                         int device, std::size_t bytes = 0);
+  [[noreturn]] static void throw_injected(const char* function, Call kind,
+                                          const detail::Injection& injection, int device,
+                                          std::size_t bytes = 0);
+
+  void check_device(const char* function, int device) const;
+  /// IllegalAddress unless every byte of `span` around `ptr` is device-accessible.
+  void check_device_span(const char* function, const char* role, const void* ptr,
+                         ByteSpan span) const;
+  /// Checks both sides of a copy of `kind`: device sides with check_device_span, host sides only
+  /// for null pointers.
+  void check_copy(const char* function, CopyKind kind, const void* dst, ByteSpan dst_span,
+                  const void* src, ByteSpan src_span) const;
+  [[nodiscard]] bool device_accessible_locked(std::uintptr_t begin, std::size_t bytes) const;
+  [[nodiscard]] std::string describe_device_pointer_locked(int device,
+                                                           std::uintptr_t address) const;
+
+  [[nodiscard]] std::shared_ptr<HostStream> find_stream(const char* function, int device,
+                                                        NativeStream stream);
+  /// `device` < 0 accepts an event of any device.
+  [[nodiscard]] std::shared_ptr<HostEvent> find_event(const char* function, int device,
+                                                      NativeEvent event);
+  /// Snapshot of the streams of `device` (every device when `device` < 0).
+  [[nodiscard]] std::vector<std::shared_ptr<HostStream>> streams_of(int device);
+  /// Waits until the streams of `device` (every device when < 0) have run their queued work.
+  void drain(int device);
+  /// Runs `op` inline on the default stream (after drain) or enqueues it on `stream`. With an
+  /// injected failure the operation does not run: the error is thrown now on the default stream,
+  /// or stored on `stream` in its place (reported by the next synchronize/query, like a real
+  /// asynchronous failure).
+  void submit(const char* function, Call kind, int device, NativeStream stream,
+              const detail::Injection& injection, HostStream::Operation op);
+
+  const int device_count_;
+
+  mutable std::mutex memory_mutex_;  // guards devices_, host_allocations_, registrations_
+  std::vector<DeviceMemory> devices_;
+  HostRangeMap host_allocations_;
+  HostRangeMap registrations_;
+
+  std::mutex streams_mutex_;
+  std::map<NativeStream, std::shared_ptr<HostStream>> streams_;
+
+  std::mutex events_mutex_;
+  std::map<NativeEvent, std::shared_ptr<HostEvent>> events_;
+};
+
+}  // namespace devmem::host

@@ -1,0 +1,295 @@
+// The devmem::host:: controls and the process-wide state they drive (see host_controls.hpp).
+#include "backends/host/host_controls.hpp"
+
+#include "backends/host/host_backend.hpp"
+
+#include <devmem/error.hpp>
+
+#include <fmt/format.h>
+
+#include <array>
+#include <atomic>
+#include <charconv>
+#include <cstdlib>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <string_view>
+
+namespace devmem::host {
+namespace {
+
+constexpr std::int64_t kDefaultCapacity = std::int64_t{4} << 30;
+constexpr auto kCallKinds = static_cast<std::size_t>(Call::Count_);
+
+std::size_t index_of(Call kind) noexcept {
+  return static_cast<std::size_t>(kind);
+}
+bool valid_kind(Call kind) noexcept {
+  return index_of(kind) < kCallKinds;
+}
+
+// Call counters are plain atomics: they are bumped on every backend call from any thread.
+std::array<std::atomic<std::int64_t>, kCallKinds> g_call_counts{};
+
+// fail_nth requests. `armed` lets the common case (no request for this kind) skip the mutex; the
+// request itself is read and consumed under the mutex so that exactly one call fires it.
+struct FailureRequest {
+  std::int64_t remaining = 0;  // calls left until the failing one; 0 = no request
+  std::int64_t nth = 0;
+  Status status = Status::Injected;
+};
+std::mutex g_failure_mutex;
+std::array<FailureRequest, kCallKinds> g_failures{};
+std::array<std::atomic<bool>, kCallKinds> g_armed{};
+
+// -1 until set_device_memory_capacity is called; from then on it overrides the environment.
+std::atomic<std::int64_t> g_explicit_capacity{-1};
+
+// "4096", "512M", "2g": a non-negative integer with an optional binary K/M/G suffix.
+std::optional<std::int64_t> parse_byte_size(std::string_view text) {
+  std::int64_t shift = 0;
+  if (!text.empty()) {
+    switch (text.back()) {
+      case 'K':
+      case 'k':
+        shift = 10;
+        break;
+      case 'M':
+      case 'm':
+        shift = 20;
+        break;
+      case 'G':
+      case 'g':
+        shift = 30;
+        break;
+      default:
+        break;
+    }
+    if (shift != 0) text.remove_suffix(1);
+  }
+  if (text.empty()) return std::nullopt;
+  std::int64_t value = 0;
+  const auto* const end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (error != std::errc{} || stop != end || value < 0) return std::nullopt;
+  if (value > (std::numeric_limits<std::int64_t>::max() >> shift)) return std::nullopt;
+  return value << shift;
+}
+
+// DEVMEM_HOST_DEVICE_MEMORY, parsed once. An invalid value is kept as an error message so that
+// every use reports it (rather than silently falling back to the default).
+struct EnvCapacity {
+  std::optional<std::int64_t> value;
+  std::string error;
+};
+const EnvCapacity& env_capacity() {
+  static const EnvCapacity parsed = [] {
+    EnvCapacity result;
+    const char* const text = std::getenv("DEVMEM_HOST_DEVICE_MEMORY");
+    if (text == nullptr || *text == '\0') return result;
+    result.value = parse_byte_size(text);
+    if (!result.value) {
+      result.error = fmt::format(
+          "DEVMEM_HOST_DEVICE_MEMORY: invalid value '{}' (expected a number of bytes with an "
+          "optional K, M or G suffix, e.g. 512M)",
+          text);
+    }
+    return result;
+  }();
+  return parsed;
+}
+
+}  // namespace
+
+std::string_view to_string(Call call) noexcept {
+  switch (call) {
+    case Call::Allocate:
+      return "Allocate";
+    case Call::Deallocate:
+      return "Deallocate";
+    case Call::HostAllocate:
+      return "HostAllocate";
+    case Call::HostDeallocate:
+      return "HostDeallocate";
+    case Call::HostRegister:
+      return "HostRegister";
+    case Call::HostUnregister:
+      return "HostUnregister";
+    case Call::Copy:
+      return "Copy";
+    case Call::Memset:
+      return "Memset";
+    case Call::CreateStream:
+      return "CreateStream";
+    case Call::DestroyStream:
+      return "DestroyStream";
+    case Call::SynchronizeStream:
+      return "SynchronizeStream";
+    case Call::CreateEvent:
+      return "CreateEvent";
+    case Call::RecordEvent:
+      return "RecordEvent";
+    case Call::Count_:
+      break;
+  }
+  return "UnknownCall";
+}
+
+std::string_view to_string(Status status) noexcept {
+  switch (status) {
+    case Status::Success:
+      return "Success";
+    case Status::InvalidValue:
+      return "InvalidValue";
+    case Status::MemoryAllocation:
+      return "MemoryAllocation";
+    case Status::InvalidDevice:
+      return "InvalidDevice";
+    case Status::InvalidResourceHandle:
+      return "InvalidResourceHandle";
+    case Status::NotReady:
+      return "NotReady";
+    case Status::IllegalAddress:
+      return "IllegalAddress";
+    case Status::HostMemoryAlreadyRegistered:
+      return "HostMemoryAlreadyRegistered";
+    case Status::HostMemoryNotRegistered:
+      return "HostMemoryNotRegistered";
+    case Status::Injected:
+      return "Injected";
+  }
+  return "UnknownStatus";
+}
+
+void set_device_memory_capacity(std::int64_t bytes) {
+  if (bytes < 0) {
+    throw InvalidArgument(
+        fmt::format("set_device_memory_capacity: capacity must be >= 0, got {}", bytes));
+  }
+  g_explicit_capacity.store(bytes, std::memory_order_relaxed);
+}
+
+// noexcept by contract, so an invalid DEVMEM_HOST_DEVICE_MEMORY cannot be reported here: this
+// returns the default then, and the backend reports the invalid value on its first use of it.
+std::int64_t device_memory_capacity() noexcept {
+  const std::int64_t explicit_capacity = g_explicit_capacity.load(std::memory_order_relaxed);
+  if (explicit_capacity >= 0) return explicit_capacity;
+  try {
+    const EnvCapacity& env = env_capacity();
+    if (env.value) return *env.value;
+  } catch (...) {  // allocating the error message failed: fall back to the default
+  }
+  return kDefaultCapacity;
+}
+
+std::int64_t device_memory_used(int device) {
+  // Before the host backend exists nothing can have been allocated; the index is still checked so
+  // that a wrong device is reported the same way in both cases.
+  if (HostBackend* const backend = HostBackend::live_instance()) {
+    return backend->device_memory_used(device);
+  }
+  const int count = detail::configured_device_count();
+  if (device < 0 || device >= count) {
+    throw BackendError("host", "device_memory_used", static_cast<int>(Status::InvalidDevice),
+                       std::string(to_string(Status::InvalidDevice)),
+                       fmt::format("host device_memory_used: {} ({}): device {} does not exist "
+                                   "(device count {})",
+                                   to_string(Status::InvalidDevice),
+                                   static_cast<int>(Status::InvalidDevice), device, count));
+  }
+  return 0;
+}
+
+void fail_nth(Call kind, std::int64_t nth, Status status) {
+  if (!valid_kind(kind)) {
+    throw InvalidArgument(
+        fmt::format("fail_nth: invalid call kind {}", static_cast<int>(index_of(kind))));
+  }
+  if (nth < 1) {
+    throw InvalidArgument(
+        fmt::format("fail_nth: nth must be >= 1 (1 = the next call), got {}", nth));
+  }
+  if (status == Status::Success) {
+    throw InvalidArgument(
+        fmt::format("fail_nth: status must be a failure, got Success (call {})", to_string(kind)));
+  }
+  const std::lock_guard lock(g_failure_mutex);
+  g_failures[index_of(kind)] = FailureRequest{nth, nth, status};
+  g_armed[index_of(kind)].store(true, std::memory_order_release);
+}
+
+void clear_failures() noexcept {
+  const std::lock_guard lock(g_failure_mutex);
+  for (std::size_t i = 0; i < kCallKinds; ++i) {
+    g_failures[i] = FailureRequest{};
+    g_armed[i].store(false, std::memory_order_release);
+  }
+}
+
+std::int64_t call_count(Call kind) noexcept {
+  if (!valid_kind(kind)) return 0;
+  return g_call_counts[index_of(kind)].load(std::memory_order_relaxed);
+}
+
+void reset_call_counts() noexcept {
+  for (auto& count : g_call_counts) count.store(0, std::memory_order_relaxed);
+}
+
+namespace detail {
+
+Injection begin_call(Call kind) noexcept {
+  const std::size_t i = index_of(kind);
+  g_call_counts[i].fetch_add(1, std::memory_order_relaxed);
+  if (!g_armed[i].load(std::memory_order_acquire)) return {};
+  const std::lock_guard lock(g_failure_mutex);
+  FailureRequest& request = g_failures[i];
+  if (request.remaining == 0 || --request.remaining != 0) return {};
+  g_armed[i].store(false, std::memory_order_release);
+  return Injection{request.status, request.nth};
+}
+
+std::int64_t effective_capacity() {
+  const std::int64_t explicit_capacity = g_explicit_capacity.load(std::memory_order_relaxed);
+  if (explicit_capacity >= 0) return explicit_capacity;
+  const EnvCapacity& env = env_capacity();
+  if (!env.error.empty()) throw InvalidArgument(env.error);
+  return env.value.value_or(kDefaultCapacity);
+}
+
+int configured_device_count() {
+  // A function-local static: read once, thread-safely. When the variable is invalid the
+  // initialisation throws and is retried (and reported) by the next call.
+  static const int count = [] {
+    const char* const text = std::getenv("DEVMEM_HOST_DEVICE_COUNT");
+    if (text == nullptr || *text == '\0') return 1;
+    const std::string_view view(text);
+    int value = -1;
+    const auto [stop, error] = std::from_chars(view.data(), view.data() + view.size(), value);
+    if (error != std::errc{} || stop != view.data() + view.size() || value < 0 ||
+        value > kMaxDevices) {
+      throw InvalidArgument(fmt::format(
+          "DEVMEM_HOST_DEVICE_COUNT: invalid value '{}' (expected an integer from 0 to {})", text,
+          kMaxDevices));
+    }
+    return value;
+  }();
+  return count;
+}
+
+std::string format_bytes(std::int64_t bytes) {
+  static constexpr std::array<std::string_view, 5> kUnits{"B", "KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  auto value = static_cast<double>(bytes);
+  std::size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < kUnits.size()) {
+    value /= 1024.0;
+    ++unit;
+  }
+  std::string text = fmt::format("{:.1f}", value);
+  if (text.size() > 2 && text.ends_with(".0")) text.resize(text.size() - 2);
+  return fmt::format("{} {}", text, kUnits[unit]);
+}
+
+}  // namespace detail
+}  // namespace devmem::host

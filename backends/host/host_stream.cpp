@@ -1,0 +1,85 @@
+#include "backends/host/host_stream.hpp"
+
+#include <devmem/error.hpp>
+
+#include <utility>
+
+namespace devmem::host {
+namespace {
+
+// The stream whose worker is the current thread, if any: waiting for that stream from one of its
+// own operations could never return.
+thread_local const HostStream* t_running_stream = nullptr;
+
+}  // namespace
+
+HostStream::HostStream(int device) : device_(device), worker_([this] { run(); }) {}
+
+HostStream::~HostStream() {
+  shutdown();
+}
+
+void HostStream::enqueue(Operation op) {
+  {
+    const std::lock_guard lock(mutex_);
+    queue_.push_back(std::move(op));
+  }
+  work_available_.notify_one();
+}
+
+void HostStream::wait_idle() {
+  if (t_running_stream == this) {
+    throw InvalidArgument(
+        "host backend: an operation of a stream waited for that same stream (a host function "
+        "called the backend, which host functions must not do)");
+  }
+  std::unique_lock lock(mutex_);
+  became_idle_.wait(lock, [this] { return idle_locked(); });
+}
+
+bool HostStream::idle() {
+  const std::lock_guard lock(mutex_);
+  return idle_locked();
+}
+
+std::exception_ptr HostStream::take_error() {
+  const std::lock_guard lock(mutex_);
+  return std::exchange(error_, nullptr);
+}
+
+void HostStream::shutdown() {
+  {
+    const std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  work_available_.notify_one();
+  if (worker_.joinable()) worker_.join();
+}
+
+void HostStream::run() {
+  t_running_stream = this;
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    work_available_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything enqueued has run
+    Operation op = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+    lock.unlock();
+    std::exception_ptr failure;
+    try {
+      op();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    // Destroy the operation before reporting idle: its captures (keep-alive references, event
+    // records) must be released by the time a waiter sees the work as complete.
+    op = nullptr;
+    lock.lock();
+    running_ = false;
+    if (failure && !error_) error_ = std::move(failure);
+    if (queue_.empty()) became_idle_.notify_all();
+  }
+}
+
+}  // namespace devmem::host

@@ -1,0 +1,166 @@
+// The parts of the backend interface that are not per vendor: the default strided copy, and the
+// registry that picks and creates the one backend a process uses.
+#include <devmem/backend.hpp>
+#include <devmem/config.hpp>
+#include <devmem/error.hpp>
+
+#include "core/backend_factories.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <span>
+
+namespace devmem {
+
+Backend::~Backend() = default;
+
+void Backend::copy_strided(int device, void* dst, const void* src, const layout::CopyPlan& plan,
+                           CopyKind kind, NativeStream stream) {
+  auto* const dst0 = static_cast<std::byte*>(dst);
+  const auto* const src0 = static_cast<const std::byte*>(src);
+  const auto width = static_cast<std::size_t>(plan.width);
+  const auto height = static_cast<std::size_t>(plan.height);
+  plan.for_each_block([&](std::int64_t src_offset, std::int64_t dst_offset) {
+    if (height == 1) {
+      copy(device, dst0 + dst_offset, src0 + src_offset, width, kind, stream);
+    } else {
+      copy_2d(device, dst0 + dst_offset, static_cast<std::size_t>(plan.dst_pitch),
+              src0 + src_offset, static_cast<std::size_t>(plan.src_pitch), width, height, kind,
+              stream);
+    }
+  });
+}
+
+const char* to_string(CopyKind kind) noexcept {
+  switch (kind) {
+    case CopyKind::HostToDevice:
+      return "HostToDevice";
+    case CopyKind::DeviceToHost:
+      return "DeviceToHost";
+    case CopyKind::DeviceToDevice:
+      return "DeviceToDevice";
+    case CopyKind::HostToHost:
+      return "HostToHost";
+  }
+  return "UnknownCopyKind";
+}
+
+namespace {
+
+struct BackendEntry {
+  const char* name;
+  std::unique_ptr<Backend> (*make)();
+};
+
+// The compiled backends, the default first: a GPU backend when one is configured, then host.
+constexpr std::array kCompiled {
+#if DEVMEM_HAS_CUDA
+  BackendEntry{"cuda", &make_cuda_backend},
+#endif
+#if DEVMEM_HAS_ROC
+      BackendEntry{"roc", &make_roc_backend},
+#endif
+      BackendEntry{"host", &make_host_backend},
+};
+
+const BackendEntry* find_compiled(std::string_view name) noexcept {
+  for (const BackendEntry& entry : kCompiled) {
+    if (name == entry.name) return &entry;
+  }
+  return nullptr;
+}
+
+std::string compiled_list() {
+  std::string list;
+  for (const BackendEntry& entry : kCompiled) {
+    if (!list.empty()) list += ", ";
+    list += entry.name;
+  }
+  return list;
+}
+
+[[noreturn]] void throw_not_compiled(std::string_view who, std::string_view name) {
+  throw InvalidArgument(fmt::format("{}: backend '{}' is not compiled in (compiled: {})", who, name,
+                                    compiled_list()));
+}
+
+struct Registry {
+  std::mutex mutex;
+  const BackendEntry* selected = nullptr;  // set by select_backend
+  // The active backend. Created once and intentionally never destroyed: objects with static
+  // storage duration (contexts, arrays in globals) may still release memory through it while the
+  // process exits, and stream workers of a leaked stream must not be joined from exit handlers.
+  // It stays reachable from this (leaked) registry, so leak checkers do not report it.
+  std::atomic<Backend*> instance{nullptr};
+};
+
+Registry& registry() {
+  static Registry* const instance = new Registry;  // never destroyed, see Registry::instance
+  return *instance;
+}
+
+// The backend to create: select_backend's choice, else DEVMEM_BACKEND, else the default.
+const BackendEntry& resolve_locked(const Registry& reg) {
+  if (reg.selected != nullptr) return *reg.selected;
+  const char* const env = std::getenv("DEVMEM_BACKEND");
+  if (env != nullptr && *env != '\0') {
+    const BackendEntry* const entry = find_compiled(env);
+    if (entry == nullptr) throw_not_compiled("DEVMEM_BACKEND", env);
+    return *entry;
+  }
+  return kCompiled.front();
+}
+
+}  // namespace
+
+std::vector<std::string> compiled_backends() {
+  std::vector<std::string> names;
+  names.reserve(kCompiled.size());
+  for (const BackendEntry& entry : kCompiled) names.emplace_back(entry.name);
+  return names;
+}
+
+std::string backend_name() {
+  Registry& reg = registry();
+  if (const Backend* const active = reg.instance.load(std::memory_order_acquire)) {
+    return std::string(active->name());
+  }
+  const std::lock_guard lock(reg.mutex);
+  if (const Backend* const active = reg.instance.load(std::memory_order_acquire)) {
+    return std::string(active->name());
+  }
+  return resolve_locked(reg).name;
+}
+
+void select_backend(std::string_view name) {
+  const BackendEntry* const entry = find_compiled(name);
+  if (entry == nullptr) throw_not_compiled("select_backend", name);
+  Registry& reg = registry();
+  const std::lock_guard lock(reg.mutex);
+  if (const Backend* const active = reg.instance.load(std::memory_order_acquire)) {
+    if (active->name() == name) return;
+    throw InvalidArgument(fmt::format(
+        "select_backend: backend '{}' is already in use; select a backend before the first devmem "
+        "call",
+        active->name()));
+  }
+  reg.selected = entry;
+}
+
+Backend& active_backend() {
+  Registry& reg = registry();
+  if (Backend* const active = reg.instance.load(std::memory_order_acquire)) return *active;
+  const std::lock_guard lock(reg.mutex);
+  if (Backend* const active = reg.instance.load(std::memory_order_acquire)) return *active;
+  std::unique_ptr<Backend> created = resolve_locked(reg).make();
+  Backend* const active = created.release();
+  reg.instance.store(active, std::memory_order_release);
+  return *active;
+}
+
+}  // namespace devmem
