@@ -6,6 +6,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <iterator>
 #include <cstring>
 #include <utility>
 #include <cstdio>
@@ -25,36 +29,171 @@ void report_error(std::string_view what) noexcept {
 
 // ---- ContextState ----
 
+namespace {
+
+std::string human_bytes(std::int64_t bytes) {
+  constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  auto value = static_cast<double>(bytes);
+  std::size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < std::size(units)) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, units[unit]);
+}
+
+// Environment knobs are read when a context is created; a bad value is an error at first use.
+DeallocationConfig config_from_environment() {
+  DeallocationConfig config;
+  if (const char* count = std::getenv("DEVMEM_MAX_PENDING_DEALLOCS_COUNT")) {
+    const std::string_view text(count);
+    std::int64_t value = -1;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || end != text.data() + text.size() || value < 0) {
+      throw InvalidArgument(fmt::format(
+          "DEVMEM_MAX_PENDING_DEALLOCS_COUNT: invalid value '{}' (expected a non-negative integer)",
+          text));
+    }
+    config.max_pending_count = value;
+  }
+  if (const char* ratio = std::getenv("DEVMEM_MAX_PENDING_DEALLOCS_RATIO")) {
+    const std::string text(ratio);
+    char* end = nullptr;
+    errno = 0;
+    const double value = std::strtod(text.c_str(), &end);
+    if (text.empty() || errno != 0 || end != text.c_str() + text.size() || !(value >= 0.0) ||
+        value > 1.0) {
+      throw InvalidArgument(fmt::format(
+          "DEVMEM_MAX_PENDING_DEALLOCS_RATIO: invalid value '{}' (expected a number from 0 to 1)",
+          text));
+    }
+    config.max_pending_ratio = value;
+  }
+  return config;
+}
+
+std::int64_t byte_limit(const DeallocationConfig& config, MemoryManager& manager) {
+  const auto total = static_cast<double>(manager.memory_info().total);
+  return static_cast<std::int64_t>(total * config.max_pending_ratio);
+}
+
+}  // namespace
+
 std::shared_ptr<Context> ContextState::create(Backend& backend, int device) {
   std::shared_ptr<Context> ctx(new Context(backend, device));
   ContextState& st = ctx->state();
   st.weak_self = ctx;
   st.default_stream = std::make_shared<StreamState>(ctx, nullptr, true);
+  st.config = config_from_environment();
+  const char* name = std::getenv("DEVMEM_MEMORY_MANAGER");
+  try {
+    st.set_manager(make_memory_manager(name != nullptr && *name != '\0' ? name : "direct", *ctx));
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("DEVMEM_MEMORY_MANAGER: {}", e.what()));
+  }
   return ctx;
 }
 
+void ContextState::Counters::add(std::int64_t bytes) noexcept {
+  const std::int64_t now_bytes = current_bytes.fetch_add(bytes) + bytes;
+  const std::int64_t now_count = current_count.fetch_add(1) + 1;
+  total_bytes.fetch_add(bytes);
+  total_count.fetch_add(1);
+  for (std::int64_t peak = peak_bytes.load(); now_bytes > peak &&
+                                              !peak_bytes.compare_exchange_weak(peak, now_bytes);) {
+  }
+  for (std::int64_t peak = peak_count.load(); now_count > peak &&
+                                              !peak_count.compare_exchange_weak(peak, now_count);) {
+  }
+}
+
+void ContextState::Counters::remove(std::int64_t bytes) noexcept {
+  current_bytes.fetch_sub(bytes);
+  current_count.fetch_sub(1);
+}
+
+MemoryStatistics ContextState::Counters::snapshot() const noexcept {
+  return MemoryStatistics{current_bytes.load(), peak_bytes.load(),    total_bytes.load(),
+                          current_count.load(), peak_count.load(), total_count.load()};
+}
+
+std::shared_ptr<MemoryManager> ContextState::manager() const {
+  std::lock_guard lock(queue_mutex);
+  return current_manager;
+}
+
+void ContextState::set_manager(std::shared_ptr<MemoryManager> manager) {
+  if (!manager) throw InvalidArgument("set_memory_manager: the manager is null");
+  if (&manager->context() != &self) {
+    throw InvalidArgument(fmt::format(
+        "set_memory_manager: manager '{}' was made for device {}, not for device {}",
+        manager->name(), manager->context().device(), device()));
+  }
+  if (manager->interface_version() != MemoryManager::kInterfaceVersion) {
+    throw InvalidArgument(fmt::format(
+        "set_memory_manager: memory manager '{}' has interface version {} - version {} required",
+        manager->name(), manager->interface_version(), MemoryManager::kInterfaceVersion));
+  }
+  const std::int64_t limit = byte_limit(config, *manager);
+  std::lock_guard lock(queue_mutex);
+  current_manager = std::move(manager);
+  max_pending_bytes = limit;
+}
+
+void ContextState::set_config(const DeallocationConfig& new_config) {
+  if (new_config.max_pending_count < 0) {
+    throw InvalidArgument(fmt::format(
+        "set_deallocation_config: max_pending_count must not be negative, got {}",
+        new_config.max_pending_count));
+  }
+  if (!(new_config.max_pending_ratio >= 0.0 && new_config.max_pending_ratio <= 1.0)) {
+    throw InvalidArgument(fmt::format(
+        "set_deallocation_config: max_pending_ratio must be from 0 to 1, got {}",
+        new_config.max_pending_ratio));
+  }
+  const std::int64_t limit = byte_limit(new_config, *manager());
+  std::lock_guard lock(queue_mutex);
+  config = new_config;
+  max_pending_bytes = limit;
+}
+
 std::shared_ptr<DeviceMemory> ContextState::allocate_device(std::int64_t bytes,
+                                                            NativeStream stream,
                                                             const char* operation) {
   auto memory = std::make_shared<DeviceMemory>();
   memory->context = shared();
   memory->bytes = bytes;
   if (bytes == 0) return memory;
   collect_retired();
+  auto mgr = manager();
+  const auto size = static_cast<std::size_t>(bytes);
+  void* ptr = nullptr;
   try {
-    memory->ptr = static_cast<std::byte*>(backend().allocate(device(), static_cast<std::size_t>(bytes)));
-  } catch (const OutOfMemory& e) {
-    throw OutOfMemory(fmt::format("{}: {}", operation, e.what()), bytes);
+    ptr = mgr->allocate(size, stream);
+  } catch (const OutOfMemory&) {
+    // Numba's rule: free what is pending, then try exactly once more.
+    flush(true);
+    try {
+      ptr = mgr->allocate(size, stream);
+    } catch (const OutOfMemory& e) {
+      MemoryInfo info{};
+      try {
+        info = mgr->memory_info();
+      } catch (...) {  // the size and the first error still make a useful message
+      }
+      throw OutOfMemory(
+          fmt::format("{}: out of device memory allocating {} bytes ({}) on device {} ({} free of "
+                      "{}, after flushing pending deallocations): {}",
+                      operation, bytes, human_bytes(bytes), device(), human_bytes(info.free),
+                      human_bytes(info.total), e.what()),
+          bytes);
+    }
   }
+  memory->ptr = static_cast<std::byte*>(ptr);
   memory->owned = true;
+  memory->manager = std::move(mgr);
+  device_counters.add(bytes);
   return memory;
-}
-
-void ContextState::release_device(void* ptr) noexcept {
-  try {
-    backend().deallocate(device(), ptr);
-  } catch (const std::exception& e) {
-    report_error(fmt::format("freeing device memory at {}: {}", ptr, e.what()));
-  }
 }
 
 std::shared_ptr<HostMemory> ContextState::allocate_host(std::int64_t bytes, HostAllocFlags flags,
@@ -62,31 +201,106 @@ std::shared_ptr<HostMemory> ContextState::allocate_host(std::int64_t bytes, Host
   auto memory = std::make_shared<HostMemory>();
   memory->context = shared();
   memory->bytes = bytes;
+  memory->alloc_flags = flags;
   memory->kind =
       has_flag(flags, HostAllocFlags::Mapped) ? HostMemoryKind::Mapped : HostMemoryKind::Pinned;
   if (bytes == 0) return memory;
   collect_retired();
+  auto mgr = manager();
+  const auto size = static_cast<std::size_t>(bytes);
   void* ptr = nullptr;
   try {
-    ptr = backend().host_allocate(device(), static_cast<std::size_t>(bytes), flags);
-  } catch (const OutOfMemory& e) {
-    throw OutOfMemory(fmt::format("{}: {}", operation, e.what()), bytes);
+    ptr = mgr->host_allocate(size, flags);
+  } catch (const OutOfMemory&) {
+    flush(true);
+    try {
+      ptr = mgr->host_allocate(size, flags);
+    } catch (const OutOfMemory& e) {
+      throw OutOfMemory(fmt::format("{}: out of page-locked host memory allocating {} bytes ({}), "
+                                    "after flushing pending deallocations: {}",
+                                    operation, bytes, human_bytes(bytes), e.what()),
+                        bytes);
+    }
   }
   memory->ptr = static_cast<std::byte*>(ptr);
   memory->owned = true;
-  // Pinned memory from the vendor is not guaranteed to be zeroed; devmem's host arrays are.
-  if (!has_flag(flags, HostAllocFlags::WriteCombined)) std::memset(ptr, 0, static_cast<std::size_t>(bytes));
+  memory->manager = std::move(mgr);
+  host_counters.add(bytes);
+  // Page-locked memory from the vendor (or a pool) is not guaranteed to be zeroed; devmem's host
+  // arrays are. Write-combined memory is left alone: reading it back would be very slow and the
+  // caller asked for memory to write.
+  if (!has_flag(flags, HostAllocFlags::WriteCombined)) {
+    std::memset(ptr, 0, size);
+  }
   if (memory->kind == HostMemoryKind::Mapped) {
     memory->device_ptr = static_cast<std::byte*>(backend().mapped_device_pointer(device(), ptr));
   }
   return memory;
 }
 
-void ContextState::release_host(void* ptr) noexcept {
+void ContextState::release(std::shared_ptr<MemoryManager> manager, void* ptr, std::int64_t bytes,
+                           bool host, HostAllocFlags flags) noexcept {
+  (host ? host_counters : device_counters).remove(bytes);
+  bool over_limit = false;
   try {
-    backend().host_deallocate(device(), ptr);
+    std::lock_guard lock(queue_mutex);
+    queue.push_back(Pending{std::move(manager), ptr, bytes, host, flags});
+    queue_bytes += bytes;
+    // Strict comparisons, as Numba: with the default count of 10 the 11th item flushes.
+    over_limit = static_cast<std::int64_t>(queue.size()) > config.max_pending_count ||
+                 queue_bytes > max_pending_bytes;
   } catch (const std::exception& e) {
-    report_error(fmt::format("freeing pinned host memory at {}: {}", ptr, e.what()));
+    // Only push_back can fail (no memory for the queue node): free right away instead.
+    report_error(fmt::format("queueing a deallocation of {} failed ({}); freeing it now",
+                             static_cast<void*>(ptr), e.what()));
+    try {
+      if (host) {
+        manager->host_deallocate(ptr, static_cast<std::size_t>(bytes), flags);
+      } else {
+        manager->deallocate(ptr, static_cast<std::size_t>(bytes));
+      }
+    } catch (const std::exception& e2) {
+      report_error(fmt::format("freeing {}: {}", static_cast<void*>(ptr), e2.what()));
+    }
+    return;
+  }
+  if (over_limit) flush(true);
+}
+
+void ContextState::flush(bool implicit) {
+  std::deque<Pending> batch;
+  {
+    std::lock_guard lock(queue_mutex);
+    if (defer_depth > 0) return;
+    batch.swap(queue);
+    queue_bytes = 0;
+  }
+  for (auto it = batch.begin(); it != batch.end(); ++it) {
+    try {
+      if (it->host) {
+        it->manager->host_deallocate(it->ptr, static_cast<std::size_t>(it->bytes), it->flags);
+      } else {
+        it->manager->deallocate(it->ptr, static_cast<std::size_t>(it->bytes));
+      }
+    } catch (const std::exception& e) {
+      // The failed item is dropped: its state is unknown and freeing it twice would be worse.
+      // Everything after it goes back to the front of the queue for the next flush.
+      const std::string message =
+          fmt::format("freeing {} of {} ({} bytes) failed; {} later deallocation(s) stay queued: {}",
+                      it->host ? "page-locked host memory" : "device memory", it->ptr, it->bytes,
+                      std::distance(std::next(it), batch.end()), e.what());
+      {
+        std::lock_guard lock(queue_mutex);
+        for (auto rest = batch.rbegin(); rest.base() != std::next(it); ++rest) {
+          queue_bytes += rest->bytes;
+          queue.push_front(std::move(*rest));
+        }
+        if (implicit) errors.push_back(message);
+      }
+      if (!implicit) throw;
+      report_error(message);
+      return;
+    }
   }
 }
 
@@ -187,6 +401,46 @@ DeviceProperties Context::properties() const { return backend_->properties(devic
 MemoryInfo Context::memory_info() const { return backend_->memory_info(device_); }
 Stream Context::default_stream() const {
   return detail::StreamState::wrap(state_->default_stream);
+}
+
+std::shared_ptr<MemoryManager> Context::memory_manager() const { return state_->manager(); }
+
+void Context::set_memory_manager(std::shared_ptr<MemoryManager> manager) {
+  state_->set_manager(std::move(manager));
+}
+
+void Context::flush_deallocations() {
+  state_->collect_retired();
+  state_->flush(false);
+}
+
+std::size_t Context::pending_deallocations() const {
+  std::lock_guard lock(state_->queue_mutex);
+  return state_->queue.size();
+}
+
+std::int64_t Context::pending_deallocation_bytes() const {
+  std::lock_guard lock(state_->queue_mutex);
+  return state_->queue_bytes;
+}
+
+DeallocationConfig Context::deallocation_config() const {
+  std::lock_guard lock(state_->queue_mutex);
+  return state_->config;
+}
+
+void Context::set_deallocation_config(const DeallocationConfig& config) {
+  state_->set_config(config);
+}
+
+DeferCleanup Context::defer_cleanup() { return DeferCleanup(state_->shared()); }
+
+MemoryStatistics Context::device_statistics() const { return state_->device_counters.snapshot(); }
+MemoryStatistics Context::host_statistics() const { return state_->host_counters.snapshot(); }
+
+std::vector<std::string> Context::take_deallocation_errors() {
+  std::lock_guard lock(state_->queue_mutex);
+  return std::exchange(state_->errors, {});
 }
 
 void Context::synchronize() {

@@ -13,7 +13,9 @@
 namespace devmem::detail {
 
 DeviceMemory::~DeviceMemory() {
-  if (owned && ptr != nullptr) context->state().release_device(ptr);
+  if (owned && ptr != nullptr) {
+    context->state().release(std::move(manager), ptr, bytes, false, HostAllocFlags::None);
+  }
 }
 
 HostMemory::~HostMemory() {
@@ -21,7 +23,7 @@ HostMemory::~HostMemory() {
   if (kind == HostMemoryKind::Pageable) {
     std::free(ptr);  // NOLINT(cppcoreguidelines-no-malloc): paired with calloc in make_host_array
   } else {
-    context->state().release_host(ptr);
+    context->state().release(std::move(manager), ptr, bytes, true, alloc_flags);
   }
 }
 
@@ -205,7 +207,9 @@ DeviceArray make_device_array_like(Context& context, const Layout& like, DType d
 
 DeviceArray make_device_array(Context& context, Layout layout, DType dtype, Stream stream,
                               const char* operation) {
-  auto memory = context.state().allocate_device(layout.extent().end, operation);
+  const auto& stream_state = StreamState::of(stream);
+  auto memory = context.state().allocate_device(
+      layout.extent().end, stream_state ? stream_state->handle : nullptr, operation);
   return DeviceArray(std::move(memory), std::move(layout), std::move(dtype), std::move(stream));
 }
 

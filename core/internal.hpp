@@ -8,8 +8,11 @@
 #include <devmem/host_array.hpp>
 #include <devmem/stream.hpp>
 
+#include <devmem/memory_manager.hpp>
+
 #include <atomic>
 #include <cstddef>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,6 +31,7 @@ struct DeviceMemory {
   std::byte* ptr = nullptr;  // base of the memory; elements live at ptr + layout offsets
   std::int64_t bytes = 0;
   bool owned = false;
+  std::shared_ptr<MemoryManager> manager;  // the manager that allocated `ptr` (owned memory)
   std::shared_ptr<const void> keep_alive;
   // For device views of mapped host memory: the host address of `ptr`. Lets the copy engine see
   // that a host array and a device view are the same bytes.
@@ -47,6 +51,8 @@ struct HostMemory {
   bool owned = false;
   bool readonly = false;
   std::shared_ptr<Context> context;  // frees pinned / mapped allocations
+  std::shared_ptr<MemoryManager> manager;  // the manager that allocated `ptr` (owned memory)
+  HostAllocFlags alloc_flags = HostAllocFlags::None;
   std::byte* device_ptr = nullptr;   // device address of `ptr` for mapped memory
   std::shared_ptr<const void> keep_alive;
 
@@ -100,14 +106,50 @@ struct ContextState {
   [[nodiscard]] Backend& backend() const noexcept { return self.backend(); }
   [[nodiscard]] int device() const noexcept { return self.device(); }
 
-  // ---- The one path by which memory is obtained from and returned to the backend. ----
-  /// Device memory of `bytes` (none for 0 bytes). OutOfMemory names `operation`.
-  std::shared_ptr<DeviceMemory> allocate_device(std::int64_t bytes, const char* operation);
-  void release_device(void* ptr) noexcept;
-  /// Page-locked host memory (zero-filled).
+  // ---- The one path by which memory is obtained and returned (memory_manager.hpp). ----
+  /// Device memory of `bytes` (none for 0 bytes) through the context's manager; on OutOfMemory
+  /// flushes the deferred queue and retries once. OutOfMemory names `operation`.
+  std::shared_ptr<DeviceMemory> allocate_device(std::int64_t bytes, NativeStream stream,
+                                                const char* operation);
+  /// Page-locked host memory (zero-filled unless write-combined), same retry rule.
   std::shared_ptr<HostMemory> allocate_host(std::int64_t bytes, HostAllocFlags flags,
                                             const char* operation);
-  void release_host(void* ptr) noexcept;
+  /// Queues memory whose last user is gone; flushes when a limit is exceeded. Never throws.
+  void release(std::shared_ptr<MemoryManager> manager, void* ptr, std::int64_t bytes, bool host,
+               HostAllocFlags flags) noexcept;
+  /// Frees the queue now unless deferred. `implicit`: started by devmem (errors are reported and
+  /// kept instead of thrown).
+  void flush(bool implicit);
+
+  std::shared_ptr<MemoryManager> manager() const;
+  void set_manager(std::shared_ptr<MemoryManager> manager);
+  void set_config(const DeallocationConfig& config);
+
+  struct Pending {
+    std::shared_ptr<MemoryManager> manager;
+    void* ptr = nullptr;
+    std::int64_t bytes = 0;
+    bool host = false;
+    HostAllocFlags flags = HostAllocFlags::None;
+  };
+  struct Counters {
+    std::atomic<std::int64_t> current_bytes{0}, peak_bytes{0}, total_bytes{0};
+    std::atomic<std::int64_t> current_count{0}, peak_count{0}, total_count{0};
+    void add(std::int64_t bytes) noexcept;
+    void remove(std::int64_t bytes) noexcept;
+    MemoryStatistics snapshot() const noexcept;
+  };
+
+  mutable std::mutex queue_mutex;  // guards everything below up to `errors`
+  std::deque<Pending> queue;
+  std::int64_t queue_bytes = 0;
+  int defer_depth = 0;
+  DeallocationConfig config;
+  std::int64_t max_pending_bytes = 0;
+  std::shared_ptr<MemoryManager> current_manager;
+  std::vector<std::string> errors;
+  Counters device_counters;
+  Counters host_counters;
 
   // ---- Streams. ----
   void track_stream(const std::shared_ptr<StreamState>& stream);

@@ -38,6 +38,7 @@ struct FailureRequest {
   std::int64_t remaining = 0;  // calls left until the failing one; 0 = no request
   std::int64_t nth = 0;
   Status status = Status::Injected;
+  std::int64_t count = 1;  // consecutive calls to fail, starting with the nth
 };
 std::mutex g_failure_mutex;
 std::array<FailureRequest, kCallKinds> g_failures{};
@@ -201,7 +202,7 @@ std::int64_t device_memory_used(int device) {
   return 0;
 }
 
-void fail_nth(Call kind, std::int64_t nth, Status status) {
+void fail_nth(Call kind, std::int64_t nth, Status status, std::int64_t count) {
   if (!valid_kind(kind)) {
     throw InvalidArgument(
         fmt::format("fail_nth: invalid call kind {}", static_cast<int>(index_of(kind))));
@@ -214,8 +215,11 @@ void fail_nth(Call kind, std::int64_t nth, Status status) {
     throw InvalidArgument(
         fmt::format("fail_nth: status must be a failure, got Success (call {})", to_string(kind)));
   }
+  if (count < 1) {
+    throw InvalidArgument(fmt::format("fail_nth: count must be >= 1, got {}", count));
+  }
   const std::lock_guard lock(g_failure_mutex);
-  g_failures[index_of(kind)] = FailureRequest{nth, nth, status};
+  g_failures[index_of(kind)] = FailureRequest{nth, nth, status, count};
   g_armed[index_of(kind)].store(true, std::memory_order_release);
 }
 
@@ -245,8 +249,15 @@ Injection begin_call(Call kind) noexcept {
   const std::lock_guard lock(g_failure_mutex);
   FailureRequest& request = g_failures[i];
   if (request.remaining == 0 || --request.remaining != 0) return {};
-  g_armed[i].store(false, std::memory_order_release);
-  return Injection{request.status, request.nth};
+  const Injection injection{request.status, request.nth};
+  if (--request.count > 0) {
+    // Stay armed for the very next call (e.g. to make an allocation and its retry both fail).
+    request.remaining = 1;
+    ++request.nth;
+  } else {
+    g_armed[i].store(false, std::memory_order_release);
+  }
+  return injection;
 }
 
 std::int64_t effective_capacity() {

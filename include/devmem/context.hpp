@@ -7,6 +7,7 @@
 
 #include <devmem/backend.hpp>
 #include <devmem/export.hpp>
+#include <devmem/memory_manager.hpp>
 #include <devmem/stream.hpp>
 
 #include <memory>
@@ -33,6 +34,32 @@ class DEVMEM_API Context {
   [[nodiscard]] Stream default_stream() const;
   /// Waits for all work on the default stream and on every stream of this context.
   void synchronize();
+
+  // ---- Memory management (see memory_manager.hpp) ----
+  /// The manager all allocations of this context go through (DEVMEM_MEMORY_MANAGER, default
+  /// "direct").
+  [[nodiscard]] std::shared_ptr<MemoryManager> memory_manager() const;
+  /// Replaces the manager for new allocations; memory allocated earlier is still returned to the
+  /// manager that allocated it. InvalidArgument for a null manager, one made for another context,
+  /// or an interface_version other than MemoryManager::kInterfaceVersion.
+  void set_memory_manager(std::shared_ptr<MemoryManager> manager);
+  /// Frees everything queued now (unless inside defer_cleanup). Throws the first free failure;
+  /// see memory_manager.hpp for what happens to the queue then.
+  void flush_deallocations();
+  /// Number and bytes of queued deallocations.
+  [[nodiscard]] std::size_t pending_deallocations() const;
+  [[nodiscard]] std::int64_t pending_deallocation_bytes() const;
+  [[nodiscard]] DeallocationConfig deallocation_config() const;
+  /// InvalidArgument for a negative count or a ratio outside [0, 1].
+  void set_deallocation_config(const DeallocationConfig& config);
+  /// A scope during which nothing of this context is freed.
+  [[nodiscard]] DeferCleanup defer_cleanup();
+  /// Device and page-locked host allocations made through this context.
+  [[nodiscard]] MemoryStatistics device_statistics() const;
+  [[nodiscard]] MemoryStatistics host_statistics() const;
+  /// Free failures of flushes devmem started itself (and reported on stderr), oldest first;
+  /// clears the list.
+  [[nodiscard]] std::vector<std::string> take_deallocation_errors();
 
   /// Internal state shared with core/; not for users.
   [[nodiscard]] detail::ContextState& state() const noexcept { return *state_; }

@@ -11,5 +11,6 @@
 #include <devmem/host_array.hpp>
 #include <devmem/layout.hpp>
 #include <devmem/memory.hpp>
+#include <devmem/memory_manager.hpp>
 #include <devmem/stream.hpp>
 #include <devmem/version.hpp>

@@ -60,11 +60,13 @@ DEVMEM_API void set_device_memory_capacity(std::int64_t bytes);
 /// Bytes of simulated device memory currently allocated on `device`.
 [[nodiscard]] DEVMEM_API std::int64_t device_memory_used(int device = 0);
 
-/// Makes the `nth` (1-based) call of `kind` from now on fail with `status` (Injected by default;
-/// MemoryAllocation makes an allocation report out-of-memory). Replaces an earlier request for the
-/// same kind. The failure is reported like the vendor's: synchronously by the call, or for work on
+/// Makes the `nth` (1-based) call of `kind` from now on, and the `count` - 1 calls right after
+/// it, fail with `status` (Injected by default; MemoryAllocation makes an allocation report
+/// out-of-memory). Replaces an earlier request for the same kind. InvalidArgument for nth < 1,
+/// count < 1 or a Success status. The failure is reported like the vendor's: synchronously by the call, or for work on
 /// a non-default stream by the next synchronize / query of that stream.
-DEVMEM_API void fail_nth(Call kind, std::int64_t nth, Status status = Status::Injected);
+DEVMEM_API void fail_nth(Call kind, std::int64_t nth, Status status = Status::Injected,
+                         std::int64_t count = 1);
 /// Cancels every pending fail_nth request.
 DEVMEM_API void clear_failures() noexcept;
 /// Number of calls of `kind` made since the process started or reset_call_counts().

@@ -90,9 +90,10 @@ class HostControlsGuard {
  public:
   HostControlsGuard() : capacity_(devmem::host::device_memory_capacity()) {
     devmem::host::clear_failures();
-    // Finish earlier tests' asynchronous work and release what it kept alive, so that the memory
-    // in use does not change under the test's feet.
+    // Finish earlier tests' asynchronous work and free what it released (deallocations are
+    // deferred), so that the memory in use does not change under the test's feet.
     devmem::current_context()->synchronize();
+    devmem::current_context()->flush_deallocations();
   }
   HostControlsGuard(const HostControlsGuard&) = delete;
   HostControlsGuard& operator=(const HostControlsGuard&) = delete;
@@ -208,6 +209,278 @@ std::vector<T> host_values(const devmem::HostArray& h) {
 template <class T = double>
 std::vector<T> device_values(const devmem::DeviceArray& d) {
   return d.to_vector<T>();
+}
+
+}  // namespace conformance
+
+// ---- Deallocation queue and memory managers -----------------------------------------------------
+
+#include <unistd.h>  // dup, dup2 for StderrCapture
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <mutex>
+
+namespace conformance {
+
+/// Saves the current context's memory manager and deallocation config and empties the queue (so a
+/// test starts from nothing pending); at scope end flushes, drops the reported free failures and
+/// restores both. Declare it before a HostControlsGuard, so that injected failures are cleared
+/// before the final flush.
+class MemoryStateGuard {
+ public:
+  MemoryStateGuard()
+      : ctx_(devmem::current_context()),
+        manager_(ctx_->memory_manager()),
+        config_(ctx_->deallocation_config()) {
+    ctx_->synchronize();
+    ctx_->flush_deallocations();
+    (void)ctx_->take_deallocation_errors();
+  }
+  MemoryStateGuard(const MemoryStateGuard&) = delete;
+  MemoryStateGuard& operator=(const MemoryStateGuard&) = delete;
+  ~MemoryStateGuard() {
+    try {
+      ctx_->synchronize();
+      ctx_->flush_deallocations();
+    } catch (...) {  // a destructor must not throw; the test has failed already
+    }
+    try {
+      (void)ctx_->take_deallocation_errors();
+      ctx_->set_memory_manager(manager_);
+      ctx_->set_deallocation_config(config_);
+    } catch (...) {
+    }
+  }
+  [[nodiscard]] const std::shared_ptr<devmem::Context>& context() const noexcept { return ctx_; }
+  /// The manager that was current when the guard was made.
+  [[nodiscard]] const std::shared_ptr<devmem::MemoryManager>& saved_manager() const noexcept {
+    return manager_;
+  }
+
+ private:
+  std::shared_ptr<devmem::Context> ctx_;
+  std::shared_ptr<devmem::MemoryManager> manager_;
+  devmem::DeallocationConfig config_;
+};
+
+/// A direct manager that records every call: the pointers it handed out and took back, in order.
+/// `fail_allocations` makes the next that many allocate() calls throw OutOfMemory without calling
+/// the backend; `fail_deallocation_at` makes the nth deallocate() call from now (1-based) free the
+/// memory and then throw a BackendError.
+class RecordingManager : public devmem::DirectMemoryManager {
+ public:
+  struct Block {
+    void* ptr;
+    std::size_t bytes;
+    friend bool operator==(const Block&, const Block&) = default;
+  };
+  explicit RecordingManager(devmem::Context& context, std::string name = "recording")
+      : DirectMemoryManager(context), name_(std::move(name)) {}
+  [[nodiscard]] std::string_view name() const noexcept override { return name_; }
+
+  [[nodiscard]] void* allocate(std::size_t bytes, devmem::NativeStream stream) override {
+    {
+      const std::lock_guard lock(mutex_);
+      ++allocate_calls_;
+      if (fail_allocations_ > 0) {
+        --fail_allocations_;
+        throw devmem::OutOfMemory(
+            "recording manager: injected out of memory (" + std::to_string(bytes) + " bytes)",
+            static_cast<std::int64_t>(bytes));
+      }
+    }
+    void* const p = DirectMemoryManager::allocate(bytes, stream);
+    const std::lock_guard lock(mutex_);
+    allocations_.push_back({p, bytes});
+    return p;
+  }
+  void deallocate(void* ptr, std::size_t bytes) override {
+    bool fail = false;
+    {
+      const std::lock_guard lock(mutex_);
+      if (fail_deallocation_at_ > 0) fail = --fail_deallocation_at_ == 0;
+    }
+    DirectMemoryManager::deallocate(ptr, bytes);
+    const std::lock_guard lock(mutex_);
+    deallocations_.push_back({ptr, bytes});
+    if (fail) {
+      throw devmem::BackendError("recording", "deallocate", 999, "Injected",
+                                 "recording manager: injected deallocation failure");
+    }
+  }
+  [[nodiscard]] void* host_allocate(std::size_t bytes, devmem::HostAllocFlags flags) override {
+    void* const p = DirectMemoryManager::host_allocate(bytes, flags);
+    const std::lock_guard lock(mutex_);
+    host_allocations_.push_back({p, bytes});
+    host_flags_.push_back(flags);
+    return p;
+  }
+  void host_deallocate(void* ptr, std::size_t bytes, devmem::HostAllocFlags flags) override {
+    DirectMemoryManager::host_deallocate(ptr, bytes, flags);
+    const std::lock_guard lock(mutex_);
+    host_deallocations_.push_back({ptr, bytes});
+    host_deallocation_flags_.push_back(flags);
+  }
+
+  void fail_next_allocations(int n) {
+    const std::lock_guard lock(mutex_);
+    fail_allocations_ = n;
+  }
+  void fail_deallocation_at(int nth) {
+    const std::lock_guard lock(mutex_);
+    fail_deallocation_at_ = nth;
+  }
+  [[nodiscard]] int allocate_calls() const {
+    const std::lock_guard lock(mutex_);
+    return allocate_calls_;
+  }
+  [[nodiscard]] std::vector<Block> allocations() const {
+    const std::lock_guard lock(mutex_);
+    return allocations_;
+  }
+  [[nodiscard]] std::vector<Block> deallocations() const {
+    const std::lock_guard lock(mutex_);
+    return deallocations_;
+  }
+  [[nodiscard]] std::vector<Block> host_allocations() const {
+    const std::lock_guard lock(mutex_);
+    return host_allocations_;
+  }
+  [[nodiscard]] std::vector<devmem::HostAllocFlags> host_flags() const {
+    const std::lock_guard lock(mutex_);
+    return host_flags_;
+  }
+  [[nodiscard]] std::vector<Block> host_deallocations() const {
+    const std::lock_guard lock(mutex_);
+    return host_deallocations_;
+  }
+  [[nodiscard]] std::vector<devmem::HostAllocFlags> host_deallocation_flags() const {
+    const std::lock_guard lock(mutex_);
+    return host_deallocation_flags_;
+  }
+  /// Pointers given back by deallocate(), in order.
+  [[nodiscard]] std::vector<void*> freed() const {
+    std::vector<void*> out;
+    for (const Block& b : deallocations()) out.push_back(b.ptr);
+    return out;
+  }
+
+ private:
+  std::string name_;
+  mutable std::mutex mutex_;
+  int allocate_calls_ = 0;
+  int fail_allocations_ = 0;
+  int fail_deallocation_at_ = 0;
+  std::vector<Block> allocations_;
+  std::vector<Block> deallocations_;
+  std::vector<Block> host_allocations_;
+  std::vector<devmem::HostAllocFlags> host_flags_;
+  std::vector<Block> host_deallocations_;
+  std::vector<devmem::HostAllocFlags> host_deallocation_flags_;
+};
+
+/// Makes a RecordingManager the current context's manager and returns it.
+inline std::shared_ptr<RecordingManager> use_recording_manager() {
+  auto ctx = devmem::current_context();
+  auto manager = std::make_shared<RecordingManager>(*ctx);
+  ctx->set_memory_manager(manager);
+  return manager;
+}
+
+/// Makes a new PoolMemoryManager the current context's manager and returns it.
+inline std::shared_ptr<devmem::PoolMemoryManager> use_pool_manager(
+    devmem::PoolMemoryManager::Options options = {}) {
+  auto ctx = devmem::current_context();
+  auto manager = std::make_shared<devmem::PoolMemoryManager>(*ctx, options);
+  ctx->set_memory_manager(manager);
+  return manager;
+}
+
+/// Blocks a stream: work enqueued on it after the gate waits until open() or the destructor (or,
+/// so that a broken library cannot hang the suite, a safety timeout, which timed_out() reports).
+/// Declare it after the stream, so that it opens before the stream is destroyed.
+class StreamGate {
+ public:
+  explicit StreamGate(const devmem::Stream& stream, std::chrono::seconds safety = std::chrono::seconds(20))
+      : state_(std::make_shared<State>()) {
+    state_->opened = state_->promise.get_future().share();
+    std::shared_ptr<State> state = state_;
+    devmem::active_backend().launch_host_function(
+        stream.context()->device(), stream.native_handle(), [state, safety] {
+          state->reached.store(true);
+          if (state->opened.wait_for(safety) == std::future_status::timeout) {
+            state->timed_out.store(true);
+          }
+        });
+  }
+  StreamGate(const StreamGate&) = delete;
+  StreamGate& operator=(const StreamGate&) = delete;
+  ~StreamGate() { open(); }
+  void open() {
+    if (open_) return;
+    open_ = true;
+    state_->promise.set_value();
+  }
+  [[nodiscard]] bool timed_out() const noexcept { return state_->timed_out.load(); }
+
+ private:
+  struct State {
+    std::promise<void> promise;
+    std::shared_future<void> opened;
+    std::atomic<bool> reached{false};
+    std::atomic<bool> timed_out{false};
+  };
+  std::shared_ptr<State> state_;
+  bool open_ = false;
+};
+
+/// Redirects the process's stderr (file descriptor 2) into a temporary file until finish().
+class StderrCapture {
+ public:
+  StderrCapture() : file_(std::tmpfile()) {
+    REQUIRE(file_ != nullptr);
+    std::fflush(stderr);
+    saved_ = ::dup(2);
+    REQUIRE(saved_ >= 0);
+    REQUIRE(::dup2(::fileno(file_), 2) >= 0);
+  }
+  StderrCapture(const StderrCapture&) = delete;
+  StderrCapture& operator=(const StderrCapture&) = delete;
+  ~StderrCapture() {
+    restore();
+    if (file_ != nullptr) std::fclose(file_);
+  }
+  /// Restores stderr and returns what was written meanwhile.
+  std::string finish() {
+    restore();
+    std::string out;
+    std::rewind(file_);
+    char buffer[4096];
+    std::size_t n = 0;
+    while ((n = std::fread(buffer, 1, sizeof buffer, file_)) > 0) out.append(buffer, n);
+    return out;
+  }
+
+ private:
+  void restore() noexcept {
+    if (saved_ < 0) return;
+    std::fflush(stderr);
+    (void)::dup2(saved_, 2);
+    ::close(saved_);
+    saved_ = -1;
+  }
+  std::FILE* file_;
+  int saved_ = -1;
+};
+
+/// How a pointer appears in devmem's messages ("0x7f..." as fmt prints a void*).
+inline std::string pointer_text(const void* p) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%p", p);
+  return buffer;
 }
 
 }  // namespace conformance

@@ -113,6 +113,10 @@ TEST_CASE("context: memory_info follows allocations", "[context][host-only]") {
     CHECK(devmem::host::device_memory_used() == used_before + kMiB);
     CHECK(ctx->memory_info().free == free_before - kMiB);
   }
+  // Freeing is deferred: the memory comes back when the queue is flushed.
+  CHECK(ctx->pending_deallocations() == 1);
+  CHECK(devmem::host::device_memory_used() == used_before + kMiB);
+  ctx->flush_deallocations();
   CHECK(devmem::host::device_memory_used() == used_before);
   CHECK(ctx->memory_info().free == free_before);
   devmem::host::set_device_memory_capacity(used_before + 3 * kMiB);

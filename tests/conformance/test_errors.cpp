@@ -109,10 +109,18 @@ TEST_CASE("errors: out of device memory", "[errors][oom][host-only]") {
       CHECK_THAT(std::string(e.what()), Catch::Matchers::StartsWith("reshape: "));
     }
   }
-  SECTION("an injected MemoryAllocation failure is an OutOfMemory") {
+  SECTION("one out-of-memory failure is retried once after flushing pending deallocations") {
+    devmem::host::reset_call_counts();
     devmem::host::fail_nth(Call::Allocate, 1, Status::MemoryAllocation);
+    const DeviceArray d = devmem::device_array(Shape{100}, f8());
+    CHECK(d.alloc_size() == 800);
+    CHECK(devmem::host::call_count(Call::Allocate) == 2);
+    CHECK(devmem::host::device_memory_used() == used + 800);
+  }
+  SECTION("an out-of-memory failure of the allocation and of its retry is final") {
+    devmem::host::fail_nth(Call::Allocate, 1, Status::MemoryAllocation, 2);
     REQUIRE_THROWS_MATCHES(devmem::device_array(Shape{100}, f8()), devmem::OutOfMemory,
-                           MessageStartsWith("device_array: "));
+                           MessageStartsWith("device_array: out of device memory allocating 800 bytes"));
     CHECK(devmem::host::device_memory_used() == used);
     CHECK(devmem::device_array(Shape{100}, f8()).alloc_size() == 800);
   }
@@ -120,7 +128,12 @@ TEST_CASE("errors: out of device memory", "[errors][oom][host-only]") {
 
 TEST_CASE("errors: out of pinned host memory (injected)", "[errors][oom][host-only]") {
   const HostControlsGuard guard;
+  // The first failure is retried after a flush (and then succeeds); the retry's failure is final.
+  devmem::host::reset_call_counts();
   devmem::host::fail_nth(Call::HostAllocate, 1, Status::MemoryAllocation);
+  CHECK(devmem::pinned_array(Shape{10}, f8()).size() == 10);
+  CHECK(devmem::host::call_count(Call::HostAllocate) == 2);
+  devmem::host::fail_nth(Call::HostAllocate, 1, Status::MemoryAllocation, 2);
   try {
     (void)devmem::pinned_array(Shape{1000}, f8());
     FAIL("an injected host allocation failure did not throw");
@@ -128,7 +141,7 @@ TEST_CASE("errors: out of pinned host memory (injected)", "[errors][oom][host-on
     CHECK(e.requested_bytes() == 8000);
     CHECK_THAT(std::string(e.what()), Catch::Matchers::StartsWith("pinned_array: "));
   }
-  devmem::host::fail_nth(Call::HostAllocate, 1, Status::MemoryAllocation);
+  devmem::host::fail_nth(Call::HostAllocate, 1, Status::MemoryAllocation, 2);
   REQUIRE_THROWS_MATCHES(devmem::mapped_array(Shape{10}, f8()), devmem::OutOfMemory,
                          MessageStartsWith("mapped_array: "));
   CHECK(devmem::pinned_array(Shape{1000}, f8()).kind() == devmem::HostMemoryKind::Pinned);

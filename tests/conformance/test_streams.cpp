@@ -370,15 +370,17 @@ TEST_CASE("streams: buffers of queued work stay alive", "[streams][lifetime]") {
 }
 
 TEST_CASE("Context::synchronize waits for every stream", "[streams][context]") {
-  const BusyWork busy;
+  // One BusyWork per stream: two streams writing the same buffer at once would be a data race.
+  const BusyWork busy1;
+  const BusyWork busy2;
   const devmem::Stream s1 = devmem::stream();
   const devmem::Stream s2 = devmem::stream();
   const HostArray out1 = devmem::pinned_array(Shape{1000}, f8());
   const HostArray out2 = devmem::pinned_array(Shape{1000}, f8());
   const DeviceArray d = iota_device(Shape{1000});
-  busy.enqueue(s1);
+  busy1.enqueue(s1);
   d.copy_to_host(out1, s1);
-  busy.enqueue(s2);
+  busy2.enqueue(s2);
   d.copy_to_host(out2, s2);
   devmem::current_context()->synchronize();
   CHECK(s1.query());

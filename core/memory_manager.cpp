@@ -1,0 +1,302 @@
+// The built-in memory managers (direct, pool), the name registry behind DEVMEM_MEMORY_MANAGER,
+// and the defer_cleanup scope.
+#include "core/internal.hpp"
+
+#include <devmem/error.hpp>
+#include <devmem/memory_manager.hpp>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <bit>
+#include <map>
+#include <unordered_map>
+#include <utility>
+
+namespace devmem {
+
+MemoryManager::~MemoryManager() = default;
+
+// ---- direct ----
+
+DirectMemoryManager::~DirectMemoryManager() = default;
+
+void* DirectMemoryManager::allocate(std::size_t bytes, NativeStream /*stream*/) {
+  return context().backend().allocate(context().device(), bytes);
+}
+void DirectMemoryManager::deallocate(void* ptr, std::size_t /*bytes*/) {
+  context().backend().deallocate(context().device(), ptr);
+}
+void* DirectMemoryManager::host_allocate(std::size_t bytes, HostAllocFlags flags) {
+  return context().backend().host_allocate(context().device(), bytes, flags);
+}
+void DirectMemoryManager::host_deallocate(void* ptr, std::size_t /*bytes*/,
+                                          HostAllocFlags /*flags*/) {
+  context().backend().host_deallocate(context().device(), ptr);
+}
+MemoryInfo DirectMemoryManager::memory_info() {
+  return context().backend().memory_info(context().device());
+}
+
+// ---- pool ----
+
+struct PoolMemoryManager::State {
+  Options options;
+  mutable std::mutex mutex;
+  // Free blocks by size class. Blocks get here only once no work uses them (the context queues
+  // memory after the streams that used it are done), so any stream may take them at once.
+  std::unordered_map<std::size_t, std::vector<void*>> device_blocks;
+  std::map<std::pair<unsigned, std::size_t>, std::vector<void*>> host_blocks;  // (flags, class)
+  PoolStatistics stats;
+};
+
+PoolMemoryManager::PoolMemoryManager(Context& context) : PoolMemoryManager(context, Options{}) {}
+
+PoolMemoryManager::PoolMemoryManager(Context& context, Options options)
+    : MemoryManager(context), state_(std::make_unique<State>()) {
+  if (options.max_cached_bytes < 0) {
+    throw InvalidArgument(fmt::format("PoolMemoryManager: max_cached_bytes must not be negative, got {}",
+                                      options.max_cached_bytes));
+  }
+  state_->options = options;
+}
+
+PoolMemoryManager::~PoolMemoryManager() {
+  try {
+    trim();
+  } catch (const std::exception& e) {
+    detail::report_error(fmt::format("pool memory manager: releasing the cache: {}", e.what()));
+  }
+}
+
+std::size_t PoolMemoryManager::size_class(std::size_t bytes) noexcept {
+  constexpr std::size_t kMinimum = 256;
+  if (bytes <= kMinimum) return kMinimum;
+  // Four classes per power of two: p, 1.25p, 1.5p, 1.75p.
+  const std::size_t power = std::bit_floor(bytes);
+  const std::size_t step = power / 4;
+  return (bytes + step - 1) / step * step;
+}
+
+void* PoolMemoryManager::allocate(std::size_t bytes, NativeStream /*stream*/) {
+  const std::size_t cls = size_class(bytes);
+  {
+    std::lock_guard lock(state_->mutex);
+    auto it = state_->device_blocks.find(cls);
+    if (it != state_->device_blocks.end() && !it->second.empty()) {
+      void* block = it->second.back();
+      it->second.pop_back();
+      ++state_->stats.hits;
+      state_->stats.cached_bytes -= static_cast<std::int64_t>(cls);
+      --state_->stats.cached_blocks;
+      return block;
+    }
+    ++state_->stats.misses;
+  }
+  Backend& backend = context().backend();
+  void* block = nullptr;
+  try {
+    block = backend.allocate(context().device(), cls);
+  } catch (const OutOfMemory&) {
+    // Cached blocks of other sizes may be what stands in the way.
+    trim();
+    block = backend.allocate(context().device(), cls);
+  }
+  std::lock_guard lock(state_->mutex);
+  state_->stats.backend_bytes += static_cast<std::int64_t>(cls);
+  return block;
+}
+
+void PoolMemoryManager::deallocate(void* ptr, std::size_t bytes) {
+  const std::size_t cls = size_class(bytes);
+  const auto cls_bytes = static_cast<std::int64_t>(cls);
+  {
+    std::lock_guard lock(state_->mutex);
+    const std::int64_t limit = state_->options.max_cached_bytes;
+    if (limit == 0 || state_->stats.cached_bytes + cls_bytes <= limit) {
+      state_->device_blocks[cls].push_back(ptr);
+      state_->stats.cached_bytes += cls_bytes;
+      ++state_->stats.cached_blocks;
+      return;
+    }
+    state_->stats.backend_bytes -= cls_bytes;
+  }
+  context().backend().deallocate(context().device(), ptr);
+}
+
+void* PoolMemoryManager::host_allocate(std::size_t bytes, HostAllocFlags flags) {
+  const std::size_t cls = size_class(bytes);
+  const auto key = std::make_pair(static_cast<unsigned>(flags), cls);
+  {
+    std::lock_guard lock(state_->mutex);
+    auto it = state_->host_blocks.find(key);
+    if (it != state_->host_blocks.end() && !it->second.empty()) {
+      void* block = it->second.back();
+      it->second.pop_back();
+      ++state_->stats.hits;
+      state_->stats.cached_host_bytes -= static_cast<std::int64_t>(cls);
+      return block;
+    }
+    ++state_->stats.misses;
+  }
+  Backend& backend = context().backend();
+  try {
+    return backend.host_allocate(context().device(), cls, flags);
+  } catch (const OutOfMemory&) {
+    trim();
+    return backend.host_allocate(context().device(), cls, flags);
+  }
+}
+
+void PoolMemoryManager::host_deallocate(void* ptr, std::size_t bytes, HostAllocFlags flags) {
+  const std::size_t cls = size_class(bytes);
+  const auto cls_bytes = static_cast<std::int64_t>(cls);
+  {
+    std::lock_guard lock(state_->mutex);
+    const std::int64_t limit = state_->options.max_cached_bytes;
+    if (limit == 0 ||
+        state_->stats.cached_bytes + state_->stats.cached_host_bytes + cls_bytes <= limit) {
+      state_->host_blocks[std::make_pair(static_cast<unsigned>(flags), cls)].push_back(ptr);
+      state_->stats.cached_host_bytes += cls_bytes;
+      return;
+    }
+  }
+  context().backend().host_deallocate(context().device(), ptr);
+}
+
+MemoryInfo PoolMemoryManager::memory_info() {
+  MemoryInfo info = context().backend().memory_info(context().device());
+  // Cached blocks are free for this context's arrays.
+  info.free += cached_bytes();
+  return info;
+}
+
+void PoolMemoryManager::trim() {
+  std::unordered_map<std::size_t, std::vector<void*>> device_blocks;
+  std::map<std::pair<unsigned, std::size_t>, std::vector<void*>> host_blocks;
+  {
+    std::lock_guard lock(state_->mutex);
+    device_blocks.swap(state_->device_blocks);
+    host_blocks.swap(state_->host_blocks);
+    state_->stats.backend_bytes -= state_->stats.cached_bytes;
+    state_->stats.cached_bytes = 0;
+    state_->stats.cached_blocks = 0;
+    state_->stats.cached_host_bytes = 0;
+    ++state_->stats.trims;
+  }
+  // Every block is attempted; the first failure is rethrown after.
+  std::exception_ptr first;
+  Backend& backend = context().backend();
+  for (auto& [cls, blocks] : device_blocks) {
+    for (void* p : blocks) {
+      try {
+        backend.deallocate(context().device(), p);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+  }
+  for (auto& [key, blocks] : host_blocks) {
+    for (void* p : blocks) {
+      try {
+        backend.host_deallocate(context().device(), p);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+std::int64_t PoolMemoryManager::cached_bytes() const noexcept {
+  std::lock_guard lock(state_->mutex);
+  return state_->stats.cached_bytes;
+}
+
+PoolStatistics PoolMemoryManager::statistics() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->stats;
+}
+
+// ---- registry ----
+
+namespace {
+
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, MemoryManagerFactory, std::less<>> factories;
+};
+
+Registry& registry() {
+  static auto* r = [] {
+    auto* reg = new Registry;
+    reg->factories.emplace("direct", [](Context& ctx) -> std::shared_ptr<MemoryManager> {
+      return std::make_shared<DirectMemoryManager>(ctx);
+    });
+    reg->factories.emplace("pool", [](Context& ctx) -> std::shared_ptr<MemoryManager> {
+      return std::make_shared<PoolMemoryManager>(ctx);
+    });
+    return reg;
+  }();
+  return *r;
+}
+
+}  // namespace
+
+void register_memory_manager(std::string name, MemoryManagerFactory factory) {
+  if (name.empty()) throw InvalidArgument("register_memory_manager: the name is empty");
+  if (!factory) {
+    throw InvalidArgument(fmt::format("register_memory_manager: the factory for '{}' is empty", name));
+  }
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.factories.insert_or_assign(std::move(name), std::move(factory));
+}
+
+std::shared_ptr<MemoryManager> make_memory_manager(std::string_view name, Context& context) {
+  MemoryManagerFactory factory;
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    auto it = r.factories.find(name);
+    if (it == r.factories.end()) {
+      std::vector<std::string_view> known;
+      for (const auto& [key, value] : r.factories) known.push_back(key);
+      throw InvalidArgument(fmt::format("make_memory_manager: unknown memory manager '{}' (known: {})",
+                                        name, fmt::join(known, ", ")));
+    }
+    factory = it->second;
+  }
+  auto manager = factory(context);
+  if (!manager) {
+    throw InvalidArgument(fmt::format("make_memory_manager: the factory of '{}' returned null", name));
+  }
+  return manager;
+}
+
+void set_memory_manager(std::shared_ptr<MemoryManager> manager) {
+  current_context()->set_memory_manager(std::move(manager));
+}
+
+// ---- defer_cleanup ----
+
+DeferCleanup::DeferCleanup(std::shared_ptr<Context> context) : context_(std::move(context)) {
+  detail::ContextState& st = context_->state();
+  std::lock_guard lock(st.queue_mutex);
+  ++st.defer_depth;
+}
+
+DeferCleanup::DeferCleanup(DeferCleanup&& other) noexcept : context_(std::move(other.context_)) {}
+
+DeferCleanup::~DeferCleanup() {
+  if (!context_) return;
+  detail::ContextState& st = context_->state();
+  // Leaving the scope does not flush (Numba): the next release over a limit, an out-of-memory
+  // retry or flush_deallocations() does.
+  std::lock_guard lock(st.queue_mutex);
+  --st.defer_depth;
+}
+
+DeferCleanup defer_cleanup() { return current_context()->defer_cleanup(); }
+
+}  // namespace devmem

@@ -1,0 +1,179 @@
+// Memory managers (Numba's External Memory Management plugins, RMM's memory resources) and the
+// deferred-deallocation controls of a context.
+//
+// Every device and page-locked host allocation of a context goes through its MemoryManager.
+// Memory whose last array goes away is not handed back at once: it is queued per context, and the
+// queue is flushed (each item given to MemoryManager::deallocate / host_deallocate) when
+//  - more than DeallocationConfig::max_pending_count items are queued (default 10, so the 11th
+//    queued item flushes: env DEVMEM_MAX_PENDING_DEALLOCS_COUNT),
+//  - more than max_pending_ratio of the device's total memory is queued (default 0.2: env
+//    DEVMEM_MAX_PENDING_DEALLOCS_RATIO); pinned host bytes count too,
+//  - an allocation fails for lack of memory (flush, retry once, then OutOfMemory),
+//  - flush_deallocations() is called;
+// except inside a defer_cleanup() scope, where nothing is freed (leaving it does not flush).
+//
+// Stream ordering: memory reaches the queue only once all work devmem enqueued on it (copies,
+// fills, kernels) has completed, so a manager may hand a returned block to any stream at once
+// and no free path blocks the host on a stream.
+//
+// A free that fails during a flush stops that flush: the failed item is dropped (its state is
+// unknown, freeing it again would be wrong), the items after it stay queued for the next flush,
+// and the error is thrown by flush_deallocations() or, for flushes devmem starts itself (inside a
+// destructor or an allocation), written to stderr and kept for take_deallocation_errors().
+//
+// Thread safety: all functions may be called from several threads. Managers are called
+// concurrently and must be thread-safe.
+#pragma once
+
+#include <devmem/backend.hpp>
+#include <devmem/export.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace devmem {
+
+class Context;
+
+/// Counts of allocations handed out to arrays: bytes and numbers now in use (allocated and not yet
+/// released by their arrays), the peak of those, and the totals since the context was created.
+struct MemoryStatistics {
+  std::int64_t current_bytes = 0;
+  std::int64_t peak_bytes = 0;
+  std::int64_t total_bytes = 0;
+  std::int64_t current_count = 0;
+  std::int64_t peak_count = 0;
+  std::int64_t total_count = 0;
+};
+
+/// The allocator behind a context. Implementations must be thread-safe.
+class DEVMEM_API MemoryManager {
+ public:
+  /// The interface version this build of devmem expects (Numba's EMM plugins use 1 too).
+  static constexpr int kInterfaceVersion = 1;
+
+  explicit MemoryManager(Context& context) noexcept : context_(&context) {}
+  MemoryManager(const MemoryManager&) = delete;
+  MemoryManager& operator=(const MemoryManager&) = delete;
+  virtual ~MemoryManager();
+
+  [[nodiscard]] virtual std::string_view name() const noexcept = 0;
+  /// Checked by set_memory_manager: must equal kInterfaceVersion.
+  [[nodiscard]] virtual int interface_version() const noexcept { return kInterfaceVersion; }
+  /// Device memory of `bytes` (> 0) that work on `stream` will use first. Throws OutOfMemory when
+  /// there is no room (the context then flushes its queue and retries once).
+  [[nodiscard]] virtual void* allocate(std::size_t bytes, NativeStream stream) = 0;
+  /// Takes back memory from allocate(). No work uses it any more.
+  virtual void deallocate(void* ptr, std::size_t bytes) = 0;
+  /// Page-locked host memory with `flags`; OutOfMemory when there is no room.
+  [[nodiscard]] virtual void* host_allocate(std::size_t bytes, HostAllocFlags flags) = 0;
+  virtual void host_deallocate(void* ptr, std::size_t bytes, HostAllocFlags flags) = 0;
+  /// Free and total device memory as the manager sees it.
+  [[nodiscard]] virtual MemoryInfo memory_info() = 0;
+  /// Gives cached memory back to the backend (a no-op for managers that cache nothing).
+  virtual void trim() {}
+  /// Bytes held in caches, not in use by arrays.
+  [[nodiscard]] virtual std::int64_t cached_bytes() const noexcept { return 0; }
+
+  [[nodiscard]] Context& context() const noexcept { return *context_; }
+
+ private:
+  Context* context_;
+};
+
+/// The backend's own allocator, nothing cached ("direct").
+class DEVMEM_API DirectMemoryManager : public MemoryManager {
+ public:
+  explicit DirectMemoryManager(Context& context) noexcept : MemoryManager(context) {}
+  ~DirectMemoryManager() override;
+  [[nodiscard]] std::string_view name() const noexcept override { return "direct"; }
+  [[nodiscard]] void* allocate(std::size_t bytes, NativeStream stream) override;
+  void deallocate(void* ptr, std::size_t bytes) override;
+  [[nodiscard]] void* host_allocate(std::size_t bytes, HostAllocFlags flags) override;
+  void host_deallocate(void* ptr, std::size_t bytes, HostAllocFlags flags) override;
+  [[nodiscard]] MemoryInfo memory_info() override;
+};
+
+/// Statistics of a PoolMemoryManager.
+struct PoolStatistics {
+  std::int64_t hits = 0;                 // requests served from the cache
+  std::int64_t misses = 0;               // requests that went to the backend
+  std::int64_t cached_bytes = 0;         // device bytes held free in the cache
+  std::int64_t cached_blocks = 0;
+  std::int64_t cached_host_bytes = 0;    // pinned host bytes held free in the cache
+  std::int64_t backend_bytes = 0;        // device bytes obtained from the backend, still held
+  std::int64_t trims = 0;                // times the cache was released
+};
+
+/// A caching allocator ("pool"): requests are rounded up to size classes (each power of two split
+/// in four steps, so at most 25% is wasted; at least 256 bytes), freed blocks are kept per class
+/// and handed out again without calling the backend. Pinned host blocks are cached the same way, per allocation flags. When the backend
+/// reports out of memory, the cache is released and the allocation retried.
+class DEVMEM_API PoolMemoryManager : public MemoryManager {
+ public:
+  struct Options {
+    /// Cached bytes beyond this are given back at once when blocks return (0: no limit).
+    std::int64_t max_cached_bytes = 0;
+  };
+  explicit PoolMemoryManager(Context& context);
+  PoolMemoryManager(Context& context, Options options);
+  ~PoolMemoryManager() override;
+  [[nodiscard]] std::string_view name() const noexcept override { return "pool"; }
+  [[nodiscard]] void* allocate(std::size_t bytes, NativeStream stream) override;
+  void deallocate(void* ptr, std::size_t bytes) override;
+  [[nodiscard]] void* host_allocate(std::size_t bytes, HostAllocFlags flags) override;
+  void host_deallocate(void* ptr, std::size_t bytes, HostAllocFlags flags) override;
+  [[nodiscard]] MemoryInfo memory_info() override;
+  void trim() override;
+  [[nodiscard]] std::int64_t cached_bytes() const noexcept override;
+  [[nodiscard]] PoolStatistics statistics() const;
+  /// The size class a request of `bytes` is rounded up to.
+  [[nodiscard]] static std::size_t size_class(std::size_t bytes) noexcept;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+/// Makes a manager for a context.
+using MemoryManagerFactory = std::function<std::shared_ptr<MemoryManager>(Context&)>;
+
+/// Makes `factory` available to DEVMEM_MEMORY_MANAGER under `name` ("direct" and "pool" are
+/// built in). Replaces an earlier registration of the same name.
+DEVMEM_API void register_memory_manager(std::string name, MemoryManagerFactory factory);
+/// The manager registered under `name`, made for `context`. InvalidArgument for unknown names.
+[[nodiscard]] DEVMEM_API std::shared_ptr<MemoryManager> make_memory_manager(std::string_view name,
+                                                                            Context& context);
+/// Replaces the current context's manager (Context::set_memory_manager).
+DEVMEM_API void set_memory_manager(std::shared_ptr<MemoryManager> manager);
+
+/// Queue limits (see the file comment).
+struct DeallocationConfig {
+  std::int64_t max_pending_count = 10;
+  double max_pending_ratio = 0.2;
+};
+
+/// While alive, nothing queued in its context is freed. Nestable, move-only.
+class [[nodiscard]] DEVMEM_API DeferCleanup {
+ public:
+  explicit DeferCleanup(std::shared_ptr<Context> context);
+  DeferCleanup(DeferCleanup&& other) noexcept;
+  DeferCleanup& operator=(DeferCleanup&&) = delete;
+  DeferCleanup(const DeferCleanup&) = delete;
+  DeferCleanup& operator=(const DeferCleanup&) = delete;
+  ~DeferCleanup();
+
+ private:
+  std::shared_ptr<Context> context_;
+};
+
+/// A defer_cleanup scope on the current context (Numba's cuda.defer_cleanup()).
+[[nodiscard]] DEVMEM_API DeferCleanup defer_cleanup();
+
+}  // namespace devmem
