@@ -506,7 +506,14 @@ std::shared_ptr<Context> context_for_device(int index) {
   return slot;
 }
 
-std::shared_ptr<Context> current_context() { return context_for_device(g_current_device); }
+std::shared_ptr<Context> current_context() {
+  // Contexts live until exit, so a per-thread copy of the pointer stays valid: the hot path
+  // (every allocation without a stream) then takes no lock.
+  thread_local std::shared_ptr<Context> cached;
+  if (cached && cached->device() == g_current_device) return cached;
+  cached = context_for_device(g_current_device);
+  return cached;
+}
 
 // ---- Stream ----
 
