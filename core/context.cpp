@@ -79,6 +79,32 @@ std::int64_t byte_limit(const DeallocationConfig& config, MemoryManager& manager
 
 }  // namespace
 
+template <class Allocate>
+void* ContextState::allocate_with_retry(Allocate&& allocate, const char* operation,
+                                        std::int64_t bytes, const char* what) {
+  try {
+    return allocate();
+  } catch (const OutOfMemory&) {
+    // Numba's rule: free what is pending, then try exactly once more.
+    flush(true);
+    try {
+      return allocate();
+    } catch (const OutOfMemory& e) {
+      MemoryInfo info{};
+      try {
+        info = manager()->memory_info();
+      } catch (...) {  // the size and the vendor's error still make a useful message
+      }
+      throw OutOfMemory(
+          fmt::format("{}: out of {} allocating {} bytes ({}) on device {} ({} free of {}, after "
+                      "flushing pending deallocations): {}",
+                      operation, what, bytes, human_bytes(bytes), device(),
+                      human_bytes(info.free), human_bytes(info.total), e.what()),
+          bytes);
+    }
+  }
+}
+
 std::shared_ptr<Context> ContextState::create(Backend& backend, int device) {
   std::shared_ptr<Context> ctx(new Context(backend, device));
   ContextState& st = ctx->state();
@@ -167,28 +193,8 @@ std::shared_ptr<DeviceMemory> ContextState::allocate_device(std::int64_t bytes,
   collect_retired();
   auto mgr = manager();
   const auto size = static_cast<std::size_t>(bytes);
-  void* ptr = nullptr;
-  try {
-    ptr = mgr->allocate(size, stream);
-  } catch (const OutOfMemory&) {
-    // Numba's rule: free what is pending, then try exactly once more.
-    flush(true);
-    try {
-      ptr = mgr->allocate(size, stream);
-    } catch (const OutOfMemory& e) {
-      MemoryInfo info{};
-      try {
-        info = mgr->memory_info();
-      } catch (...) {  // the size and the first error still make a useful message
-      }
-      throw OutOfMemory(
-          fmt::format("{}: out of device memory allocating {} bytes ({}) on device {} ({} free of "
-                      "{}, after flushing pending deallocations): {}",
-                      operation, bytes, human_bytes(bytes), device(), human_bytes(info.free),
-                      human_bytes(info.total), e.what()),
-          bytes);
-    }
-  }
+  void* ptr = allocate_with_retry([&] { return mgr->allocate(size, stream); }, operation, bytes,
+                                  "device memory");
   memory->ptr = static_cast<std::byte*>(ptr);
   memory->owned = true;
   memory->manager = std::move(mgr);
@@ -208,20 +214,8 @@ std::shared_ptr<HostMemory> ContextState::allocate_host(std::int64_t bytes, Host
   collect_retired();
   auto mgr = manager();
   const auto size = static_cast<std::size_t>(bytes);
-  void* ptr = nullptr;
-  try {
-    ptr = mgr->host_allocate(size, flags);
-  } catch (const OutOfMemory&) {
-    flush(true);
-    try {
-      ptr = mgr->host_allocate(size, flags);
-    } catch (const OutOfMemory& e) {
-      throw OutOfMemory(fmt::format("{}: out of page-locked host memory allocating {} bytes ({}), "
-                                    "after flushing pending deallocations: {}",
-                                    operation, bytes, human_bytes(bytes), e.what()),
-                        bytes);
-    }
-  }
+  void* ptr = allocate_with_retry([&] { return mgr->host_allocate(size, flags); }, operation,
+                                  bytes, "page-locked host memory");
   memory->ptr = static_cast<std::byte*>(ptr);
   memory->owned = true;
   memory->manager = std::move(mgr);
@@ -297,9 +291,16 @@ void ContextState::flush(bool implicit) {
         }
         if (implicit) errors.push_back(message);
       }
-      if (!implicit) throw;
-      report_error(message);
-      return;
+      if (implicit) {
+        report_error(message);
+        return;
+      }
+      // Same exception type, with the pointer and the queue state in the message.
+      if (const auto* backend_error = dynamic_cast<const BackendError*>(&e)) {
+        throw BackendError(backend_error->backend(), backend_error->function(),
+                           backend_error->code(), backend_error->code_name(), message);
+      }
+      throw Error(message);
     }
   }
 }

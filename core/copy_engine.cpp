@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 namespace devmem::detail {
 
@@ -94,28 +95,23 @@ void copy_elements(const char* operation, Context& context, StreamState& stream,
   if (ranges_overlap(src, dst)) {
     // The same bytes are read and written: copy the source aside first so that every element is
     // read before any is overwritten.
+    const Layout dense = layout::make_layout(s.shape, s.itemsize, layout::strides_like(s));
+    // The staging array must outlive `tmp`, which points into it.
+    std::optional<DeviceArray> device_staging;
+    std::optional<HostArray> host_staging;
     if (src.on_device) {
-      DeviceArray staging = make_device_array(
-          context, layout::make_layout(s.shape, s.itemsize, layout::strides_like(s)), *src.dtype,
-          StreamState::wrap(context.state().default_stream), operation);
-      const CopyEndpoint tmp = endpoint(staging);
-      CopyEndpoint src_squeezed = src;
-      src_squeezed.layout = &s;
-      copy_elements(operation, context, stream, tmp, src_squeezed);
-      CopyEndpoint dst_squeezed = dst;
-      dst_squeezed.layout = &d;
-      copy_elements(operation, context, stream, dst_squeezed, tmp);
+      device_staging.emplace(make_device_array(
+          context, dense, *src.dtype, StreamState::wrap(context.state().default_stream), operation));
     } else {
-      HostArray staging = make_host_array(
-          layout::make_layout(s.shape, s.itemsize, layout::strides_like(s)), *src.dtype);
-      const CopyEndpoint tmp = endpoint(staging);
-      CopyEndpoint src_squeezed = src;
-      src_squeezed.layout = &s;
-      copy_elements(operation, context, stream, tmp, src_squeezed);
-      CopyEndpoint dst_squeezed = dst;
-      dst_squeezed.layout = &d;
-      copy_elements(operation, context, stream, dst_squeezed, tmp);
+      host_staging.emplace(make_host_array(dense, *src.dtype));
     }
+    const CopyEndpoint tmp = device_staging ? endpoint(*device_staging) : endpoint(*host_staging);
+    CopyEndpoint src_squeezed = src;
+    src_squeezed.layout = &s;
+    copy_elements(operation, context, stream, tmp, src_squeezed);
+    CopyEndpoint dst_squeezed = dst;
+    dst_squeezed.layout = &d;
+    copy_elements(operation, context, stream, dst_squeezed, tmp);
     return;
   }
 

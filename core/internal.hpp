@@ -114,6 +114,11 @@ struct ContextState {
   /// Page-locked host memory (zero-filled unless write-combined), same retry rule.
   std::shared_ptr<HostMemory> allocate_host(std::int64_t bytes, HostAllocFlags flags,
                                             const char* operation);
+  /// Calls `allocate`; on OutOfMemory flushes the queue and calls it once more; a second
+  /// OutOfMemory is rethrown naming `operation`, the size and free/total memory.
+  template <class Allocate>
+  void* allocate_with_retry(Allocate&& allocate, const char* operation, std::int64_t bytes,
+                            const char* what);
   /// Queues memory whose last user is gone; flushes when a limit is exceeded. Never throws.
   void release(std::shared_ptr<MemoryManager> manager, void* ptr, std::int64_t bytes, bool host,
                HostAllocFlags flags) noexcept;
