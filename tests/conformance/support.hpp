@@ -404,7 +404,8 @@ inline std::shared_ptr<devmem::PoolMemoryManager> use_pool_manager(
 /// Declare it after the stream, so that it opens before the stream is destroyed.
 class StreamGate {
  public:
-  explicit StreamGate(const devmem::Stream& stream, std::chrono::seconds safety = std::chrono::seconds(20))
+  explicit StreamGate(const devmem::Stream& stream,
+                      std::chrono::seconds safety = std::chrono::seconds(20))
       : state_(std::make_shared<State>()) {
     state_->opened = state_->promise.get_future().share();
     std::shared_ptr<State> state = state_;
@@ -481,6 +482,42 @@ inline std::string pointer_text(const void* p) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%p", p);
   return buffer;
+}
+
+}  // namespace conformance
+
+// ---- Running one test case in a child process (environment variables read at startup) ----------
+
+#include <sys/wait.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace conformance {
+
+/// Runs this test executable again on the single test case `test_name` with the environment
+/// assignments `env` added (e.g. "DEVMEM_MEMORY_MANAGER=pool"), so that settings read when the
+/// first context is created can be tested. Returns the child's exit status; its output goes to
+/// `output`.
+inline int run_self_with_env(const std::string& env, const std::string& test_name,
+                             std::string& output) {
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  REQUIRE(n > 0);
+  exe[n] = '\0';
+  char path[] = "/tmp/devmem-conformance-child-XXXXXX";
+  const int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+  const std::string command = "env " + env + " '" + std::string(exe) + "' '" + test_name + "' > '" +
+                              std::string(path) + "' 2>&1";
+  const int status = std::system(command.c_str());  // NOLINT(cert-env33-c)
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  output = text.str();
+  ::unlink(path);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 }  // namespace conformance

@@ -1,0 +1,600 @@
+// Memory managers (issue 6): the MemoryManager interface and its checks (Numba's EMM plugins),
+// set_memory_manager, the registry of named managers, memory returned to the manager that made
+// it, and the caching pool: size classes, reuse, statistics, trim, pinned blocks, memory pressure
+// and the cache limit.
+#include "support.hpp"
+
+#include <bit>
+#include <cstdlib>
+
+using namespace conformance;
+using Catch::Matchers::Message;
+using devmem::DeviceArray;
+using devmem::HostArray;
+using devmem::PoolMemoryManager;
+
+namespace {
+
+devmem::DeallocationConfig limits(int64_t count, double ratio) {
+  devmem::DeallocationConfig c;
+  c.max_pending_count = count;
+  c.max_pending_ratio = ratio;
+  return c;
+}
+
+/// A direct manager that claims another interface version.
+class Version2Manager : public devmem::DirectMemoryManager {
+ public:
+  using DirectMemoryManager::DirectMemoryManager;
+  [[nodiscard]] int interface_version() const noexcept override { return 2; }
+};
+
+/// A manager written against the bare interface: it asks the backend for 256 bytes more than
+/// requested and hands out the address 256 bytes in, so devmem must use exactly the pointers it
+/// gets and give exactly those back.
+class OffsetManager : public devmem::MemoryManager {
+ public:
+  static constexpr std::size_t kOffset = 256;
+  explicit OffsetManager(devmem::Context& context) : MemoryManager(context) {}
+  [[nodiscard]] std::string_view name() const noexcept override { return "offset"; }
+  [[nodiscard]] void* allocate(std::size_t bytes, devmem::NativeStream /*stream*/) override {
+    auto* base =
+        static_cast<std::byte*>(context().backend().allocate(context().device(), bytes + kOffset));
+    ++live_;
+    return base + kOffset;
+  }
+  void deallocate(void* ptr, std::size_t /*bytes*/) override {
+    context().backend().deallocate(context().device(), static_cast<std::byte*>(ptr) - kOffset);
+    --live_;
+  }
+  [[nodiscard]] void* host_allocate(std::size_t bytes, devmem::HostAllocFlags flags) override {
+    ++live_host_;
+    return context().backend().host_allocate(context().device(), bytes, flags);
+  }
+  void host_deallocate(void* ptr, std::size_t /*bytes*/,
+                       devmem::HostAllocFlags /*flags*/) override {
+    context().backend().host_deallocate(context().device(), ptr);
+    --live_host_;
+  }
+  [[nodiscard]] devmem::MemoryInfo memory_info() override {
+    return context().backend().memory_info(context().device());
+  }
+  [[nodiscard]] int live() const noexcept { return live_.load(); }
+  [[nodiscard]] int live_host() const noexcept { return live_host_.load(); }
+
+ private:
+  std::atomic<int> live_{0};
+  std::atomic<int> live_host_{0};
+};
+
+std::int64_t i64(std::size_t v) {
+  return static_cast<std::int64_t>(v);
+}
+
+}  // namespace
+
+// ---- the interface and its checks ---------------------------------------------------------------
+
+TEST_CASE("memory manager: the default manager", "[memory-manager]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  const std::shared_ptr<devmem::MemoryManager> m = ctx->memory_manager();
+  REQUIRE(m != nullptr);
+  const char* const env = std::getenv("DEVMEM_MEMORY_MANAGER");
+  CHECK(m->name() == std::string_view(env != nullptr && *env != '\0' ? env : "direct"));
+  CHECK(&m->context() == ctx.get());
+  CHECK(m->interface_version() == devmem::MemoryManager::kInterfaceVersion);
+  CHECK(devmem::MemoryManager::kInterfaceVersion == 1);
+  CHECK(ctx->memory_manager() == m);  // the same instance every time
+}
+
+TEST_CASE("memory manager: make_memory_manager makes the built-in managers", "[memory-manager]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  const auto direct = devmem::make_memory_manager("direct", *ctx);
+  REQUIRE(direct != nullptr);
+  CHECK(direct->name() == "direct");
+  CHECK(dynamic_cast<devmem::DirectMemoryManager*>(direct.get()) != nullptr);
+  CHECK(&direct->context() == ctx.get());
+  CHECK(direct->cached_bytes() == 0);
+  direct->trim();  // nothing cached: a no-op
+  CHECK(direct->cached_bytes() == 0);
+  const auto pool = devmem::make_memory_manager("pool", *ctx);
+  REQUIRE(pool != nullptr);
+  CHECK(pool->name() == "pool");
+  CHECK(dynamic_cast<PoolMemoryManager*>(pool.get()) != nullptr);
+  CHECK(pool->interface_version() == 1);
+  CHECK(pool->cached_bytes() == 0);
+  CHECK(devmem::make_memory_manager("pool", *ctx) != pool);  // a new instance per call
+  // Both report the device's memory.
+  CHECK(direct->memory_info().total == ctx->memory_info().total);
+  CHECK(direct->memory_info().free <= direct->memory_info().total);
+}
+
+TEST_CASE("memory manager: unknown names are rejected with the known ones listed",
+          "[memory-manager][errors]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  try {
+    (void)devmem::make_memory_manager("nope", *ctx);
+    FAIL("an unknown manager name was accepted");
+  } catch (const devmem::InvalidArgument& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Catch::Matchers::StartsWith(
+                         "make_memory_manager: unknown memory manager 'nope' (known: "));
+    CHECK_THAT(what, Catch::Matchers::Contains("direct"));
+    CHECK_THAT(what, Catch::Matchers::Contains("pool"));
+  }
+  REQUIRE_THROWS_AS(devmem::make_memory_manager("", *ctx), devmem::InvalidArgument);
+  REQUIRE_THROWS_AS(devmem::make_memory_manager("Direct", *ctx), devmem::InvalidArgument);
+}
+
+TEST_CASE("memory manager: set_memory_manager rejects null and other interface versions",
+          "[memory-manager][errors]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  const auto before = ctx->memory_manager();
+  SECTION("interface version 2") {
+    const auto v2 = std::make_shared<Version2Manager>(*ctx);
+    const std::string expected =
+        "set_memory_manager: memory manager 'direct' has interface version 2 - version 1 "
+        "required";
+    REQUIRE_THROWS_MATCHES(ctx->set_memory_manager(v2), devmem::InvalidArgument, Message(expected));
+    REQUIRE_THROWS_MATCHES(devmem::set_memory_manager(v2), devmem::InvalidArgument,
+                           Message(expected));
+  }
+  SECTION("null") {
+    REQUIRE_THROWS_MATCHES(ctx->set_memory_manager(nullptr), devmem::InvalidArgument,
+                           Message("set_memory_manager: the manager is null"));
+    REQUIRE_THROWS_MATCHES(devmem::set_memory_manager(nullptr), devmem::InvalidArgument,
+                           Message("set_memory_manager: the manager is null"));
+  }
+  CHECK(ctx->memory_manager() == before);  // unchanged
+  const DeviceArray d = iota_device(Shape{8});
+  CHECK(device_values(d) == iota_vec(8));
+}
+
+TEST_CASE("memory manager: a manager made for another context is rejected",
+          "[memory-manager][errors][multi-device]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  const int count = devmem::device_count();
+  REQUIRE(count >= 1);
+  if (count < 2) {
+    // One device: a manager for this context is accepted.
+    const auto own = std::make_shared<devmem::DirectMemoryManager>(*ctx);
+    ctx->set_memory_manager(own);
+    CHECK(ctx->memory_manager() == own);
+    return;
+  }
+  const auto other = devmem::context_for_device(1);
+  REQUIRE(other.get() != ctx.get());
+  const auto foreign = devmem::make_memory_manager("direct", *other);
+  const auto before = ctx->memory_manager();
+  REQUIRE_THROWS_MATCHES(
+      ctx->set_memory_manager(foreign), devmem::InvalidArgument,
+      Message("set_memory_manager: manager 'direct' was made for device 1, not for device 0"));
+  REQUIRE_THROWS_AS(devmem::set_memory_manager(foreign), devmem::InvalidArgument);
+  CHECK(ctx->memory_manager() == before);
+  // The other context accepts it.
+  const auto other_before = other->memory_manager();
+  other->set_memory_manager(foreign);
+  CHECK(other->memory_manager() == foreign);
+  other->set_memory_manager(other_before);
+}
+
+// ---- switching managers -------------------------------------------------------------------------
+
+TEST_CASE("memory manager: set_memory_manager switches; earlier memory goes back to its manager",
+          "[memory-manager]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  ctx->set_deallocation_config(limits(10, 1.0));
+  const auto recording = use_recording_manager();
+  CHECK(ctx->memory_manager() == recording);
+  CHECK(ctx->memory_manager()->name() == "recording");
+  DeviceArray a = devmem::device_array(Shape{1000}, u1());
+  HostArray pinned = devmem::pinned_array(Shape{5000}, u1());
+  REQUIRE(recording->allocations().size() == 1);
+  CHECK(recording->allocations()[0] == RecordingManager::Block{a.data(), 1000});
+  REQUIRE(recording->host_allocations().size() == 1);
+  CHECK(recording->host_allocations()[0] == RecordingManager::Block{pinned.data(), 5000});
+
+  const auto pool_base = devmem::make_memory_manager("pool", *ctx);
+  const auto pool = std::dynamic_pointer_cast<PoolMemoryManager>(pool_base);
+  REQUIRE(pool != nullptr);
+  devmem::set_memory_manager(pool_base);  // the free function: the current context
+  CHECK(ctx->memory_manager() == pool_base);
+  CHECK(ctx->memory_manager()->name() == "pool");
+  DeviceArray b = devmem::device_array(Shape{1000}, u1());
+  CHECK(recording->allocations().size() == 1);
+  CHECK(pool->statistics().misses == 1);
+
+  void* const a_ptr = a.data();
+  a = DeviceArray();
+  b = DeviceArray();
+  pinned = HostArray();
+  ctx->flush_deallocations();
+  CHECK(recording->freed() == std::vector<void*>{a_ptr});
+  CHECK(recording->host_deallocations().size() == 1);
+  CHECK(pool->cached_bytes() == 1024);  // b went back to the pool, a did not
+  CHECK(pool->statistics().cached_blocks == 1);
+}
+
+TEST_CASE("memory manager: after a switch, the old manager's memory goes back to the device",
+          "[memory-manager][pool][host-only]") {
+  const MemoryStateGuard mem;
+  const HostControlsGuard host;
+  const auto& ctx = mem.context();
+  ctx->set_deallocation_config(limits(10, 1.0));
+  ctx->set_memory_manager(devmem::make_memory_manager("direct", *ctx));
+  const int64_t used = devmem::host::device_memory_used();
+  DeviceArray a = devmem::device_array(Shape{256 * kKiB}, u1());
+  CHECK(devmem::host::device_memory_used() == used + 256 * kKiB);
+  const auto pool = use_pool_manager();
+  const DeviceArray b = devmem::device_array(Shape{256 * kKiB}, u1());
+  CHECK(devmem::host::device_memory_used() == used + 512 * kKiB);
+  a = DeviceArray();
+  ctx->flush_deallocations();
+  CHECK(devmem::host::device_memory_used() == used + 256 * kKiB);  // freed by the direct manager
+  CHECK(pool->cached_bytes() == 0);
+  CHECK(pool->statistics().backend_bytes == 256 * kKiB);
+}
+
+TEST_CASE("memory manager: arrays work on memory from a custom manager", "[memory-manager]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  ctx->set_deallocation_config(limits(0, 1.0));  // free at once
+  const auto manager = std::make_shared<OffsetManager>(*ctx);
+  ctx->set_memory_manager(manager);
+  {
+    const DeviceArray d = iota_device(Shape{300});
+    CHECK(manager->live() == 1);
+    CHECK(device_values(d) == iota_vec(300));
+    const DeviceArray c = d.copy();
+    CHECK(manager->live() == 2);
+    CHECK(device_values(c) == iota_vec(300));
+    const HostArray h = devmem::pinned_array<double>(Shape{300});
+    d.copy_to_host(h);
+    CHECK(h.to_vector<double>() == iota_vec(300));
+    CHECK(manager->live_host() == 1);
+  }
+  CHECK(manager->live() == 0);
+  CHECK(manager->live_host() == 0);
+}
+
+TEST_CASE("memory manager: registered factories", "[memory-manager]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  ctx->set_deallocation_config(limits(10, 1.0));
+  const auto made = std::make_shared<std::atomic<int>>(0);
+  devmem::register_memory_manager("counting", [made](devmem::Context& c) {
+    ++*made;
+    return std::make_shared<RecordingManager>(c, "counting");
+  });
+  const auto m = devmem::make_memory_manager("counting", *ctx);
+  CHECK(made->load() == 1);
+  REQUIRE(m != nullptr);
+  CHECK(m->name() == "counting");
+  CHECK(&m->context() == ctx.get());
+  const auto counting = std::dynamic_pointer_cast<RecordingManager>(m);
+  REQUIRE(counting != nullptr);
+  ctx->set_memory_manager(m);
+  {
+    const DeviceArray a = devmem::device_array(Shape{10}, f8());
+    const DeviceArray b = devmem::to_device(iota_vec(20));
+    const DeviceArray c = b.copy();
+    const HostArray p = devmem::pinned_array(Shape{100}, u1());
+    const devmem::MappedArray mapped = devmem::mapped_array(Shape{100}, u1());
+    CHECK(counting->allocate_calls() == 3);
+    CHECK(counting->allocations() ==
+          std::vector<RecordingManager::Block>{{a.data(), 80}, {b.data(), 160}, {c.data(), 160}});
+    CHECK(counting->host_allocations() ==
+          std::vector<RecordingManager::Block>{{p.data(), 100}, {mapped.data(), 100}});
+    CHECK(counting->host_flags() ==
+          std::vector<devmem::HostAllocFlags>{devmem::HostAllocFlags::None,
+                                              devmem::HostAllocFlags::Mapped});
+    CHECK(device_values(c) == iota_vec(20));
+  }
+  CHECK(counting->deallocations().empty());  // queued
+  ctx->flush_deallocations();
+  CHECK(counting->deallocations().size() == 3);
+  CHECK(counting->host_deallocations().size() == 2);
+
+  // A second registration of the name replaces the first.
+  devmem::register_memory_manager("counting", [](devmem::Context& c) {
+    return std::make_shared<RecordingManager>(c, "counting-v2");
+  });
+  CHECK(devmem::make_memory_manager("counting", *ctx)->name() == "counting-v2");
+  CHECK(made->load() == 1);
+}
+
+// ---- the pool -----------------------------------------------------------------------------------
+
+TEST_CASE("pool: size classes", "[memory-manager][pool]") {
+  CHECK(PoolMemoryManager::size_class(1) == 256);
+  CHECK(PoolMemoryManager::size_class(255) == 256);
+  CHECK(PoolMemoryManager::size_class(256) == 256);
+  CHECK(PoolMemoryManager::size_class(257) == 320);
+  CHECK(PoolMemoryManager::size_class(320) == 320);
+  CHECK(PoolMemoryManager::size_class(321) == 384);
+  CHECK(PoolMemoryManager::size_class(449) == 512);
+  CHECK(PoolMemoryManager::size_class(513) == 640);
+  CHECK(PoolMemoryManager::size_class(1000) == 1024);
+  CHECK(PoolMemoryManager::size_class(1024) == 1024);
+  CHECK(PoolMemoryManager::size_class(1025) == 1280);
+  CHECK(PoolMemoryManager::size_class(1300) == 1536);
+  CHECK(PoolMemoryManager::size_class(1536) == 1536);
+  CHECK(PoolMemoryManager::size_class(1537) == 1792);
+  CHECK(PoolMemoryManager::size_class(1793) == 2048);
+  CHECK(PoolMemoryManager::size_class(3000) == 3072);
+  CHECK(PoolMemoryManager::size_class(1 << 20) == std::size_t{1} << 20);
+  CHECK(PoolMemoryManager::size_class((1 << 20) + 1) == std::size_t{5} << 18);
+  CHECK(PoolMemoryManager::size_class(std::size_t{3} << 20) == std::size_t{3} << 20);
+  CHECK(PoolMemoryManager::size_class((std::size_t{1} << 40) + 1) == std::size_t{5} << 38);
+
+  // Properties over many sizes: at least the request and 256, a class maps to itself, the
+  // classes grow with the request, at most 25% is wasted above 256 bytes, and every class is
+  // 4, 5, 6 or 7 times a power of two.
+  std::vector<std::size_t> sizes;
+  for (std::size_t b = 1; b <= 20000; ++b) sizes.push_back(b);
+  for (int k = 15; k < 48; ++k) {
+    const std::size_t p = std::size_t{1} << k;
+    for (const std::size_t b : {p - 1, p, p + 1, p + p / 4, p + p / 4 + 1, p + p / 3}) {
+      sizes.push_back(b);
+    }
+  }
+  std::sort(sizes.begin(), sizes.end());
+  std::size_t previous = 0;
+  int failures = 0;
+  for (const std::size_t b : sizes) {
+    const std::size_t c = PoolMemoryManager::size_class(b);
+    const auto j = static_cast<unsigned>(std::bit_width(c)) - 3u;
+    const bool ok = c >= b && c >= 256 && c >= previous && PoolMemoryManager::size_class(c) == c &&
+                    (b <= 256 || 4 * c < 5 * b) && c % (std::size_t{1} << j) == 0;
+    if (!ok && ++failures <= 5) {
+      INFO("size_class(" << b << ") = " << c << " (previous class " << previous << ")");
+      CHECK(ok);
+    }
+    previous = c;
+  }
+  CHECK(failures == 0);
+}
+
+TEST_CASE("pool: a released block is reused for the same size class", "[memory-manager][pool]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  ctx->set_deallocation_config(limits(10, 1.0));
+  const auto pool = use_pool_manager();
+  CHECK(pool->name() == "pool");
+  CHECK(pool->statistics().misses == 0);
+  CHECK(pool->statistics().hits == 0);
+  void* first = nullptr;
+  const devmem::MemoryStatistics device0 = ctx->device_statistics();
+  {
+    const DeviceArray a = devmem::device_array(Shape{1000}, u1());
+    first = a.data();
+    const devmem::PoolStatistics s = pool->statistics();
+    CHECK(s.misses == 1);
+    CHECK(s.hits == 0);
+    CHECK(s.backend_bytes == 1024);
+    CHECK(s.cached_bytes == 0);
+    // The context's statistics count what the array asked for, not the size class.
+    CHECK(ctx->device_statistics().current_bytes == device0.current_bytes + 1000);
+  }
+  CHECK(pool->cached_bytes() == 0);  // queued, not yet back in the pool
+  ctx->flush_deallocations();
+  devmem::PoolStatistics s = pool->statistics();
+  CHECK(s.cached_bytes == 1024);
+  CHECK(s.cached_blocks == 1);
+  CHECK(pool->cached_bytes() == 1024);
+  CHECK(s.backend_bytes == 1024);
+  {
+    const DeviceArray b = devmem::device_array(Shape{900}, u1());  // also the 1024 class
+    CHECK(b.data() == first);
+    s = pool->statistics();
+    CHECK(s.hits == 1);
+    CHECK(s.misses == 1);
+    CHECK(s.cached_bytes == 0);
+    CHECK(s.cached_blocks == 0);
+    const DeviceArray c = devmem::device_array(Shape{1000}, u1());
+    CHECK(c.data() != first);
+    s = pool->statistics();
+    CHECK(s.misses == 2);
+    CHECK(s.backend_bytes == 2048);
+    // Data written through a reused block reads back.
+    b.memset(7);
+    CHECK(b.item<std::uint8_t>(899) == 7);
+  }
+  ctx->flush_deallocations();
+  s = pool->statistics();
+  CHECK(s.cached_bytes == 2048);
+  CHECK(s.cached_blocks == 2);
+  // Another class is not served from the 1024 blocks.
+  const DeviceArray other = devmem::device_array(Shape{2000}, u1());
+  s = pool->statistics();
+  CHECK(s.misses == 3);
+  CHECK(s.hits == 1);
+  CHECK(s.cached_bytes == 2048);
+  CHECK(s.backend_bytes == 4096);
+  // trim gives the cache back; what arrays use stays.
+  pool->trim();
+  s = pool->statistics();
+  CHECK(s.cached_bytes == 0);
+  CHECK(s.cached_blocks == 0);
+  CHECK(s.trims == 1);
+  CHECK(s.backend_bytes == 2048);
+  CHECK(pool->cached_bytes() == 0);
+}
+
+TEST_CASE("pool: trim returns cached memory to the device", "[memory-manager][pool][host-only]") {
+  const MemoryStateGuard mem;
+  const HostControlsGuard host;
+  const auto& ctx = mem.context();
+  ctx->set_deallocation_config(limits(10, 1.0));
+  const auto pool = use_pool_manager();
+  const int64_t used = devmem::host::device_memory_used();
+  {
+    std::vector<DeviceArray> arrays;
+    for (int i = 0; i < 4; ++i) arrays.push_back(devmem::device_array(Shape{64 * kKiB}, u1()));
+    CHECK(devmem::host::device_memory_used() == used + 256 * kKiB);
+  }
+  ctx->flush_deallocations();
+  CHECK(pool->cached_bytes() == 256 * kKiB);
+  CHECK(pool->statistics().cached_blocks == 4);
+  CHECK(devmem::host::device_memory_used() == used + 256 * kKiB);  // cached, not freed
+  pool->trim();
+  CHECK(pool->cached_bytes() == 0);
+  CHECK(devmem::host::device_memory_used() == used);
+}
+
+TEST_CASE("pool: pinned host blocks are cached per allocation flags", "[memory-manager][pool]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  ctx->set_deallocation_config(limits(10, 1.0));
+  const auto pool = use_pool_manager();
+  void* pinned = nullptr;
+  void* mapped = nullptr;
+  {
+    const HostArray h = devmem::pinned_array(Shape{10000}, u1());
+    pinned = h.data();
+    const devmem::MappedArray m = devmem::mapped_array(Shape{10000}, u1());
+    mapped = m.data();
+  }
+  ctx->flush_deallocations();
+  CHECK(pool->statistics().cached_host_bytes == 2 * i64(PoolMemoryManager::size_class(10000)));
+  CHECK(pool->statistics().cached_bytes == 0);  // device cache untouched
+  {
+    const HostArray h = devmem::pinned_array(Shape{10000}, u1());
+    CHECK(h.data() == pinned);
+    CHECK(h.kind() == devmem::HostMemoryKind::Pinned);
+    const devmem::MappedArray m = devmem::mapped_array(Shape{10000}, u1());
+    CHECK(m.data() == mapped);
+    CHECK(m.kind() == devmem::HostMemoryKind::Mapped);
+    // The reused mapped block works as mapped memory.
+    std::fill_n(static_cast<std::uint8_t*>(m.data()), 10000, std::uint8_t{5});
+    CHECK(m.device().item<std::uint8_t>(9999) == 5);
+    CHECK(pool->statistics().cached_host_bytes == 0);
+  }
+  ctx->flush_deallocations();
+  {
+    // A pinned request is not served with the mapped block, nor the other way round.
+    const HostArray h1 = devmem::pinned_array(Shape{10000}, u1());
+    const HostArray h2 = devmem::pinned_array(Shape{10000}, u1());
+    CHECK(h1.data() != mapped);
+    CHECK(h2.data() != mapped);
+    CHECK((h1.data() == pinned || h2.data() == pinned));
+  }
+  pool->trim();
+  CHECK(pool->statistics().cached_host_bytes == 0);
+}
+
+TEST_CASE("pool: out of device memory, the pool gives back its cache and retries",
+          "[memory-manager][pool][oom][host-only]") {
+  const MemoryStateGuard mem;
+  const HostControlsGuard host;
+  const auto& ctx = mem.context();
+  ctx->set_deallocation_config(limits(10, 1.0));
+  const auto pool = use_pool_manager();
+  const int64_t used = devmem::host::device_memory_used();
+  devmem::host::set_device_memory_capacity(used + 4 * kMiB);
+  { const DeviceArray a = devmem::device_array(Shape{3 * kMiB}, u1()); }
+  ctx->flush_deallocations();
+  REQUIRE(pool->cached_bytes() == 3 * kMiB);
+  REQUIRE(devmem::host::device_memory_used() == used + 3 * kMiB);
+  const int64_t trims = pool->statistics().trims;
+  const DeviceArray b = devmem::device_array(Shape{2 * kMiB}, u1());  // needs the cached room
+  CHECK(b.alloc_size() == 2 * kMiB);
+  CHECK(pool->statistics().trims > trims);
+  CHECK(pool->cached_bytes() == 0);
+  CHECK(devmem::host::device_memory_used() == used + 2 * kMiB);
+  // Still too big after giving everything back: OutOfMemory.
+  REQUIRE_THROWS_MATCHES(devmem::device_array(Shape{3 * kMiB}, u1()), devmem::OutOfMemory,
+                         MessageStartsWith("device_array: "));
+  CHECK(devmem::host::device_memory_used() == used + 2 * kMiB);
+}
+
+TEST_CASE("pool: max_cached_bytes gives back blocks beyond the limit", "[memory-manager][pool]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  ctx->set_deallocation_config(limits(10, 1.0));
+  PoolMemoryManager::Options options;
+  options.max_cached_bytes = 2048;
+  const auto pool = use_pool_manager(options);
+  {
+    std::vector<DeviceArray> arrays;
+    for (int i = 0; i < 3; ++i) arrays.push_back(devmem::device_array(Shape{1000}, u1()));
+    CHECK(pool->statistics().backend_bytes == 3072);
+  }
+  ctx->flush_deallocations();
+  const devmem::PoolStatistics s = pool->statistics();
+  CHECK(s.cached_bytes == 2048);
+  CHECK(s.cached_blocks == 2);
+  CHECK(s.backend_bytes == 2048);
+  CHECK(pool->cached_bytes() == 2048);
+}
+
+TEST_CASE("pool: the cache limit with the device's memory", "[memory-manager][pool][host-only]") {
+  const MemoryStateGuard mem;
+  const HostControlsGuard host;
+  const auto& ctx = mem.context();
+  ctx->set_deallocation_config(limits(10, 1.0));
+  PoolMemoryManager::Options options;
+  options.max_cached_bytes = 128 * kKiB;
+  const auto pool = use_pool_manager(options);
+  const int64_t used = devmem::host::device_memory_used();
+  {
+    std::vector<DeviceArray> arrays;
+    for (int i = 0; i < 4; ++i) arrays.push_back(devmem::device_array(Shape{64 * kKiB}, u1()));
+  }
+  ctx->flush_deallocations();
+  CHECK(pool->cached_bytes() == 128 * kKiB);
+  CHECK(devmem::host::device_memory_used() == used + 128 * kKiB);
+  pool->trim();
+  CHECK(devmem::host::device_memory_used() == used);
+  CHECK(i64(PoolMemoryManager::size_class(64 * kKiB)) == 64 * kKiB);
+}
+
+// ---- DEVMEM_MEMORY_MANAGER ----------------------------------------------------------------------
+// The variable is read when a context is created, so the checks run in a child process: the
+// hidden ([.]) child test cases below are run only by the test after them.
+
+TEST_CASE("memory manager env child: the manager named by DEVMEM_MEMORY_MANAGER",
+          "[.][env-child]") {
+  const char* const expected = std::getenv("DEVMEM_EXPECT_MANAGER");
+  REQUIRE(expected != nullptr);
+  const auto ctx = devmem::current_context();
+  CHECK(ctx->memory_manager()->name() == std::string_view(expected));
+  CHECK(&ctx->memory_manager()->context() == ctx.get());
+  if (std::string_view(expected) == "pool") {
+    CHECK(dynamic_cast<PoolMemoryManager*>(ctx->memory_manager().get()) != nullptr);
+  }
+  const DeviceArray d = iota_device(Shape{16});
+  CHECK(device_values(d) == iota_vec(16));
+}
+
+TEST_CASE("memory manager env child: an unknown DEVMEM_MEMORY_MANAGER", "[.][env-child]") {
+  REQUIRE_THROWS_MATCHES(devmem::current_context(), devmem::InvalidArgument,
+                         Message("DEVMEM_MEMORY_MANAGER: make_memory_manager: unknown memory "
+                                 "manager 'bogus' (known: direct, pool)"));
+}
+
+TEST_CASE("memory manager: DEVMEM_MEMORY_MANAGER chooses the manager of new contexts",
+          "[memory-manager][env]") {
+  std::string output;
+  for (const std::string name : {"direct", "pool"}) {
+    const int rc = run_self_with_env(
+        "DEVMEM_MEMORY_MANAGER=" + name + " DEVMEM_EXPECT_MANAGER=" + name,
+        "memory manager env child: the manager named by DEVMEM_MEMORY_MANAGER", output);
+    INFO(output);
+    CHECK(rc == 0);
+    CHECK_THAT(output, Catch::Matchers::Contains("All tests passed"));
+    CHECK_THAT(output, Catch::Matchers::Contains("in 1 test case"));
+  }
+  const int rc =
+      run_self_with_env("DEVMEM_MEMORY_MANAGER=bogus",
+                        "memory manager env child: an unknown DEVMEM_MEMORY_MANAGER", output);
+  INFO(output);
+  CHECK(rc == 0);
+  CHECK_THAT(output, Catch::Matchers::Contains("All tests passed"));
+}
