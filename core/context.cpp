@@ -109,7 +109,8 @@ std::shared_ptr<Context> ContextState::create(Backend& backend, int device) {
   std::shared_ptr<Context> ctx(new Context(backend, device));
   ContextState& st = ctx->state();
   st.weak_self = ctx;
-  st.default_stream = std::make_shared<StreamState>(ctx, nullptr, true);
+  // Everything that can throw comes before the default stream, which holds the context: a
+  // failure then leaves no cycle behind.
   st.config = config_from_environment();
   const char* name = std::getenv("DEVMEM_MEMORY_MANAGER");
   try {
@@ -117,6 +118,7 @@ std::shared_ptr<Context> ContextState::create(Backend& backend, int device) {
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(fmt::format("DEVMEM_MEMORY_MANAGER: {}", e.what()));
   }
+  st.default_stream = std::make_shared<StreamState>(ctx, nullptr, true);
   return ctx;
 }
 

@@ -112,8 +112,10 @@ void PoolMemoryManager::deallocate(void* ptr, std::size_t bytes) {
   const auto cls_bytes = static_cast<std::int64_t>(cls);
   {
     std::lock_guard lock(state_->mutex);
+    // The limit covers device and pinned host blocks together, whichever comes back.
     const std::int64_t limit = state_->options.max_cached_bytes;
-    if (limit == 0 || state_->stats.cached_bytes + cls_bytes <= limit) {
+    if (limit == 0 ||
+        state_->stats.cached_bytes + state_->stats.cached_host_bytes + cls_bytes <= limit) {
       state_->device_blocks[cls].push_back(ptr);
       state_->stats.cached_bytes += cls_bytes;
       ++state_->stats.cached_blocks;

@@ -118,7 +118,8 @@ struct PoolStatistics {
 class DEVMEM_API PoolMemoryManager : public MemoryManager {
  public:
   struct Options {
-    /// Cached bytes beyond this are given back at once when blocks return (0: no limit).
+    /// Cached device + pinned host bytes beyond this are given back at once when blocks return
+    /// (0: no limit).
     std::int64_t max_cached_bytes = 0;
   };
   explicit PoolMemoryManager(Context& context);
