@@ -25,7 +25,11 @@
 #include <span>
 #include <vector>
 
+struct DLManagedTensor;  // <dlpack/dlpack.h>
+
 namespace devmem {
+
+struct ArrayInterface;  // <devmem/interop.hpp>
 
 namespace detail {
 struct DeviceMemory;
@@ -113,6 +117,12 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
   /// Assigns host data with NumPy broadcasting (Numba's `ary[...] = value`): `value` may have
   /// fewer axes and size-1 axes that stretch.
   void assign(const HostArray& value, const Stream& stream = {}) const;
+
+  // Interop (<devmem/interop.hpp> has the rules and the consumer side).
+  /// The CUDA Array Interface (v3) of this array: no copy, no synchronisation.
+  [[nodiscard]] ArrayInterface array_interface() const;
+  /// A DLPack tensor viewing this array; its deleter keeps the array alive until it is called.
+  [[nodiscard]] DLManagedTensor* to_dlpack() const;
 
   /// The memory this array views (for core/).
   [[nodiscard]] const std::shared_ptr<detail::DeviceMemory>& memory() const noexcept {

@@ -9,8 +9,10 @@
 #include <devmem/dtype.hpp>
 #include <devmem/error.hpp>
 #include <devmem/host_array.hpp>
+#include <devmem/interop.hpp>
 #include <devmem/layout.hpp>
 #include <devmem/memory.hpp>
 #include <devmem/memory_manager.hpp>
+#include <devmem/smart_array.hpp>
 #include <devmem/stream.hpp>
 #include <devmem/version.hpp>

@@ -1,0 +1,154 @@
+// SmartArray: lazily synchronised host and device copies (see include/devmem/smart_array.hpp).
+#include <devmem/smart_array.hpp>
+
+#include "core/format.hpp"
+
+#include <devmem/error.hpp>
+#include <devmem/memory.hpp>
+
+#include <mutex>
+#include <optional>
+#include <utility>
+
+namespace devmem {
+
+const char* to_string(Where where) noexcept {
+  return where == Where::Host ? "host" : "device";
+}
+
+struct SmartArray::State {
+  mutable std::mutex mutex;  // guards everything below except the frozen metadata
+  std::optional<HostArray> host;
+  std::optional<DeviceArray> device;
+  bool host_valid = false;
+  bool device_valid = false;
+  // Frozen at construction.
+  Shape shape;
+  Strides strides;
+  DType dtype;
+
+  void freeze(const Layout& layout, const DType& type) {
+    shape = layout.shape;
+    strides = layout.strides;
+    dtype = type;
+  }
+
+  // Both functions expect `mutex` to be held.
+  const HostArray& sync_host() {
+    if (!host)
+      host = HostArray(device->shape(), device->dtype(), layout::order_like(device->layout()));
+    if (!host_valid) {
+      device->copy_to_host(*host);  // default stream: complete on return
+      host_valid = true;
+    }
+    return *host;
+  }
+  const DeviceArray& sync_device() {
+    if (!device) device = device_array_like(*host);
+    if (!device_valid) {
+      device->copy_to_device(*host);
+      device_valid = true;
+    }
+    return *device;
+  }
+};
+
+namespace {
+
+bool has_broadcast_axis(const Layout& layout) {
+  for (std::size_t k = 0; k < layout.shape.size(); ++k) {
+    if (layout.strides[k] == 0 && layout.shape[k] > 1) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+SmartArray::SmartArray(const HostArray& host_obj, bool copy, Where where)
+    : state_(std::make_shared<State>()) {
+  if (!copy && host_obj.is_readonly()) {
+    detail::throw_invalid("SmartArray",
+                          "a read-only host array needs copy = true (the host side "
+                          "is written when the device side changed)");
+  }
+  if (!copy && has_broadcast_axis(host_obj.layout())) {
+    detail::throw_invalid("SmartArray",
+                          "a broadcast host array (stride 0 on an axis of length > 1) needs "
+                          "copy = true");
+  }
+  state_->host = copy ? host_obj.copy(Order::K) : host_obj;
+  state_->host_valid = true;
+  state_->freeze(state_->host->layout(), state_->host->dtype());
+  if (where == Where::Device) (void)state_->sync_device();
+}
+
+SmartArray::SmartArray(Shape shape, DType dtype, Order order, Where where)
+    : state_(std::make_shared<State>()) {
+  if (order != Order::C && order != Order::F) {
+    detail::throw_invalid("SmartArray", "order must be 'C' or 'F', got '{}'",
+                          static_cast<char>(order));
+  }
+  if (where == Where::Host) {
+    state_->host = HostArray(std::move(shape), std::move(dtype), order);
+    state_->host_valid = true;
+    state_->freeze(state_->host->layout(), state_->host->dtype());
+  } else {
+    state_->device = device_array(std::move(shape), std::move(dtype), {}, order);
+    state_->device_valid = true;
+    state_->freeze(state_->device->layout(), state_->device->dtype());
+  }
+}
+
+const HostArray& SmartArray::get_host() {
+  const std::lock_guard lock(state_->mutex);
+  return state_->sync_host();
+}
+
+const DeviceArray& SmartArray::get_device() {
+  const std::lock_guard lock(state_->mutex);
+  return state_->sync_device();
+}
+
+std::variant<HostArray, DeviceArray> SmartArray::get(Where where) {
+  if (where == Where::Host) return get_host();
+  return get_device();
+}
+
+void SmartArray::mark_changed(Where where) {
+  const std::lock_guard lock(state_->mutex);
+  const bool allocated =
+      where == Where::Host ? state_->host.has_value() : state_->device.has_value();
+  if (!allocated) {
+    detail::throw_invalid("SmartArray::mark_changed",
+                          "the {} side has not been allocated (get it first)", to_string(where));
+  }
+  state_->host_valid = where == Where::Host;
+  state_->device_valid = where == Where::Device;
+}
+
+bool SmartArray::is_allocated(Where where) const {
+  const std::lock_guard lock(state_->mutex);
+  return where == Where::Host ? state_->host.has_value() : state_->device.has_value();
+}
+
+bool SmartArray::is_valid(Where where) const {
+  const std::lock_guard lock(state_->mutex);
+  return where == Where::Host ? state_->host_valid : state_->device_valid;
+}
+
+const Shape& SmartArray::shape() const noexcept {
+  return state_->shape;
+}
+const Strides& SmartArray::strides() const noexcept {
+  return state_->strides;
+}
+const DType& SmartArray::dtype() const noexcept {
+  return state_->dtype;
+}
+std::int64_t SmartArray::size() const noexcept {
+  std::int64_t n = 1;
+  for (const std::int64_t d : state_->shape) n *= d;  // validated at construction
+  return n;
+}
+
+}  // namespace devmem

@@ -1,0 +1,944 @@
+// Interop: the CUDA Array Interface v3 (array_interface, as_device_array, is_device_array) and
+// DLPack (to_dlpack, from_dlpack): metadata, round trips, lifetimes, stream semantics and every
+// validation error.
+#include "support.hpp"
+
+#include <dlpack/dlpack.h>
+
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <complex>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <thread>
+
+using namespace conformance;
+using Catch::Matchers::Message;
+using devmem::ArrayInterface;
+using devmem::DeviceArray;
+using devmem::HostArray;
+using devmem::InvalidArgument;
+
+namespace {
+
+// The DLPack device type of device memory on the backend under test.
+DLDeviceType expected_device_type() {
+  const std::string name = devmem::backend_name();
+  if (name == "cuda") return kDLCUDA;
+  if (name == "roc") return kDLROCM;
+  return kDLCPU;
+}
+std::string expected_device_types_text() {
+  const std::string name = devmem::backend_name();
+  if (name == "cuda") return "kDLCUDA or kDLCUDAManaged";
+  if (name == "roc") return "kDLROCM";
+  return "kDLCPU";
+}
+
+std::byte* byte_ptr(void* p) {
+  return static_cast<std::byte*>(p);
+}
+
+// A type from "another library" that exposes an array interface.
+struct ForeignArray {
+  DeviceArray storage;
+  [[nodiscard]] ArrayInterface array_interface() const { return storage.array_interface(); }
+};
+struct NotAnArray {
+  int array_interface = 0;  // a data member, not a function
+};
+struct WrongReturn {
+  [[nodiscard]] int array_interface() const { return 0; }
+};
+
+static_assert(devmem::is_device_array_v<DeviceArray>);
+static_assert(devmem::is_device_array_v<const DeviceArray&>);
+static_assert(devmem::is_device_array_v<ForeignArray>);
+static_assert(!devmem::is_device_array_v<HostArray>);
+static_assert(!devmem::is_device_array_v<int>);
+static_assert(!devmem::is_device_array_v<NotAnArray>);
+static_assert(!devmem::is_device_array_v<WrongReturn>);
+static_assert(!devmem::is_device_array_v<ArrayInterface>);
+static_assert(devmem::ArrayInterfaceProvider<ForeignArray>);
+
+// Checks that `view` describes exactly the memory of `original`.
+void check_same_array(const DeviceArray& view, const DeviceArray& original) {
+  CHECK(view.shape() == original.shape());
+  CHECK(view.strides() == original.strides());
+  CHECK(view.dtype() == original.dtype());
+  // An array without elements has no data pointer in either protocol (the interface says 0).
+  CHECK(view.data() == (original.size() == 0 ? nullptr : original.data()));
+  CHECK(view.alloc_size() == original.alloc_size());
+}
+
+// The layouts every round trip is tested with: a name and a view of a 4x6 iota array `base`.
+std::vector<std::pair<std::string, DeviceArray>> layouts_of(const DeviceArray& base) {
+  return {
+      {"C-contiguous", base},
+      {"F-contiguous", base.T()},
+      {"sliced rows", base.slice(0, 1, 3)},
+      {"sliced columns with a step", base.slice(1, 1, std::nullopt, 2)},
+      {"transposed slice", base.slice({Slice{std::nullopt, std::nullopt, 2}, Slice{1, 5}}).T()},
+      {"negative strides",
+       base.slice(0, std::nullopt, std::nullopt, -1).slice(1, std::nullopt, std::nullopt, -2)},
+      {"row", base[2]},
+      {"0-d element", base[1][3]},
+      {"empty slice", base.slice(0, 2, 2)},
+      {"size-1 axis", base.slice(0, 3, 4)},
+  };
+}
+
+// A DLManagedTensor made by "another library": its own shape/strides storage, a DeviceArray as the
+// memory, and a counter of deleter calls.
+struct TestTensor {
+  DLManagedTensor managed{};
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> strides;
+  DeviceArray memory;
+  std::atomic<int>* deleted = nullptr;
+};
+
+void delete_test_tensor(DLManagedTensor* self) {
+  auto* holder = static_cast<TestTensor*>(self->manager_ctx);
+  if (holder->deleted != nullptr) ++*holder->deleted;
+  delete holder;  // NOLINT(cppcoreguidelines-owning-memory)
+}
+
+struct TensorSpec {
+  Shape shape;
+  std::vector<std::int64_t> strides;  // elements; empty: null strides
+  DLDataType dtype{kDLFloat, 64, 1};
+  void* data = nullptr;
+  std::uint64_t byte_offset = 0;
+  DLDevice device{kDLCPU, 0};
+  int ndim = -2;  // -2: shape.size()
+  bool null_shape = false;
+  bool null_deleter = false;
+};
+
+DLManagedTensor* make_tensor(const TensorSpec& spec, std::atomic<int>* deleted,
+                             DeviceArray memory = {}) {
+  auto* holder = new TestTensor;  // NOLINT(cppcoreguidelines-owning-memory)
+  holder->shape = spec.shape;
+  holder->strides = spec.strides;
+  holder->memory = std::move(memory);
+  holder->deleted = deleted;
+  DLTensor& t = holder->managed.dl_tensor;
+  t.data = spec.data;
+  t.device = spec.device;
+  t.ndim = spec.ndim == -2 ? static_cast<int>(spec.shape.size()) : spec.ndim;
+  t.dtype = spec.dtype;
+  t.shape = spec.null_shape ? nullptr : holder->shape.data();
+  t.strides = spec.strides.empty() ? nullptr : holder->strides.data();
+  t.byte_offset = spec.byte_offset;
+  holder->managed.manager_ctx = holder;
+  holder->managed.deleter = spec.null_deleter ? nullptr : &delete_test_tensor;
+  return &holder->managed;
+}
+
+TensorSpec spec_for_device(Shape shape) {
+  TensorSpec s;
+  s.shape = std::move(shape);
+  s.device = DLDevice{expected_device_type(), devmem::current_device()};
+  return s;
+}
+
+}  // namespace
+
+// ---- CUDA Array Interface: producer ------------------------------------------------------------
+
+TEST_CASE("array_interface: a C-contiguous array", "[interop][cai]") {
+  const DeviceArray d = iota_device({3, 4});
+  const ArrayInterface iface = d.array_interface();
+  CHECK(iface.shape == Shape{3, 4});
+  CHECK(iface.strides.empty());  // strides: None
+  CHECK(iface.typestr == "<f8");
+  CHECK(iface.data.pointer == d.data());
+  CHECK(iface.data.pointer != nullptr);
+  CHECK_FALSE(iface.data.readonly);
+  CHECK(iface.version == 3);
+  CHECK(iface.mask == nullptr);
+  REQUIRE(iface.stream.has_value());
+  CHECK(*iface.stream == 1);  // the legacy default stream, never 0
+
+  const ArrayInterface free_fn = devmem::array_interface(d);
+  CHECK(free_fn.shape == iface.shape);
+  CHECK(free_fn.data.pointer == iface.data.pointer);
+}
+
+TEST_CASE("array_interface: explicit strides for every other layout", "[interop][cai]") {
+  const DeviceArray base = iota_device({4, 6});
+  SECTION("F-contiguous") {
+    const DeviceArray f = devmem::device_array(Shape{3, 4}, f8(), {}, Order::F);
+    CHECK(f.array_interface().strides == Strides{8, 24});
+  }
+  SECTION("transposed") {
+    CHECK(base.T().array_interface().strides == Strides{8, 48});
+  }
+  SECTION("sliced columns (not dense)") {
+    const ArrayInterface iface = base.slice(1, 0, 3).array_interface();
+    CHECK(iface.shape == Shape{4, 3});
+    CHECK(iface.strides == Strides{48, 8});
+  }
+  SECTION("sliced rows of a C array stay C-contiguous") {
+    const ArrayInterface iface = base.slice(0, 1, 3).array_interface();
+    CHECK(iface.strides.empty());
+    CHECK(iface.data.pointer == byte_ptr(base.data()) + 48);
+  }
+  SECTION("negative stride: the pointer is element 0, as NumPy") {
+    const DeviceArray v = iota_device({10});
+    const ArrayInterface iface = v.slice(0, std::nullopt, std::nullopt, -1).array_interface();
+    CHECK(iface.shape == Shape{10});
+    CHECK(iface.strides == Strides{-8});
+    CHECK(iface.data.pointer == byte_ptr(v.data()) + 72);
+  }
+  SECTION("broadcast (stride 0) is never reported dense") {
+    const DeviceArray b = devmem::device_array(Shape{3, 4}, f8(), Strides{0, 8});
+    CHECK(b.array_interface().strides == Strides{0, 8});
+    const DeviceArray all_zero = devmem::device_array(Shape{5}, f8(), Strides{0});
+    CHECK(all_zero.array_interface().strides == Strides{0});
+  }
+  SECTION("a size-1 axis with an unusual stride is exported as is") {
+    const DeviceArray odd = devmem::device_array(Shape{1, 3}, f8(), Strides{8, 8});
+    CHECK(odd.is_c_contiguous());  // NumPy's relaxed rule ignores the size-1 axis
+    CHECK(odd.array_interface().strides == Strides{8, 8});
+  }
+  SECTION("0-d") {
+    const ArrayInterface iface = base[1][2].array_interface();
+    CHECK(iface.shape.empty());
+    CHECK(iface.strides.empty());
+    CHECK(iface.data.pointer == byte_ptr(base.data()) + 64);
+  }
+  SECTION("no elements: data pointer 0") {
+    CHECK(base.slice(0, 2, 2).array_interface().data.pointer == nullptr);
+    CHECK(devmem::device_array(Shape{0, 3}, f8()).array_interface().data.pointer == nullptr);
+    CHECK(DeviceArray().array_interface().data.pointer == nullptr);
+  }
+}
+
+TEST_CASE("array_interface: typestr of every kind", "[interop][cai]") {
+  CHECK(devmem::device_array<bool>({2}).array_interface().typestr == "|b1");
+  CHECK(devmem::device_array<std::uint8_t>({2}).array_interface().typestr == "|u1");
+  CHECK(devmem::device_array<std::int32_t>({2}).array_interface().typestr == "<i4");
+  CHECK(devmem::device_array<float>({2}).array_interface().typestr == "<f4");
+  CHECK(devmem::device_array<std::complex<double>>({2}).array_interface().typestr == "<c16");
+  CHECK(devmem::device_array(Shape{2}, DType::record(24)).array_interface().typestr == "|V24");
+}
+
+TEST_CASE("array_interface: stream is 1 for the default stream, the handle otherwise",
+          "[interop][cai][stream]") {
+  const devmem::Stream s = devmem::stream();
+  const DeviceArray on_default = devmem::device_array<double>({4});
+  const DeviceArray on_explicit_default = on_default.bind(devmem::default_stream());
+  const DeviceArray on_stream = devmem::device_array<double>({4}, Order::C, s);
+  CHECK(on_default.array_interface().stream == std::optional<std::intptr_t>(1));
+  CHECK(on_explicit_default.array_interface().stream == std::optional<std::intptr_t>(1));
+  const std::optional<std::intptr_t> exported = on_stream.array_interface().stream;
+  REQUIRE(exported.has_value());
+  CHECK(*exported == reinterpret_cast<std::intptr_t>(s.native_handle()));
+  CHECK(*exported != 0);
+  CHECK(*exported != 1);
+  CHECK(*exported != 2);
+  // Views keep the stream, so they export it too.
+  CHECK(on_stream.slice(0, 1, 3).array_interface().stream == exported);
+}
+
+TEST_CASE("is_device_array: any type exposing an array interface", "[interop][cai]") {
+  const DeviceArray d = devmem::device_array<double>({2});
+  const ForeignArray foreign{d};
+  const HostArray h(Shape{2});
+  CHECK(devmem::is_device_array(d));
+  CHECK(devmem::is_device_array(foreign));
+  CHECK_FALSE(devmem::is_device_array(h));
+  CHECK_FALSE(devmem::is_device_array(42));
+}
+
+// ---- CUDA Array Interface: consumer ------------------------------------------------------------
+
+TEST_CASE("as_device_array: round trips keep shape, strides, dtype and pointer", "[interop][cai]") {
+  const DeviceArray base = iota_device({4, 6});
+  for (const auto& [name, original] : layouts_of(base)) {
+    SECTION(name) {
+      const ArrayInterface iface = original.array_interface();
+      const DeviceArray view =
+          devmem::as_device_array(iface, std::make_shared<const DeviceArray>(original));
+      check_same_array(view, original);
+      CHECK(view.array_interface().strides == iface.strides);
+      CHECK(device_values(view) == device_values(original));
+      CHECK(view.stream().is_default());
+    }
+  }
+  SECTION("every dtype") {
+    const DeviceArray b = devmem::device_array<bool>({3});
+    const DeviceArray c = devmem::device_array<std::complex<float>>({3});
+    const DeviceArray u = devmem::device_array<std::uint16_t>({3});
+    for (const DeviceArray& a : {b, c, u}) {
+      const DeviceArray view = devmem::as_device_array(a.array_interface());
+      check_same_array(view, a);
+    }
+  }
+  SECTION("records come back as raw bytes of the same size") {
+    const DeviceArray r = devmem::device_array(Shape{2}, DType::record(24));
+    const DeviceArray view = devmem::as_device_array(r.array_interface());
+    CHECK(view.dtype() == DType::record(24));
+    CHECK(view.data() == r.data());
+  }
+  SECTION("a broadcast array") {
+    const DeviceArray one = iota_device({4});
+    const DeviceArray b(one.memory(), devmem::layout::broadcast_to(one.layout(), Shape{3, 4}), f8(),
+                        {});
+    const DeviceArray view = devmem::as_device_array(b.array_interface());
+    check_same_array(view, b);
+    CHECK(device_values(view) == std::vector<double>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3});
+  }
+}
+
+TEST_CASE("as_device_array: a view, not a copy", "[interop][cai]") {
+  const DeviceArray d = iota_device({2, 3});
+  const DeviceArray view = devmem::as_device_array(d.array_interface());
+  view.set_item(42.0, 1, 2);
+  CHECK(d.item<double>(1, 2) == 42.0);
+  d.fill(7.0);
+  CHECK(device_values(view) == std::vector<double>(6, 7.0));
+}
+
+TEST_CASE("as_device_array: the owner keeps the memory alive", "[interop][cai][lifetime]") {
+  DeviceArray original = iota_device({5, 4});
+  const ArrayInterface iface = original.slice(1, std::nullopt, std::nullopt, -1).array_interface();
+  auto owner = std::make_shared<const DeviceArray>(original);
+  const std::weak_ptr<const DeviceArray> watch = owner;
+  DeviceArray view = devmem::as_device_array(iface, owner);
+  original = DeviceArray();
+  owner.reset();
+  // Freed memory would be reused, or reported by the host backend / ASan.
+  devmem::current_context()->flush_deallocations();
+  (void)devmem::device_array<double>({5, 4});
+  CHECK_FALSE(watch.expired());
+  const std::vector<double> expected = gather_iota({5, 4}, {32, -8}, 24);
+  CHECK(device_values(view) == expected);
+  // Views of the view keep it too.
+  DeviceArray sub = view.slice(0, 1, 3);
+  view = DeviceArray();
+  CHECK_FALSE(watch.expired());
+  CHECK(device_values(sub) == std::vector<double>(expected.begin() + 4, expected.begin() + 12));
+  sub = DeviceArray();
+  CHECK(watch.expired());
+}
+
+TEST_CASE("as_device_array: objects exposing an interface (Numba's as_cuda_array)",
+          "[interop][cai][lifetime]") {
+  SECTION("shared_ptr: the object itself is kept alive") {
+    auto foreign = std::make_shared<ForeignArray>(ForeignArray{iota_device({3})});
+    const std::weak_ptr<ForeignArray> watch = foreign;
+    const void* data = foreign->storage.data();
+    DeviceArray view = devmem::as_device_array(foreign);
+    foreign.reset();
+    CHECK_FALSE(watch.expired());
+    CHECK(view.data() == data);
+    CHECK(device_values(view) == std::vector<double>{0, 1, 2});
+    view = DeviceArray();
+    CHECK(watch.expired());
+  }
+  SECTION("by reference: a copy is kept alive") {
+    DeviceArray d = iota_device({3});
+    const std::weak_ptr<devmem::detail::DeviceMemory> watch = d.memory();
+    const void* data = d.data();
+    DeviceArray view = devmem::as_device_array(d);
+    d = DeviceArray();
+    CHECK_FALSE(watch.expired());
+    CHECK(view.data() == data);
+    CHECK(device_values(view) == std::vector<double>{0, 1, 2});
+    view = DeviceArray();
+    CHECK(watch.expired());
+  }
+  SECTION("a null shared_ptr") {
+    REQUIRE_THROWS_MATCHES(devmem::as_device_array(std::shared_ptr<ForeignArray>()),
+                           InvalidArgument, Message("as_device_array: null object"));
+  }
+}
+
+TEST_CASE("as_device_array: version 2 without a stream is accepted", "[interop][cai]") {
+  const DeviceArray d = iota_device({3});
+  ArrayInterface iface = d.array_interface();
+  iface.version = 2;
+  iface.stream.reset();
+  check_same_array(devmem::as_device_array(iface), d);
+}
+
+TEST_CASE("as_device_array: size-0 arrays with a null pointer", "[interop][cai]") {
+  ArrayInterface iface;
+  iface.shape = {0, 3};
+  iface.typestr = "<f8";
+  const DeviceArray view = devmem::as_device_array(iface);
+  CHECK(view.shape() == Shape{0, 3});
+  CHECK(view.data() == nullptr);
+  CHECK(view.size() == 0);
+  CHECK(device_values(view).empty());
+}
+
+TEST_CASE("as_device_array: the view uses devmem's own stream when given it",
+          "[interop][cai][stream]") {
+  const devmem::Stream s = devmem::stream();
+  const DeviceArray d = iota_device({4}, Order::C, s);
+  const DeviceArray on_s = d.bind(s);
+  const DeviceArray view = devmem::as_device_array(on_s.array_interface());
+  CHECK(view.stream() == s);
+  CHECK(view.array_interface().stream == on_s.array_interface().stream);
+  const DeviceArray default_view = devmem::as_device_array(d.bind({}).array_interface());
+  CHECK(default_view.stream().is_default());
+}
+
+TEST_CASE("as_device_array: with sync, waits for the producer's stream", "[interop][cai][stream]") {
+  const devmem::Stream s = devmem::stream();
+  const DeviceArray d = devmem::device_array<double>({256}, Order::C, s);
+  const ArrayInterface iface = d.array_interface();
+  std::atomic<bool> opened{false};
+  {
+    StreamGate gate(s);
+    d.memset(0, s);  // queued behind the gate
+    SECTION("sync = false returns at once") {
+      const DeviceArray view = devmem::as_device_array(iface, {}, false);
+      CHECK_FALSE(opened.load());
+      CHECK(view.data() == d.data());
+      opened = true;
+      gate.open();
+    }
+    SECTION("sync = true returns after the stream's work") {
+      std::thread opener([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        opened = true;
+        gate.open();
+      });
+      const DeviceArray view = devmem::as_device_array(iface);
+      const bool was_open = opened.load();
+      opener.join();
+      CHECK(was_open);
+      CHECK(device_values(view) == std::vector<double>(256, 0.0));
+    }
+    CHECK_FALSE(gate.timed_out());
+  }
+  s.synchronize();
+}
+
+TEST_CASE("as_device_array: which stream is synchronised", "[interop][cai][stream][host-only]") {
+  HostControlsGuard guard;
+  using devmem::host::Call;
+  const auto syncs = [] { return devmem::host::call_count(Call::SynchronizeStream); };
+  const devmem::Stream s = devmem::stream();
+  const DeviceArray d = iota_device({3});
+  ArrayInterface iface = d.array_interface();
+  SECTION("absent: none") {
+    iface.stream.reset();
+    const auto before = syncs();
+    (void)devmem::as_device_array(iface);
+    CHECK(syncs() == before);
+  }
+  SECTION("1 and 2: the default stream (the host backend has no per-thread stream)") {
+    for (const std::intptr_t value : {std::intptr_t{1}, std::intptr_t{2}}) {
+      iface.stream = value;
+      const auto before = syncs();
+      const DeviceArray view = devmem::as_device_array(iface);
+      CHECK(syncs() == before + 1);
+      CHECK(view.stream().is_default());
+    }
+  }
+  SECTION("a stream handle: that stream; sync = false: none") {
+    iface.stream = reinterpret_cast<std::intptr_t>(s.native_handle());
+    auto before = syncs();
+    (void)devmem::as_device_array(iface);
+    CHECK(syncs() == before + 1);
+    before = syncs();
+    (void)devmem::as_device_array(iface, {}, false);
+    CHECK(syncs() == before);
+  }
+  SECTION("a handle that is not a stream: the backend's error") {
+    static int not_a_stream = 0;
+    iface.stream = reinterpret_cast<std::intptr_t>(&not_a_stream);
+    CHECK_THROWS_AS(devmem::as_device_array(iface), devmem::BackendError);
+    // Without sync the handle is not used.
+    CHECK(devmem::as_device_array(iface, {}, false).stream().is_default());
+  }
+}
+
+TEST_CASE("as_device_array: validation errors", "[interop][cai][errors]") {
+  const DeviceArray d = iota_device({3, 4});
+  ArrayInterface iface = d.array_interface();
+  const auto fails_with = [&](const std::string& message) {
+    REQUIRE_THROWS_MATCHES(devmem::as_device_array(iface), InvalidArgument, Message(message));
+  };
+  SECTION("version") {
+    for (const int version : {0, 1, 4}) {
+      iface.version = version;
+      fails_with("as_device_array: unsupported interface version " + std::to_string(version) +
+                 " (expected 3, or 2 without a stream)");
+    }
+    iface.version = 2;
+    fails_with(
+        "as_device_array: a version 2 interface cannot have a stream (streams came with version "
+        "3)");
+  }
+  SECTION("mask") {
+    iface.mask = std::make_shared<ArrayInterface>(d.array_interface());
+    fails_with("as_device_array: masked arrays are not supported");
+  }
+  SECTION("read-only") {
+    iface.data.readonly = true;
+    fails_with("as_device_array: read-only data is not supported (device arrays are writable)");
+  }
+  SECTION("typestr") {
+    iface.typestr = "<x8";
+    fails_with("as_device_array: unsupported typestr '<x8' (DType: unknown typestr '<x8')");
+    iface.typestr = ">f8";
+    fails_with(
+        "as_device_array: unsupported typestr '>f8' (DType: big-endian typestr '>f8' is not "
+        "supported)");
+    iface.typestr = "<f3";
+    fails_with(
+        "as_device_array: unsupported typestr '<f3' (DType: float of 3 bytes does not exist "
+        "(typestr '<f3'))");
+    iface.typestr = "";
+    fails_with("as_device_array: unsupported typestr '' (DType: unknown typestr '')");
+  }
+  SECTION("strides that do not match ndim") {
+    iface.strides = {8};
+    fails_with("as_device_array: 1 strides given for 2 dimensions (shape (3, 4))");
+    iface.strides = {32, 8, 8};
+    fails_with("as_device_array: 3 strides given for 2 dimensions (shape (3, 4))");
+  }
+  SECTION("negative dimension") {
+    iface.shape = {3, -1};
+    fails_with("as_device_array: negative dimension -1 in shape (3, -1)");
+  }
+  SECTION("stream 0") {
+    iface.stream = 0;
+    fails_with(
+        "as_device_array: stream 0 is not allowed (1 = legacy default stream, 2 = per-thread "
+        "default stream, other values are stream handles)");
+  }
+  SECTION("null data with elements") {
+    iface.data.pointer = nullptr;
+    fails_with("as_device_array: null data pointer for an array of 12 elements");
+  }
+  SECTION("misaligned data") {
+    iface.data.pointer = byte_ptr(d.data()) + 4;
+    fails_with("as_device_array: data pointer " + pointer_text(iface.data.pointer) +
+               " is not aligned to 8 bytes for dtype float64");
+    iface.typestr = "<c8";  // complex64 aligns to 4
+    CHECK(devmem::as_device_array(iface).data() == iface.data.pointer);
+  }
+  SECTION("element count overflow") {
+    iface.shape = {int64_t{1} << 62, 4};
+    fails_with("as_device_array: element count of shape (4611686018427387904, 4) overflows int64");
+  }
+  SECTION("extent overflow") {
+    iface.shape = {3};
+    iface.strides = {int64_t{1} << 62};
+    fails_with(
+        "as_device_array: extent of shape (3,) with strides (4611686018427387904,) overflows "
+        "int64");
+  }
+}
+
+// ---- DLPack: producer --------------------------------------------------------------------------
+
+TEST_CASE("to_dlpack: the tensor describes the array", "[interop][dlpack]") {
+  const DeviceArray base = iota_device({4, 6});
+  SECTION("C-contiguous") {
+    DLManagedTensor* m = base.to_dlpack();
+    REQUIRE(m != nullptr);
+    const DLTensor& t = m->dl_tensor;
+    CHECK(t.device.device_type == expected_device_type());
+    CHECK(t.device.device_id == base.context()->device());
+    CHECK(t.ndim == 2);
+    CHECK(t.dtype.code == kDLFloat);
+    CHECK(t.dtype.bits == 64);
+    CHECK(t.dtype.lanes == 1);
+    CHECK(std::vector<int64_t>(t.shape, t.shape + 2) == std::vector<int64_t>{4, 6});
+    REQUIRE(t.strides != nullptr);
+    CHECK(std::vector<int64_t>(t.strides, t.strides + 2) == std::vector<int64_t>{6, 1});
+    CHECK(t.byte_offset == 0);
+    CHECK(t.data == base.data());
+    REQUIRE(m->deleter != nullptr);
+    m->deleter(m);
+  }
+  SECTION("transposed, sliced, negative strides") {
+    const DeviceArray v =
+        base.slice(0, std::nullopt, std::nullopt, -1).slice(1, 1, std::nullopt, 2).T();
+    DLManagedTensor* m = devmem::to_dlpack(v);
+    const DLTensor& t = m->dl_tensor;
+    CHECK(std::vector<int64_t>(t.shape, t.shape + 2) == std::vector<int64_t>{3, 4});
+    CHECK(std::vector<int64_t>(t.strides, t.strides + 2) == std::vector<int64_t>{2, -6});
+    CHECK(t.data == byte_ptr(base.data()) + (3 * 6 + 1) * 8);
+    CHECK(t.data == v.data());
+    m->deleter(m);
+  }
+  SECTION("0-d") {
+    DLManagedTensor* m = base[2][3].to_dlpack();
+    CHECK(m->dl_tensor.ndim == 0);
+    CHECK(m->dl_tensor.data == byte_ptr(base.data()) + 15 * 8);
+    m->deleter(m);
+  }
+  SECTION("no elements") {
+    DLManagedTensor* m = base.slice(0, 3, 1).to_dlpack();
+    CHECK(m->dl_tensor.ndim == 2);
+    CHECK(m->dl_tensor.shape[0] == 0);
+    CHECK(m->dl_tensor.data == nullptr);
+    m->deleter(m);
+  }
+}
+
+TEST_CASE("to_dlpack: dtypes", "[interop][dlpack]") {
+  const auto dl = [](const DType& dtype) {
+    DLManagedTensor* m = devmem::to_dlpack(devmem::device_array(Shape{2}, dtype));
+    const DLDataType out = m->dl_tensor.dtype;
+    m->deleter(m);
+    return std::tuple<int, int, int>(out.code, out.bits, out.lanes);
+  };
+  using T = std::tuple<int, int, int>;
+  CHECK(dl(devmem::dtype_of<bool>()) == T(kDLUInt, 8, 1));  // DLPack 0.6 has no kDLBool
+  CHECK(dl(devmem::dtype_of<std::int8_t>()) == T(kDLInt, 8, 1));
+  CHECK(dl(devmem::dtype_of<std::int16_t>()) == T(kDLInt, 16, 1));
+  CHECK(dl(devmem::dtype_of<std::int32_t>()) == T(kDLInt, 32, 1));
+  CHECK(dl(devmem::dtype_of<std::int64_t>()) == T(kDLInt, 64, 1));
+  CHECK(dl(devmem::dtype_of<std::uint8_t>()) == T(kDLUInt, 8, 1));
+  CHECK(dl(devmem::dtype_of<std::uint64_t>()) == T(kDLUInt, 64, 1));
+  CHECK(dl(DType('f', 2)) == T(kDLFloat, 16, 1));
+  CHECK(dl(devmem::dtype_of<float>()) == T(kDLFloat, 32, 1));
+  CHECK(dl(devmem::dtype_of<double>()) == T(kDLFloat, 64, 1));
+  CHECK(dl(devmem::dtype_of<std::complex<float>>()) == T(kDLComplex, 64, 1));
+  CHECK(dl(devmem::dtype_of<std::complex<double>>()) == T(kDLComplex, 128, 1));
+}
+
+TEST_CASE("to_dlpack: the deleter keeps the array alive", "[interop][dlpack][lifetime]") {
+  DeviceArray d = iota_device({3, 2});
+  const std::weak_ptr<devmem::detail::DeviceMemory> watch = d.memory();
+  DLManagedTensor* m = d.T().to_dlpack();
+  d = DeviceArray();
+  devmem::current_context()->flush_deallocations();
+  CHECK_FALSE(watch.expired());
+  // Still readable through a view of the same pointer.
+  const DeviceArray view = devmem::from_dlpack(m);  // now owns m
+  CHECK(device_values(view) == std::vector<double>{0, 2, 4, 1, 3, 5});
+  CHECK_FALSE(watch.expired());
+}
+
+TEST_CASE("to_dlpack: a DeviceArray deleted without a consumer", "[interop][dlpack][lifetime]") {
+  DeviceArray d = iota_device({3});
+  const std::weak_ptr<devmem::detail::DeviceMemory> watch = d.memory();
+  DLManagedTensor* m = d.to_dlpack();
+  d = DeviceArray();
+  CHECK_FALSE(watch.expired());
+  m->deleter(m);
+  CHECK(watch.expired());
+}
+
+TEST_CASE("to_dlpack: an array on a stream is synchronised first", "[interop][dlpack][stream]") {
+  const devmem::Stream s = devmem::stream();
+  const DeviceArray d = devmem::device_array<double>({64}, Order::C, s);
+  std::atomic<bool> opened{false};
+  StreamGate gate(s);
+  d.memset(0, s);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    opened = true;
+    gate.open();
+  });
+  DLManagedTensor* m = d.to_dlpack();
+  const bool was_open = opened.load();
+  opener.join();
+  CHECK(was_open);
+  m->deleter(m);
+}
+
+TEST_CASE("to_dlpack: host arrays", "[interop][dlpack]") {
+  const DLDeviceType pinned_type = devmem::backend_name() == "cuda"  ? kDLCUDAHost
+                                   : devmem::backend_name() == "roc" ? kDLROCMHost
+                                                                     : kDLCPU;
+  SECTION("pageable: kDLCPU, values readable through the plain struct") {
+    HostArray h = iota_host({2, 3});
+    const std::weak_ptr<devmem::detail::HostMemory> watch = h.memory();
+    DLManagedTensor* m = devmem::to_dlpack(h.T());
+    h = HostArray();
+    CHECK_FALSE(watch.expired());
+    const DLTensor& t = m->dl_tensor;
+    CHECK(t.device.device_type == kDLCPU);
+    CHECK(t.device.device_id == 0);
+    CHECK(std::vector<int64_t>(t.strides, t.strides + 2) == std::vector<int64_t>{1, 3});
+    const auto* data = static_cast<const double*>(t.data);
+    CHECK(data[2 * t.strides[0] + 1 * t.strides[1]] == 5.0);  // element (2, 1) of the transpose
+    m->deleter(m);
+    CHECK(watch.expired());
+  }
+  SECTION("pinned") {
+    const HostArray p = devmem::pinned_array<double>({4});
+    DLManagedTensor* m = devmem::to_dlpack(p);
+    CHECK(m->dl_tensor.device.device_type == pinned_type);
+    CHECK(m->dl_tensor.data == p.data());
+    m->deleter(m);
+  }
+  SECTION("mapped") {
+    const devmem::MappedArray mapped = devmem::mapped_array<double>({4});
+    DLManagedTensor* m = devmem::to_dlpack(mapped);
+    CHECK(m->dl_tensor.device.device_type == pinned_type);
+    CHECK(m->dl_tensor.data == mapped.data());
+    m->deleter(m);
+  }
+}
+
+TEST_CASE("to_dlpack: errors", "[interop][dlpack][errors]") {
+  SECTION("records") {
+    REQUIRE_THROWS_MATCHES(devmem::to_dlpack(devmem::device_array(Shape{2}, DType::record(24))),
+                           InvalidArgument,
+                           Message("to_dlpack: record dtype V24 has no DLPack equivalent"));
+  }
+  SECTION("types DLPack cannot express") {
+    REQUIRE_THROWS_MATCHES(devmem::to_dlpack(devmem::device_array(Shape{2}, DType('f', 16))),
+                           InvalidArgument,
+                           Message("to_dlpack: dtype float128 has no DLPack equivalent"));
+    REQUIRE_THROWS_MATCHES(devmem::to_dlpack(devmem::device_array(Shape{2}, DType('c', 32))),
+                           InvalidArgument,
+                           Message("to_dlpack: dtype complex256 has no DLPack equivalent"));
+  }
+  SECTION("a byte stride that is not a multiple of the itemsize") {
+    const DeviceArray odd = devmem::device_array(Shape{2, 3}, f8(), Strides{36, 12});
+    REQUIRE_THROWS_MATCHES(odd.to_dlpack(), InvalidArgument,
+                           Message("to_dlpack: byte stride 36 of axis 0 is not a multiple of the "
+                                   "itemsize 8 (DLPack strides count elements)"));
+    REQUIRE_THROWS_MATCHES(devmem::to_dlpack(odd.slice(0, 0, 1)), InvalidArgument,
+                           Message("to_dlpack: byte stride 36 of axis 0 is not a multiple of the "
+                                   "itemsize 8 (DLPack strides count elements)"));
+  }
+  SECTION("a read-only host array") {
+    const std::vector<double> values{1, 2};
+    REQUIRE_THROWS_MATCHES(devmem::to_dlpack(HostArray::view(values)), InvalidArgument,
+                           Message("to_dlpack: the host array is read-only (a DLPack 0.6 tensor "
+                                   "cannot be marked read-only)"));
+  }
+  SECTION("host arrays: records and strides too") {
+    REQUIRE_THROWS_MATCHES(devmem::to_dlpack(HostArray(Shape{2}, DType::record(8))),
+                           InvalidArgument,
+                           Message("to_dlpack: record dtype V8 has no DLPack equivalent"));
+  }
+}
+
+// ---- DLPack: consumer --------------------------------------------------------------------------
+
+TEST_CASE("from_dlpack: round trips keep shape, strides, dtype, pointer and lifetime",
+          "[interop][dlpack]") {
+  const DeviceArray base = iota_device({4, 6});
+  for (const auto& [name, original] : layouts_of(base)) {
+    SECTION(name) {
+      DeviceArray copy_of_handle = original;
+      const std::weak_ptr<devmem::detail::DeviceMemory> watch = base.memory();
+      DLManagedTensor* m = copy_of_handle.to_dlpack();
+      copy_of_handle = DeviceArray();
+      const DeviceArray view = devmem::from_dlpack(m);
+      check_same_array(view, original);
+      CHECK(device_values(view) == device_values(original));
+      CHECK(view.stream().is_default());
+      CHECK(view.context()->device() == original.context()->device());
+      CHECK_FALSE(watch.expired());
+    }
+  }
+  SECTION("dtypes") {
+    for (const DType& dtype : {devmem::dtype_of<std::int8_t>(), devmem::dtype_of<std::uint32_t>(),
+                               DType('f', 2), f4(), devmem::dtype_of<std::complex<double>>()}) {
+      const DeviceArray a = devmem::device_array(Shape{3}, dtype);
+      const DeviceArray view = devmem::from_dlpack(a.to_dlpack());
+      check_same_array(view, a);
+    }
+  }
+  SECTION("bool comes back as uint8 (DLPack 0.6 has no bool)") {
+    const DeviceArray b = devmem::device_array<bool>({3});
+    const DeviceArray view = devmem::from_dlpack(b.to_dlpack());
+    CHECK(view.dtype() == u1());
+    CHECK(view.data() == b.data());
+  }
+  SECTION("the round trip through both protocols") {
+    const DeviceArray v = base.slice(1, std::nullopt, std::nullopt, -3).T();
+    const DeviceArray once = devmem::from_dlpack(
+        devmem::as_device_array(v.array_interface(), std::make_shared<const DeviceArray>(v))
+            .to_dlpack());
+    check_same_array(once, v);
+    CHECK(device_values(once) == device_values(v));
+  }
+}
+
+TEST_CASE("from_dlpack: tensors made by another library", "[interop][dlpack]") {
+  const DeviceArray memory = iota_device({12});
+  std::atomic<int> deleted{0};
+  SECTION("null strides mean C-contiguous") {
+    TensorSpec spec = spec_for_device({3, 4});
+    spec.data = memory.data();
+    DeviceArray view = devmem::from_dlpack(make_tensor(spec, &deleted, memory));
+    CHECK(view.shape() == Shape{3, 4});
+    CHECK(view.strides() == Strides{32, 8});
+    CHECK(device_values(view) == iota_vec(12));
+    view = DeviceArray();
+    CHECK(deleted == 1);
+  }
+  SECTION("byte_offset is honoured") {
+    TensorSpec spec = spec_for_device({2, 2});
+    spec.data = memory.data();
+    spec.byte_offset = 3 * 8;
+    spec.strides = {4, 1};
+    DeviceArray view = devmem::from_dlpack(make_tensor(spec, &deleted, memory));
+    CHECK(view.data() == byte_ptr(memory.data()) + 24);
+    CHECK(device_values(view) == std::vector<double>{3, 4, 7, 8});
+    CHECK(view.array_interface().data.pointer == view.data());
+  }
+  SECTION("negative element strides") {
+    TensorSpec spec = spec_for_device({3, 2});
+    spec.data = byte_ptr(memory.data()) + 11 * 8;
+    spec.strides = {-4, -1};
+    const DeviceArray view = devmem::from_dlpack(make_tensor(spec, &deleted, memory));
+    CHECK(view.strides() == Strides{-32, -8});
+    CHECK(device_values(view) == std::vector<double>{11, 10, 7, 6, 3, 2});
+  }
+  SECTION("kDLBool of newer DLPack versions") {
+    const DeviceArray flags = devmem::device_array<bool>({2});
+    flags.fill(true);
+    TensorSpec spec = spec_for_device({2});
+    spec.data = flags.data();
+    spec.dtype = DLDataType{6, 8, 1};
+    const DeviceArray view = devmem::from_dlpack(make_tensor(spec, &deleted, flags));
+    CHECK(view.dtype() == devmem::dtype_of<bool>());
+    CHECK(view.to_vector<bool>() == std::vector<bool>{true, true});
+  }
+  SECTION("a null deleter") {
+    TensorSpec spec = spec_for_device({12});
+    spec.data = memory.data();
+    spec.null_deleter = true;
+    DLManagedTensor* m = make_tensor(spec, &deleted, memory);
+    auto* holder = static_cast<TestTensor*>(m->manager_ctx);
+    {
+      const DeviceArray view = devmem::from_dlpack(m);
+      CHECK(device_values(view) == iota_vec(12));
+    }
+    CHECK(deleted == 0);
+    delete holder;  // NOLINT(cppcoreguidelines-owning-memory): the producer frees it itself
+  }
+  SECTION("no elements and a null pointer") {
+    TensorSpec spec = spec_for_device({0, 5});
+    const DeviceArray view = devmem::from_dlpack(make_tensor(spec, &deleted));
+    CHECK(view.size() == 0);
+    CHECK(view.data() == nullptr);
+  }
+}
+
+TEST_CASE("from_dlpack: the deleter runs exactly once, when the last view dies",
+          "[interop][dlpack][lifetime]") {
+  const DeviceArray memory = iota_device({6});
+  std::atomic<int> deleted{0};
+  TensorSpec spec = spec_for_device({2, 3});
+  spec.data = memory.data();
+  DeviceArray view = devmem::from_dlpack(make_tensor(spec, &deleted, memory));
+  DeviceArray row = view[1];
+  DeviceArray reshaped = view.reshape({3, 2});
+  std::vector<DeviceArray> parts = view.ravel().split(4);
+  view = DeviceArray();
+  CHECK(deleted == 0);
+  row = DeviceArray();
+  CHECK(deleted == 0);
+  parts.clear();
+  CHECK(deleted == 0);
+  CHECK(device_values(reshaped) == iota_vec(6));
+  reshaped = DeviceArray();
+  CHECK(deleted == 1);
+}
+
+TEST_CASE("from_dlpack: validation errors (the deleter still runs once)",
+          "[interop][dlpack][errors]") {
+  const DeviceArray memory = iota_device({12});
+  std::atomic<int> deleted{0};
+  TensorSpec spec = spec_for_device({3, 4});
+  spec.data = memory.data();
+  const auto fails_with = [&](const std::string& message) {
+    deleted = 0;
+    REQUIRE_THROWS_MATCHES(devmem::from_dlpack(make_tensor(spec, &deleted)), InvalidArgument,
+                           Message(message));
+    CHECK(deleted == 1);
+  };
+  SECTION("null tensor") {
+    REQUIRE_THROWS_MATCHES(devmem::from_dlpack(nullptr), InvalidArgument,
+                           Message("from_dlpack: null tensor"));
+  }
+  SECTION("a device type of another backend") {
+    const std::string backend = devmem::backend_name();
+    spec.device.device_type = kDLOpenCL;
+    fails_with("from_dlpack: device type kDLOpenCL (4) is not usable on the " + backend +
+               " backend (expected " + expected_device_types_text() + ")");
+    spec.device.device_type = on_host_backend() ? kDLCUDA : kDLCPU;
+    fails_with(std::string("from_dlpack: device type ") +
+               (on_host_backend() ? "kDLCUDA (2)" : "kDLCPU (1)") + " is not usable on the " +
+               backend + " backend (expected " + expected_device_types_text() + ")");
+    spec.device.device_type = static_cast<DLDeviceType>(6);  // unused in every DLPack version
+    fails_with("from_dlpack: device type unknown (6) is not usable on the " + backend +
+               " backend (expected " + expected_device_types_text() + ")");
+  }
+  SECTION("a device that does not exist") {
+    const int count = devmem::device_count();
+    spec.device.device_id = count;
+    fails_with("from_dlpack: device_id " + std::to_string(count) + " does not exist (the " +
+               devmem::backend_name() + " backend has " + std::to_string(count) + " device(s))");
+    spec.device.device_id = -1;
+    fails_with("from_dlpack: device_id -1 does not exist (the " + devmem::backend_name() +
+               " backend has " + std::to_string(count) + " device(s))");
+  }
+  SECTION("lanes") {
+    spec.dtype = DLDataType{kDLFloat, 32, 4};
+    fails_with("from_dlpack: vector dtypes are not supported (lanes 4)");
+  }
+  SECTION("unsupported dtypes") {
+    spec.dtype = DLDataType{kDLBfloat, 16, 1};
+    fails_with("from_dlpack: unsupported dtype (code 4 (kDLBfloat), bits 16)");
+    spec.dtype = DLDataType{kDLOpaqueHandle, 64, 1};
+    fails_with("from_dlpack: unsupported dtype (code 3 (kDLOpaqueHandle), bits 64)");
+    spec.dtype = DLDataType{kDLInt, 24, 1};
+    fails_with("from_dlpack: unsupported dtype (code 0 (kDLInt), bits 24)");
+    spec.dtype = DLDataType{kDLUInt, 4, 1};
+    fails_with("from_dlpack: unsupported dtype (code 1 (kDLUInt), bits 4)");
+    spec.dtype = DLDataType{kDLFloat, 128, 1};
+    fails_with("from_dlpack: unsupported dtype (code 2 (kDLFloat), bits 128)");
+    spec.dtype = DLDataType{kDLComplex, 32, 1};
+    fails_with("from_dlpack: unsupported dtype (code 5 (kDLComplex), bits 32)");
+    spec.dtype = DLDataType{6, 16, 1};
+    fails_with("from_dlpack: unsupported dtype (code 6 (kDLBool), bits 16)");
+    spec.dtype = DLDataType{42, 8, 1};
+    fails_with("from_dlpack: unsupported dtype (code 42 (unknown), bits 8)");
+  }
+  SECTION("ndim and shape") {
+    spec.ndim = -1;
+    fails_with("from_dlpack: negative ndim -1");
+    spec.ndim = -2;
+    spec.null_shape = true;
+    fails_with("from_dlpack: null shape for ndim 2");
+    spec.null_shape = false;
+    spec.shape = {2, -3};
+    fails_with("from_dlpack: negative dimension -3 in shape (2, -3)");
+  }
+  SECTION("strides overflow") {
+    spec.shape = {3};
+    spec.strides = {int64_t{1} << 61};
+    fails_with(
+        "from_dlpack: stride 2305843009213693952 of axis 0 overflows int64 in bytes (itemsize 8)");
+    spec.strides = {int64_t{1} << 59};
+    fails_with(
+        "from_dlpack: extent of shape (3,) with strides (4611686018427387904,) overflows int64");
+  }
+  SECTION("null data with elements") {
+    spec.data = nullptr;
+    fails_with("from_dlpack: null data pointer for a tensor of 12 elements");
+  }
+  SECTION("misaligned data") {
+    spec.byte_offset = 4;
+    fails_with("from_dlpack: data pointer " + pointer_text(byte_ptr(memory.data()) + 4) +
+               " (data + byte_offset) is not aligned to 8 bytes for dtype float64");
+  }
+  SECTION("byte_offset overflow") {
+    spec.byte_offset = std::numeric_limits<std::uint64_t>::max();
+    fails_with("from_dlpack: byte_offset 18446744073709551615 overflows int64");
+  }
+}
