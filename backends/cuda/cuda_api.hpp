@@ -1,0 +1,146 @@
+// The CUDA runtime, named for gpu_runtime::RuntimeBackend (backends/gpu_runtime/runtime_backend.hpp
+// lists what a traits struct provides). Only names and constants: no logic lives here, so nothing
+// is duplicated between CUDA and ROC. Included only by backends/cuda/.
+#pragma once
+
+#include "backends/gpu_runtime/runtime_backend.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <string_view>
+
+namespace devmem::cuda {
+
+struct CudaApi {
+  using Error = cudaError_t;
+  using Stream = cudaStream_t;
+  using Event = cudaEvent_t;
+  using DeviceProp = cudaDeviceProp;
+  using MemcpyKind = cudaMemcpyKind;
+  using S = gpu_runtime::Status<cudaError_t>;
+
+  static constexpr std::string_view kBackend = "cuda";
+
+  static constexpr Error kSuccess = cudaSuccess;
+  static constexpr Error kErrorNotReady = cudaErrorNotReady;
+  static constexpr Error kErrorMemoryAllocation = cudaErrorMemoryAllocation;
+  static constexpr Error kErrorInvalidPitchValue = cudaErrorInvalidPitchValue;
+
+  static constexpr MemcpyKind kHostToHost = cudaMemcpyHostToHost;
+  static constexpr MemcpyKind kHostToDevice = cudaMemcpyHostToDevice;
+  static constexpr MemcpyKind kDeviceToHost = cudaMemcpyDeviceToHost;
+  static constexpr MemcpyKind kDeviceToDevice = cudaMemcpyDeviceToDevice;
+  static constexpr MemcpyKind kMemcpyDefault = cudaMemcpyDefault;
+
+  static constexpr unsigned kHostAllocMapped = cudaHostAllocMapped;
+  static constexpr unsigned kHostAllocPortable = cudaHostAllocPortable;
+  static constexpr unsigned kHostAllocWriteCombined = cudaHostAllocWriteCombined;
+  // CUDA has no coherence choice: page-locked memory is always coherent (uncached by the GPU).
+  static constexpr unsigned kHostAllocCoherent = 0;
+  static constexpr unsigned kHostAllocNonCoherent = 0;
+  static constexpr unsigned kHostRegisterMapped = cudaHostRegisterMapped;
+  static constexpr unsigned kHostRegisterPortable = cudaHostRegisterPortable;
+
+  // cudaMemcpy2D/3D reject pitches above cudaDevAttrMaxPitch, which is INT_MAX on every current
+  // GPU; larger ones are copied row by row (and a smaller device limit falls back the same way
+  // through cudaErrorInvalidPitchValue).
+  static constexpr std::size_t kMaxPitch =
+      static_cast<std::size_t>(std::numeric_limits<int>::max());
+
+  // ---- Devices ----
+  static S getDeviceCount(int* count) { return {cudaGetDeviceCount(count), "cudaGetDeviceCount"}; }
+  static S getDevice(int* device) { return {cudaGetDevice(device), "cudaGetDevice"}; }
+  static S setDevice(int device) { return {cudaSetDevice(device), "cudaSetDevice"}; }
+  static S getDeviceProperties(DeviceProp* prop, int device) {
+    return {cudaGetDeviceProperties(prop, device), "cudaGetDeviceProperties"};
+  }
+  static S memGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
+    return {cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo"};
+  }
+  /// "sm_90" for compute capability 9.0.
+  static std::string architecture(const DeviceProp& prop) {
+    return "sm_" + std::to_string(prop.major) + std::to_string(prop.minor);
+  }
+  static bool unifiedAddressing(const DeviceProp& prop) { return prop.unifiedAddressing != 0; }
+
+  // ---- Memory ----
+  static S malloc(void** ptr, std::size_t bytes) { return {cudaMalloc(ptr, bytes), "cudaMalloc"}; }
+  static S free(void* ptr) { return {cudaFree(ptr), "cudaFree"}; }
+  static S hostAlloc(void** ptr, std::size_t bytes, unsigned flags) {
+    return {cudaHostAlloc(ptr, bytes, flags), "cudaHostAlloc"};
+  }
+  static S hostFree(void* ptr) { return {cudaFreeHost(ptr), "cudaFreeHost"}; }
+  static S hostRegister(void* ptr, std::size_t bytes, unsigned flags) {
+    return {cudaHostRegister(ptr, bytes, flags), "cudaHostRegister"};
+  }
+  static S hostUnregister(void* ptr) { return {cudaHostUnregister(ptr), "cudaHostUnregister"}; }
+  static S hostGetDevicePointer(void** device_ptr, void* host_ptr, unsigned flags) {
+    return {cudaHostGetDevicePointer(device_ptr, host_ptr, flags), "cudaHostGetDevicePointer"};
+  }
+
+  // ---- Streams and events ----
+  /// cudaStreamLegacy: the legacy default stream whatever the compilation's default-stream mode
+  /// (with CUDA_API_PER_THREAD_DEFAULT_STREAM a 0 handle would mean the per-thread stream).
+  static Stream defaultStream() noexcept { return cudaStreamLegacy; }
+  static S streamCreate(Stream* stream) { return {cudaStreamCreate(stream), "cudaStreamCreate"}; }
+  static S streamDestroy(Stream stream) { return {cudaStreamDestroy(stream), "cudaStreamDestroy"}; }
+  static S streamSynchronize(Stream stream) {
+    return {cudaStreamSynchronize(stream), "cudaStreamSynchronize"};
+  }
+  static S streamQuery(Stream stream) { return {cudaStreamQuery(stream), "cudaStreamQuery"}; }
+  static S streamWaitEvent(Stream stream, Event event, unsigned flags) {
+    return {cudaStreamWaitEvent(stream, event, flags), "cudaStreamWaitEvent"};
+  }
+  static S eventCreate(Event* event) { return {cudaEventCreate(event), "cudaEventCreate"}; }
+  static S eventDestroy(Event event) { return {cudaEventDestroy(event), "cudaEventDestroy"}; }
+  static S eventRecord(Event event, Stream stream) {
+    return {cudaEventRecord(event, stream), "cudaEventRecord"};
+  }
+  static S eventSynchronize(Event event) {
+    return {cudaEventSynchronize(event), "cudaEventSynchronize"};
+  }
+  static S eventQuery(Event event) { return {cudaEventQuery(event), "cudaEventQuery"}; }
+  static S eventElapsedTime(float* ms, Event start, Event end) {
+    return {cudaEventElapsedTime(ms, start, end), "cudaEventElapsedTime"};
+  }
+  template <void (*Fn)(void*)>
+  static S launchHostFunc(Stream stream, void* user) {
+    return {cudaLaunchHostFunc(stream, Fn, user), "cudaLaunchHostFunc"};
+  }
+
+  // ---- Copies ----
+  static S memcpyAsync(void* dst, const void* src, std::size_t bytes, MemcpyKind kind,
+                       Stream stream) {
+    return {cudaMemcpyAsync(dst, src, bytes, kind, stream), "cudaMemcpyAsync"};
+  }
+  static S memcpy2DAsync(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                         std::size_t width, std::size_t height, MemcpyKind kind, Stream stream) {
+    return {cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, kind, stream),
+            "cudaMemcpy2DAsync"};
+  }
+  static S memcpy3DAsync(void* dst, std::size_t dst_pitch, std::size_t dst_height, const void* src,
+                         std::size_t src_pitch, std::size_t src_height, std::size_t width,
+                         std::size_t height, std::size_t depth, MemcpyKind kind, Stream stream) {
+    // Linear memory on both sides (no arrays, no positions): extent.width is in bytes, a pitched
+    // pointer's ysize is the number of rows per slice; xsize (the row length) is the pitch.
+    cudaMemcpy3DParms params{};
+    params.srcPtr = cudaPitchedPtr{const_cast<void*>(src), src_pitch, src_pitch, src_height};
+    params.dstPtr = cudaPitchedPtr{dst, dst_pitch, dst_pitch, dst_height};
+    params.extent = cudaExtent{width, height, depth};
+    params.kind = kind;
+    return {cudaMemcpy3DAsync(&params, stream), "cudaMemcpy3DAsync"};
+  }
+  static S memsetAsync(void* dst, int value, std::size_t bytes, Stream stream) {
+    return {cudaMemsetAsync(dst, value, bytes, stream), "cudaMemsetAsync"};
+  }
+
+  // ---- Errors ----
+  static Error getLastError() noexcept { return cudaGetLastError(); }
+  static const char* errorName(Error code) noexcept { return cudaGetErrorName(code); }
+  static const char* errorString(Error code) noexcept { return cudaGetErrorString(code); }
+};
+
+}  // namespace devmem::cuda

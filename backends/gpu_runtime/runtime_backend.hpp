@@ -1,0 +1,649 @@
+// The GPU backends' shared implementation: devmem::Backend written once over a vendor runtime whose
+// API has the shape of the CUDA runtime (the CUDA runtime itself, and HIP, which mirrors it).
+// backends/cuda/cuda_api.hpp and backends/roc/hip_api.hpp only name the vendor calls and constants
+// (the `Api` traits below); everything that is the same for both vendors lives here, once: device
+// selection, the error discipline, flag and copy-kind translation, the choice of copy call, the
+// host-function trampoline. Not installed; vendor headers are never included by public headers.
+//
+// What an `Api` traits struct provides (see cuda_api.hpp for a complete one):
+//   types       Error (the status enum), Stream, Event (opaque pointers), DeviceProp, MemcpyKind
+//   constants   kBackend ("cuda", "roc"); kSuccess, kErrorNotReady, kErrorMemoryAllocation,
+//               kErrorInvalidPitchValue; kHostToHost, kHostToDevice, kDeviceToHost,
+//               kDeviceToDevice, kMemcpyDefault; kHostAllocMapped / Portable / WriteCombined /
+//               Coherent / NonCoherent; kHostRegisterMapped / Portable; kMaxPitch (the largest
+//               pitch, row width or row count a 2-D/3-D copy call accepts)
+//   calls       static functions returning Status{vendor code, vendor function name}:
+//               getDeviceCount, getDevice, setDevice, getDeviceProperties, memGetInfo, malloc,
+//               free, hostAlloc, hostFree, hostRegister, hostUnregister, hostGetDevicePointer,
+//               streamCreate, streamDestroy, streamSynchronize, streamQuery, streamWaitEvent,
+//               eventCreate, eventDestroy, eventRecord, eventSynchronize, eventQuery,
+//               eventElapsedTime, memcpyAsync, memcpy2DAsync, memcpy3DAsync, memsetAsync,
+//               launchHostFunc<Fn>
+//   utilities   getLastError (clears the runtime's last-error state), errorName, errorString,
+//               defaultStream (the handle of the legacy default stream), architecture(prop),
+//               unifiedAddressing(prop)
+// Pairing every call with its name keeps the name next to the call, so an error always names the
+// vendor function that really failed.
+//
+// Conventions (backend.hpp has the contract):
+// - Device selection: every method that needs a current device makes `device` current with
+//   setDevice only when the runtime's current device differs. The comparison asks the runtime
+//   (getDevice reads the runtime's own per-thread current device, no driver round trip), rather
+//   than a private thread_local copy, which would go stale whenever the application or another
+//   library calls cudaSetDevice/hipSetDevice on the same thread. The previous device is not
+//   restored, like Numba's context activation.
+// - The default stream (nullptr) is the legacy default stream: blocking with respect to the
+//   device's other blocking streams. Streams are created with default flags (blocking, like
+//   Numba's cuStreamCreate(flags=0)). No device-wide synchronisation is ever issued.
+// - Copies pass the explicit memcpy kind that core/ already knows (CopyKind), like Numba's
+//   cuMemcpyHtoD/DtoH/DtoD: no per-call pointer classification in the runtime (HIP looks every
+//   pointer up for the Default kind), and host sides may be pageable, pinned or mapped memory.
+//   Mapped host memory used as a device side is addressed by its device pointer, which is valid
+//   for DeviceToDevice copies.
+// - Errors: every vendor status is checked. A failure throws BackendError(backend, vendor
+//   function, numeric code, code name, "<backend> <function>: <name> (<code>): <description>;
+//   <context>") after clearing the runtime's last-error state, so that the next unrelated call is
+//   not reported as failed (a sticky error, e.g. an illegal address in a kernel, cannot be
+//   cleared: the runtime keeps reporting it, as it should). Allocation failures with the OOM code
+//   throw OutOfMemory naming the bytes and, for device memory, free/total. Without a device every
+//   method throws NoDevice with the runtime's reason.
+// - Thread safety: the vendor runtimes are thread safe; the only state here is the device census,
+//   computed once under std::call_once.
+#pragma once
+
+#include <devmem/backend.hpp>
+#include <devmem/error.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace devmem::gpu_runtime {
+
+/// What a traits call returns: the vendor status, and the vendor function that produced it.
+template <class Code>
+struct Status {
+  Code code;
+  const char* function;
+};
+
+/// "1.50 GiB" (for messages).
+inline std::string format_bytes(std::uint64_t bytes) {
+  constexpr const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (bytes < 1024) return fmt::format("{} bytes", bytes);
+  double value = static_cast<double>(bytes);
+  std::size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return fmt::format("{:.2f} {}", value, kUnits[unit]);
+}
+
+inline std::int64_t clamp_to_int64(std::size_t value) noexcept {
+  constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
+  return value > static_cast<std::size_t>(kMax) ? kMax : static_cast<std::int64_t>(value);
+}
+
+template <class Api>
+class RuntimeBackend : public Backend {
+ public:
+  using Code = typename Api::Error;
+  using ApiStatus = Status<Code>;
+  using VendorStream = typename Api::Stream;
+  using VendorEvent = typename Api::Event;
+  using MemcpyKind = typename Api::MemcpyKind;
+
+  RuntimeBackend() = default;
+  ~RuntimeBackend() override = default;
+
+  [[nodiscard]] std::string_view name() const noexcept override { return Api::kBackend; }
+
+  // ---- Devices ------------------------------------------------------------------------------
+
+  [[nodiscard]] int device_count() override { return census().count; }
+
+  [[nodiscard]] std::string no_device_reason() override { return census().reason; }
+
+  [[nodiscard]] DeviceProperties properties(int device) override {
+    // Properties are read by index; no need to make the device current (and create its context).
+    require_device("properties");
+    typename Api::DeviceProp prop{};
+    check(Api::getDeviceProperties(&prop, device), "properties of device {}", device);
+    DeviceProperties out;
+    out.name = std::string(prop.name, strnlen(prop.name, sizeof prop.name));
+    out.architecture = Api::architecture(prop);
+    out.total_memory = clamp_to_int64(prop.totalGlobalMem);
+    out.warp_size = prop.warpSize;
+    out.max_threads_per_block = prop.maxThreadsPerBlock;
+    out.max_shared_memory_per_block = clamp_to_int64(prop.sharedMemPerBlock);
+    out.multiprocessor_count = prop.multiProcessorCount;
+    out.can_map_host_memory = prop.canMapHostMemory != 0;
+    out.unified_addressing = Api::unifiedAddressing(prop);
+    return out;
+  }
+
+  [[nodiscard]] MemoryInfo memory_info(int device) override {
+    use_device("memory_info", device);
+    std::size_t free_bytes = 0;
+    std::size_t total_bytes = 0;
+    check(Api::memGetInfo(&free_bytes, &total_bytes), "memory_info of device {}", device);
+    return MemoryInfo{clamp_to_int64(free_bytes), clamp_to_int64(total_bytes)};
+  }
+
+  // ---- Device memory --------------------------------------------------------------------------
+
+  [[nodiscard]] void* allocate(int device, std::size_t bytes) override {
+    use_device("allocate", device);
+    if (bytes == 0) return nullptr;  // like cudaMalloc(0): success without memory
+    void* ptr = nullptr;
+    const ApiStatus status = Api::malloc(&ptr, bytes);
+    if (status.code == Api::kErrorMemoryAllocation) {
+      raise_out_of_memory(status, device, bytes, /*device_memory=*/true);
+    }
+    check(status, "allocating {} ({} bytes) of device memory on device {}", format_bytes(bytes),
+          bytes, device);
+    return ptr;
+  }
+
+  void deallocate(int device, void* ptr) override {
+    use_device("deallocate", device);
+    if (ptr == nullptr) return;
+    check(Api::free(ptr), "freeing device memory at {} on device {}", fmt::ptr(ptr), device);
+  }
+
+  // ---- Page-locked host memory ----------------------------------------------------------------
+
+  [[nodiscard]] void* host_allocate(int device, std::size_t bytes, HostAllocFlags flags) override {
+    use_device("host_allocate", device);
+    if (bytes == 0) return nullptr;
+    void* ptr = nullptr;
+    const ApiStatus status = Api::hostAlloc(&ptr, bytes, host_alloc_flags(flags));
+    if (status.code == Api::kErrorMemoryAllocation) {
+      raise_out_of_memory(status, device, bytes, /*device_memory=*/false);
+    }
+    check(status, "allocating {} ({} bytes) of page-locked host memory ({}) for device {}",
+          format_bytes(bytes), bytes, describe(flags), device);
+    return ptr;
+  }
+
+  void host_deallocate(int device, void* ptr) override {
+    use_device("host_deallocate", device);
+    if (ptr == nullptr) return;
+    check(Api::hostFree(ptr), "freeing page-locked host memory at {}", fmt::ptr(ptr));
+  }
+
+  void host_register(int device, void* ptr, std::size_t bytes, HostRegisterFlags flags) override {
+    use_device("host_register", device);
+    unsigned native = 0;
+    if (has_flag(flags, HostRegisterFlags::Mapped)) native |= Api::kHostRegisterMapped;
+    if (has_flag(flags, HostRegisterFlags::Portable)) native |= Api::kHostRegisterPortable;
+    check(Api::hostRegister(ptr, bytes, native), "registering {} ({} bytes, {}) for device {}",
+          fmt::ptr(ptr), bytes, describe(flags), device);
+  }
+
+  void host_unregister(int device, void* ptr) override {
+    use_device("host_unregister", device);
+    check(Api::hostUnregister(ptr), "unregistering {}", fmt::ptr(ptr));
+  }
+
+  [[nodiscard]] void* mapped_device_pointer(int device, void* host_ptr) override {
+    use_device("mapped_device_pointer", device);
+    void* device_ptr = nullptr;
+    check(Api::hostGetDevicePointer(&device_ptr, host_ptr, 0u),
+          "device address of mapped host memory at {} on device {}", fmt::ptr(host_ptr), device);
+    return device_ptr;
+  }
+
+  // ---- Streams --------------------------------------------------------------------------------
+
+  [[nodiscard]] NativeStream create_stream(int device) override {
+    use_device("create_stream", device);
+    VendorStream stream{};
+    check(Api::streamCreate(&stream), "creating a stream on device {}", device);
+    return stream;
+  }
+
+  void destroy_stream(int device, NativeStream stream) override {
+    use_device("destroy_stream", device);
+    check(Api::streamDestroy(native(stream)), "destroying stream {} of device {}", fmt::ptr(stream),
+          device);
+  }
+
+  void synchronize_stream(int device, NativeStream stream) override {
+    use_device("synchronize_stream", device);
+    check(Api::streamSynchronize(native(stream)), "synchronizing {} of device {}", describe(stream),
+          device);
+  }
+
+  [[nodiscard]] bool query_stream(int device, NativeStream stream) override {
+    use_device("query_stream", device);
+    return ready(Api::streamQuery(native(stream)), "querying {} of device {}", describe(stream),
+                 device);
+  }
+
+  // ---- Events ---------------------------------------------------------------------------------
+
+  [[nodiscard]] NativeEvent create_event(int device) override {
+    use_device("create_event", device);
+    VendorEvent event{};
+    // Default flags: timing enabled (elapsed_ms), blocking synchronisation off.
+    check(Api::eventCreate(&event), "creating an event on device {}", device);
+    return event;
+  }
+
+  void destroy_event(int device, NativeEvent event) override {
+    use_device("destroy_event", device);
+    check(Api::eventDestroy(native_event(event)), "destroying event {} of device {}",
+          fmt::ptr(event), device);
+  }
+
+  void record_event(int device, NativeEvent event, NativeStream stream) override {
+    use_device("record_event", device);
+    check(Api::eventRecord(native_event(event), native(stream)), "recording event {} on {}",
+          fmt::ptr(event), describe(stream));
+  }
+
+  void synchronize_event(int device, NativeEvent event) override {
+    use_device("synchronize_event", device);
+    check(Api::eventSynchronize(native_event(event)), "synchronizing event {}", fmt::ptr(event));
+  }
+
+  [[nodiscard]] bool query_event(int device, NativeEvent event) override {
+    use_device("query_event", device);
+    return ready(Api::eventQuery(native_event(event)), "querying event {}", fmt::ptr(event));
+  }
+
+  [[nodiscard]] float elapsed_ms(int device, NativeEvent start, NativeEvent end) override {
+    use_device("elapsed_ms", device);
+    float ms = 0.0f;
+    // NotReady (an event not yet completed) is an error here, unlike in the queries.
+    check(Api::eventElapsedTime(&ms, native_event(start), native_event(end)),
+          "elapsed time from event {} to event {}", fmt::ptr(start), fmt::ptr(end));
+    return ms;
+  }
+
+  void stream_wait_event(int device, NativeStream stream, NativeEvent event) override {
+    use_device("stream_wait_event", device);
+    check(Api::streamWaitEvent(native(stream), native_event(event), 0u), "{} waiting for event {}",
+          describe(stream), fmt::ptr(event));
+  }
+
+  // ---- Data movement --------------------------------------------------------------------------
+
+  void copy(int device, void* dst, const void* src, std::size_t bytes, CopyKind kind,
+            NativeStream stream) override {
+    use_device("copy", device);
+    if (bytes == 0) return;
+    copy_1d(dst, src, bytes, kind, stream);
+  }
+
+  void copy_2d(int device, void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+               std::size_t width, std::size_t height, CopyKind kind, NativeStream stream) override {
+    use_device("copy_2d", device);
+    copy_rows(dst, dst_pitch, src, src_pitch, width, height, kind, stream);
+  }
+
+  /// One 3-D copy call per block group when the plan's innermost outer axis steps whole slices of
+  /// rows on both sides (the common case of a sub-block of a 3-D array); otherwise, one 2-D copy
+  /// per block like the default.
+  void copy_strided(int device, void* dst, const void* src, const layout::CopyPlan& plan,
+                    CopyKind kind, NativeStream stream) override {
+    use_device("copy_strided", device);
+    if (plan.empty()) return;
+    auto* const dst0 = static_cast<std::byte*>(dst);
+    const auto* const src0 = static_cast<const std::byte*>(src);
+    const auto width = static_cast<std::size_t>(plan.width);
+    const auto height = static_cast<std::size_t>(plan.height);
+    const auto src_pitch = static_cast<std::size_t>(plan.src_pitch);
+    const auto dst_pitch = static_cast<std::size_t>(plan.dst_pitch);
+    if (const auto slices = slice_heights(plan)) {
+      // The plan without its innermost outer axis enumerates the 3-D blocks.
+      layout::CopyPlan outer = plan;
+      const auto depth = static_cast<std::size_t>(outer.outer_shape.back());
+      outer.outer_shape.pop_back();
+      outer.outer_src_strides.pop_back();
+      outer.outer_dst_strides.pop_back();
+      outer.for_each_block([&](std::int64_t src_offset, std::int64_t dst_offset) {
+        copy_volume(dst0 + dst_offset, dst_pitch, slices->dst, src0 + src_offset, src_pitch,
+                    slices->src, width, height, depth, kind, stream);
+      });
+      return;
+    }
+    plan.for_each_block([&](std::int64_t src_offset, std::int64_t dst_offset) {
+      copy_rows(dst0 + dst_offset, dst_pitch, src0 + src_offset, src_pitch, width, height, kind,
+                stream);
+    });
+  }
+
+  void memset(int device, void* dst, int byte_value, std::size_t bytes,
+              NativeStream stream) override {
+    use_device("memset", device);
+    if (bytes == 0) return;
+    check(Api::memsetAsync(dst, byte_value, bytes, native(stream)),
+          "setting {} bytes at {} to {:#04x} on {}", bytes, fmt::ptr(dst), byte_value & 0xff,
+          describe(stream));
+  }
+
+  void launch_host_function(int device, NativeStream stream, std::function<void()> fn) override {
+    use_device("launch_host_function", device);
+    if (!fn) {
+      throw InvalidArgument(fmt::format("{} launch_host_function: empty function", Api::kBackend));
+    }
+    // Owned by the callback once enqueued; deleted here when enqueuing fails.
+    auto owned = std::make_unique<std::function<void()>>(std::move(fn));
+    check(Api::template launchHostFunc<&run_host_function>(native(stream), owned.get()),
+          "enqueuing a host function on {}", describe(stream));
+    static_cast<void>(owned.release());
+  }
+
+ protected:
+  /// Why the runtime sees no device, in its words; a subclass may add what it can find out
+  /// elsewhere (the ROC backend asks HSA's agent discovery).
+  [[nodiscard]] virtual std::string explain_no_device(std::string runtime_reason) {
+    return runtime_reason;
+  }
+
+  /// NoDevice when the runtime has no device.
+  void require_device(const char* operation) {
+    const Census& devices = census();
+    if (devices.count == 0) {
+      throw NoDevice(fmt::format("{} {}: no device: {}", Api::kBackend, operation, devices.reason));
+    }
+  }
+
+  /// Makes `device` the calling thread's current device (see the conventions above). An index out
+  /// of range fails in setDevice with the runtime's invalid-device error.
+  void use_device(const char* operation, int device) {
+    require_device(operation);
+    int current = -1;
+    check(Api::getDevice(&current), "{} on device {}", operation, device);
+    if (current == device) return;
+    check(Api::setDevice(device), "{}: making device {} current (device count {})", operation,
+          device, census().count);
+  }
+
+  /// Throws BackendError unless `status` is success.
+  template <class... Args>
+  void check(ApiStatus status, fmt::format_string<Args...> context, Args&&... args) {
+    if (status.code == Api::kSuccess) [[likely]] {
+      return;
+    }
+    raise(status, fmt::format(context, std::forward<Args>(args)...));
+  }
+
+  /// Clears the runtime's last error and throws the BackendError of `status`.
+  [[noreturn]] static void raise(ApiStatus status, std::string_view context) {
+    clear_last_error();
+    throw make_error(status, context);
+  }
+
+  [[nodiscard]] static BackendError make_error(ApiStatus status, std::string_view context) {
+    return BackendError(std::string(Api::kBackend), status.function, static_cast<int>(status.code),
+                        code_name(status.code),
+                        fmt::format("{} {}: {}{}{}", Api::kBackend, status.function,
+                                    describe(status.code), context.empty() ? "" : "; ", context));
+  }
+
+  /// "cudaErrorInvalidValue (1): invalid argument"; the description is left out when the runtime
+  /// has none beyond the name (HIP 5.2 returns the name from hipGetErrorString).
+  [[nodiscard]] static std::string describe(Code code) {
+    const std::string name = code_name(code);
+    const char* const text = Api::errorString(code);
+    const std::string_view description = text != nullptr ? text : "";
+    if (description.empty() || description == name) {
+      return fmt::format("{} ({})", name, static_cast<int>(code));
+    }
+    return fmt::format("{} ({}): {}", name, static_cast<int>(code), description);
+  }
+
+  [[nodiscard]] static std::string code_name(Code code) {
+    const char* const name = Api::errorName(code);
+    return name != nullptr ? std::string(name) : fmt::format("error {}", static_cast<int>(code));
+  }
+
+  static void clear_last_error() noexcept { static_cast<void>(Api::getLastError()); }
+
+  /// The vendor handle of a devmem stream handle: nullptr is the legacy default stream.
+  [[nodiscard]] static VendorStream native(NativeStream stream) noexcept {
+    return stream == nullptr ? Api::defaultStream() : static_cast<VendorStream>(stream);
+  }
+  [[nodiscard]] static VendorEvent native_event(NativeEvent event) noexcept {
+    return static_cast<VendorEvent>(event);
+  }
+
+ private:
+  struct Census {
+    int count = 0;
+    std::string reason;  // why count is 0
+  };
+  /// The heights (in rows) of one 3-D slice on each side.
+  struct SliceHeights {
+    std::size_t src = 0;
+    std::size_t dst = 0;
+  };
+
+  /// The device count cannot change during a process (the runtimes read their visibility settings
+  /// once), so it is asked for once. An error from getDeviceCount (no driver, no device) is not
+  /// an exception: it is the reason for a count of 0.
+  const Census& census() {
+    std::call_once(census_once_, [this] {
+      int count = 0;
+      const ApiStatus status = Api::getDeviceCount(&count);
+      Census result;
+      if (status.code != Api::kSuccess) {
+        clear_last_error();
+        result.reason =
+            explain_no_device(fmt::format("{}: {}", status.function, describe(status.code)));
+      } else if (count <= 0) {
+        result.reason = explain_no_device(fmt::format("{} reports 0 devices", status.function));
+      } else {
+        result.count = count;
+      }
+      census_ = std::move(result);
+    });
+    return census_;
+  }
+
+  [[noreturn]] void raise_out_of_memory(ApiStatus status, int device, std::size_t bytes,
+                                        bool device_memory) {
+    clear_last_error();
+    std::string room;
+    if (device_memory) {
+      std::size_t free_bytes = 0;
+      std::size_t total_bytes = 0;
+      if (Api::memGetInfo(&free_bytes, &total_bytes).code == Api::kSuccess) {
+        room = fmt::format(" (free {} of {})", format_bytes(free_bytes), format_bytes(total_bytes));
+      } else {
+        clear_last_error();
+      }
+    }
+    throw OutOfMemory(
+        fmt::format("{} {}: {}; allocating {} ({} bytes) of {} on device {}{}", Api::kBackend,
+                    status.function, describe(status.code), format_bytes(bytes), bytes,
+                    device_memory ? "device memory" : "page-locked host memory", device, room),
+        clamp_to_int64(bytes));
+  }
+
+  /// True on success, false on NotReady (not an error), BackendError otherwise.
+  template <class... Args>
+  bool ready(ApiStatus status, fmt::format_string<Args...> context, Args&&... args) {
+    if (status.code == Api::kSuccess) return true;
+    if (status.code == Api::kErrorNotReady) {
+      clear_last_error();  // HIP records NotReady as the last error
+      return false;
+    }
+    raise(status, fmt::format(context, std::forward<Args>(args)...));
+  }
+
+  void copy_1d(void* dst, const void* src, std::size_t bytes, CopyKind kind, NativeStream stream) {
+    check(Api::memcpyAsync(dst, src, bytes, memcpy_kind(kind), native(stream)),
+          "copying {} bytes from {} to {} ({}) on {}", bytes, fmt::ptr(src), fmt::ptr(dst),
+          to_string(kind), describe(stream));
+  }
+
+  /// `height` rows of `width` bytes: one memcpy for a single row, else one 2-D copy; rows one by
+  /// one when a pitch is beyond what the runtime's 2-D copy accepts.
+  void copy_rows(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                 std::size_t width, std::size_t height, CopyKind kind, NativeStream stream) {
+    if (width == 0 || height == 0) return;
+    if (height == 1) {
+      copy_1d(dst, src, width, kind, stream);
+      return;
+    }
+    if (std::max({dst_pitch, src_pitch, width, height}) <= Api::kMaxPitch) {
+      const ApiStatus status = Api::memcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height,
+                                                  memcpy_kind(kind), native(stream));
+      if (status.code != Api::kErrorInvalidPitchValue) {
+        check(status, "copying {} rows of {} bytes from {} (pitch {}) to {} (pitch {}) ({}) on {}",
+              height, width, fmt::ptr(src), src_pitch, fmt::ptr(dst), dst_pitch, to_string(kind),
+              describe(stream));
+        return;
+      }
+      clear_last_error();  // a pitch this device does not take: copy the rows one by one
+    }
+    auto* const out = static_cast<std::byte*>(dst);
+    const auto* const in = static_cast<const std::byte*>(src);
+    for (std::size_t row = 0; row < height; ++row) {
+      copy_1d(out + row * dst_pitch, in + row * src_pitch, width, kind, stream);
+    }
+  }
+
+  /// `depth` slices of `height` rows of `width` bytes; slice k at ptr + k * pitch * slice height.
+  void copy_volume(void* dst, std::size_t dst_pitch, std::size_t dst_height, const void* src,
+                   std::size_t src_pitch, std::size_t src_height, std::size_t width,
+                   std::size_t height, std::size_t depth, CopyKind kind, NativeStream stream) {
+    const ApiStatus status =
+        Api::memcpy3DAsync(dst, dst_pitch, dst_height, src, src_pitch, src_height, width, height,
+                           depth, memcpy_kind(kind), native(stream));
+    if (status.code != Api::kErrorInvalidPitchValue) {
+      check(status,
+            "copying {} slices of {} rows of {} bytes from {} (pitch {}, {} rows per slice) to {} "
+            "(pitch {}, {} rows per slice) ({}) on {}",
+            depth, height, width, fmt::ptr(src), src_pitch, src_height, fmt::ptr(dst), dst_pitch,
+            dst_height, to_string(kind), describe(stream));
+      return;
+    }
+    clear_last_error();  // a pitch this device does not take: one 2-D copy per slice
+    auto* const out = static_cast<std::byte*>(dst);
+    const auto* const in = static_cast<const std::byte*>(src);
+    for (std::size_t k = 0; k < depth; ++k) {
+      copy_rows(out + k * dst_pitch * dst_height, dst_pitch, in + k * src_pitch * src_height,
+                src_pitch, width, height, kind, stream);
+    }
+  }
+
+  /// When the plan's innermost outer axis advances by a whole number of rows, at least `height`
+  /// of them, on both sides (forwards), its steps are the slices of a 3-D copy; returns the slice
+  /// heights, or nothing when the plan does not have that shape.
+  static std::optional<SliceHeights> slice_heights(const layout::CopyPlan& plan) {
+    if (plan.outer_shape.empty() || plan.height < 2 || plan.outer_shape.back() < 2) return {};
+    const std::int64_t src_step = plan.outer_src_strides.back();
+    const std::int64_t dst_step = plan.outer_dst_strides.back();
+    if (plan.src_pitch < plan.width || plan.dst_pitch < plan.width || plan.src_pitch <= 0 ||
+        plan.dst_pitch <= 0 || src_step <= 0 || dst_step <= 0 || src_step % plan.src_pitch != 0 ||
+        dst_step % plan.dst_pitch != 0) {
+      return {};
+    }
+    const SliceHeights slices{static_cast<std::size_t>(src_step / plan.src_pitch),
+                              static_cast<std::size_t>(dst_step / plan.dst_pitch)};
+    const auto height = static_cast<std::size_t>(plan.height);
+    if (slices.src < height || slices.dst < height) return {};
+    const auto largest =
+        std::max({slices.src, slices.dst, height, static_cast<std::size_t>(plan.src_pitch),
+                  static_cast<std::size_t>(plan.dst_pitch),
+                  static_cast<std::size_t>(plan.outer_shape.back())});
+    if (largest > Api::kMaxPitch) return {};
+    return slices;
+  }
+
+  static MemcpyKind memcpy_kind(CopyKind kind) noexcept {
+    switch (kind) {
+      case CopyKind::HostToDevice:
+        return Api::kHostToDevice;
+      case CopyKind::DeviceToHost:
+        return Api::kDeviceToHost;
+      case CopyKind::DeviceToDevice:
+        return Api::kDeviceToDevice;
+      case CopyKind::HostToHost:
+        return Api::kHostToHost;
+    }
+    return Api::kMemcpyDefault;  // not a CopyKind: let the runtime classify the pointers
+  }
+
+  static unsigned host_alloc_flags(HostAllocFlags flags) noexcept {
+    unsigned native_flags = 0;
+    if (has_flag(flags, HostAllocFlags::Mapped)) {
+      // Mapped memory is read and written by kernels while the host may look at it (Numba's
+      // mapped arrays): coherent (see kHostAllocCoherent in the traits; 0 on CUDA, whose mapped
+      // memory is always coherent).
+      native_flags |= Api::kHostAllocMapped | Api::kHostAllocCoherent;
+    } else {
+      // Pinned-only memory is a DMA staging buffer, touched by stream-ordered copies only.
+      native_flags |= Api::kHostAllocNonCoherent;
+    }
+    if (has_flag(flags, HostAllocFlags::Portable)) native_flags |= Api::kHostAllocPortable;
+    if (has_flag(flags, HostAllocFlags::WriteCombined)) {
+      native_flags |= Api::kHostAllocWriteCombined;
+    }
+    return native_flags;
+  }
+
+  static std::string describe(HostAllocFlags flags) {
+    std::string out;
+    const auto add = [&out](const char* word) {
+      if (!out.empty()) out += '|';
+      out += word;
+    };
+    if (has_flag(flags, HostAllocFlags::Mapped)) add("mapped");
+    if (has_flag(flags, HostAllocFlags::Portable)) add("portable");
+    if (has_flag(flags, HostAllocFlags::WriteCombined)) add("write-combined");
+    return out.empty() ? "pinned" : out;
+  }
+
+  static std::string describe(HostRegisterFlags flags) {
+    if (has_flag(flags, HostRegisterFlags::Mapped)) {
+      return has_flag(flags, HostRegisterFlags::Portable) ? "mapped|portable" : "mapped";
+    }
+    return has_flag(flags, HostRegisterFlags::Portable) ? "portable" : "pinned";
+  }
+
+  static std::string describe(NativeStream stream) {
+    if (stream == nullptr) return "the default stream";
+    return fmt::format("stream {}", fmt::ptr(stream));
+  }
+
+  /// Runs a launch_host_function callback on the runtime's callback thread and deletes it. It must
+  /// not call the runtime: core/ hands over keep-alive references so that nothing is released
+  /// (and freed through the runtime) here. An exception cannot cross the C callback: reported.
+  static void run_host_function(void* user) noexcept {
+    const std::unique_ptr<std::function<void()>> fn(static_cast<std::function<void()>*>(user));
+    try {
+      (*fn)();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "devmem: error: %s host function threw: %s\n", Api::kBackend.data(),
+                   e.what());
+    } catch (...) {
+      std::fprintf(stderr, "devmem: error: %s host function threw a non-standard exception\n",
+                   Api::kBackend.data());
+    }
+  }
+
+  std::once_flag census_once_;
+  Census census_;
+};
+
+}  // namespace devmem::gpu_runtime

@@ -1,0 +1,169 @@
+// The HIP runtime, named for gpu_runtime::RuntimeBackend (backends/gpu_runtime/runtime_backend.hpp
+// lists what a traits struct provides). Only names and constants: no logic lives here, so nothing
+// is duplicated between CUDA and ROC. Included only by backends/roc/ (compiled by the host
+// compiler with __HIP_PLATFORM_AMD__ defined; no kernel code).
+#pragma once
+
+#include "backends/gpu_runtime/runtime_backend.hpp"
+
+#include <hip/hip_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+
+namespace devmem::roc {
+
+struct HipApi {
+  using Error = hipError_t;
+  using Stream = hipStream_t;
+  using Event = hipEvent_t;
+  using DeviceProp = hipDeviceProp_t;
+  using MemcpyKind = hipMemcpyKind;
+  using S = gpu_runtime::Status<hipError_t>;
+
+  static constexpr std::string_view kBackend = "roc";
+
+  static constexpr Error kSuccess = hipSuccess;
+  static constexpr Error kErrorNotReady = hipErrorNotReady;
+  static constexpr Error kErrorMemoryAllocation = hipErrorOutOfMemory;
+  static constexpr Error kErrorInvalidPitchValue = hipErrorInvalidPitchValue;
+
+  static constexpr MemcpyKind kHostToHost = hipMemcpyHostToHost;
+  static constexpr MemcpyKind kHostToDevice = hipMemcpyHostToDevice;
+  static constexpr MemcpyKind kDeviceToHost = hipMemcpyDeviceToHost;
+  static constexpr MemcpyKind kDeviceToDevice = hipMemcpyDeviceToDevice;
+  static constexpr MemcpyKind kMemcpyDefault = hipMemcpyDefault;
+
+  static constexpr unsigned kHostAllocMapped = hipHostMallocMapped;
+  static constexpr unsigned kHostAllocPortable = hipHostMallocPortable;
+  static constexpr unsigned kHostAllocWriteCombined = hipHostMallocWriteCombined;
+  // Coherence, stated explicitly instead of left to HIP_HOST_COHERENT:
+  // - mapped memory (mapped_array: zero-copy memory that kernels read and write while the host
+  //   may look at it) is coherent (fine-grained): writes become visible across host and device
+  //   without a kernel boundary, and system-scope atomics work, the semantics CUDA's mapped
+  //   memory has. (HIP 5.2 makes Mapped memory coherent anyway; the flag documents it.)
+  // - pinned-only memory (pinned_array) is non-coherent (coarse-grained): it is only the source or
+  //   target of stream-ordered DMA copies, which complete before the stream reports them done, so
+  //   fine-grained coherence buys nothing there.
+  static constexpr unsigned kHostAllocCoherent = hipHostMallocCoherent;
+  static constexpr unsigned kHostAllocNonCoherent = hipHostMallocNonCoherent;
+  static constexpr unsigned kHostRegisterMapped = hipHostRegisterMapped;
+  static constexpr unsigned kHostRegisterPortable = hipHostRegisterPortable;
+
+  // HIP 5.2 turns 2-D and 3-D copies into a HIP_MEMCPY3D descriptor whose pitches, heights and
+  // widths are `unsigned int`: anything larger would be truncated silently, so larger copies go
+  // row by row (RuntimeBackend checks against this limit).
+  static constexpr std::size_t kMaxPitch = std::numeric_limits<std::uint32_t>::max();
+
+  // ---- Devices ----
+  static S getDeviceCount(int* count) { return {hipGetDeviceCount(count), "hipGetDeviceCount"}; }
+  static S getDevice(int* device) { return {hipGetDevice(device), "hipGetDevice"}; }
+  static S setDevice(int device) { return {hipSetDevice(device), "hipSetDevice"}; }
+  static S getDeviceProperties(DeviceProp* prop, int device) {
+    return {hipGetDeviceProperties(prop, device), "hipGetDeviceProperties"};
+  }
+  static S memGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
+    return {hipMemGetInfo(free_bytes, total_bytes), "hipMemGetInfo"};
+  }
+  /// gcnArchName without its target features: "gfx90a:sramecc+:xnack-" -> "gfx90a".
+  static std::string architecture(const DeviceProp& prop) {
+    const std::string_view full(prop.gcnArchName,
+                                strnlen(prop.gcnArchName, sizeof prop.gcnArchName));
+    return std::string(full.substr(0, full.find(':')));
+  }
+  /// hipDeviceProp_t has no unifiedAddressing field and hipDeviceAttributeUnifiedAddressing is
+  /// "CUDA only" in HIP 5.2: on ROCm every GPU agent shares HSA's flat 64-bit address space with
+  /// the host (an HSA requirement), so host and device pointers never collide.
+  static bool unifiedAddressing(const DeviceProp& /*prop*/) { return true; }
+
+  // ---- Memory ----
+  static S malloc(void** ptr, std::size_t bytes) { return {hipMalloc(ptr, bytes), "hipMalloc"}; }
+  static S free(void* ptr) { return {hipFree(ptr), "hipFree"}; }
+  static S hostAlloc(void** ptr, std::size_t bytes, unsigned flags) {
+    return {hipHostMalloc(ptr, bytes, flags), "hipHostMalloc"};
+  }
+  static S hostFree(void* ptr) { return {hipHostFree(ptr), "hipHostFree"}; }
+  static S hostRegister(void* ptr, std::size_t bytes, unsigned flags) {
+    return {hipHostRegister(ptr, bytes, flags), "hipHostRegister"};
+  }
+  static S hostUnregister(void* ptr) { return {hipHostUnregister(ptr), "hipHostUnregister"}; }
+  static S hostGetDevicePointer(void** device_ptr, void* host_ptr, unsigned flags) {
+    return {hipHostGetDevicePointer(device_ptr, host_ptr, flags), "hipHostGetDevicePointer"};
+  }
+
+  // ---- Streams and events ----
+  /// HIP's null stream is the blocking default stream (legacy semantics).
+  static Stream defaultStream() noexcept { return nullptr; }
+  static S streamCreate(Stream* stream) { return {hipStreamCreate(stream), "hipStreamCreate"}; }
+  static S streamDestroy(Stream stream) { return {hipStreamDestroy(stream), "hipStreamDestroy"}; }
+  static S streamSynchronize(Stream stream) {
+    return {hipStreamSynchronize(stream), "hipStreamSynchronize"};
+  }
+  static S streamQuery(Stream stream) { return {hipStreamQuery(stream), "hipStreamQuery"}; }
+  static S streamWaitEvent(Stream stream, Event event, unsigned flags) {
+    return {hipStreamWaitEvent(stream, event, flags), "hipStreamWaitEvent"};
+  }
+  static S eventCreate(Event* event) { return {hipEventCreate(event), "hipEventCreate"}; }
+  static S eventDestroy(Event event) { return {hipEventDestroy(event), "hipEventDestroy"}; }
+  static S eventRecord(Event event, Stream stream) {
+    return {hipEventRecord(event, stream), "hipEventRecord"};
+  }
+  static S eventSynchronize(Event event) {
+    return {hipEventSynchronize(event), "hipEventSynchronize"};
+  }
+  static S eventQuery(Event event) { return {hipEventQuery(event), "hipEventQuery"}; }
+  static S eventElapsedTime(float* ms, Event start, Event end) {
+    return {hipEventElapsedTime(ms, start, end), "hipEventElapsedTime"};
+  }
+  /// hipLaunchHostFunc is declared by HIP 5.2's header but not exported by Debian's libamdhip64
+  /// 5.2, so host functions go through hipStreamAddCallback, which has the same stream semantics
+  /// (runs once the preceding work is complete, blocks the work after it, must not call HIP).
+  /// Its callback also gets the stream's status: the function runs either way, because it only
+  /// releases references.
+  template <void (*Fn)(void*)>
+  static S launchHostFunc(Stream stream, void* user) {
+    return {hipStreamAddCallback(stream, &stream_callback<Fn>, user, 0u), "hipStreamAddCallback"};
+  }
+
+  // ---- Copies ----
+  static S memcpyAsync(void* dst, const void* src, std::size_t bytes, MemcpyKind kind,
+                       Stream stream) {
+    return {hipMemcpyAsync(dst, src, bytes, kind, stream), "hipMemcpyAsync"};
+  }
+  static S memcpy2DAsync(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                         std::size_t width, std::size_t height, MemcpyKind kind, Stream stream) {
+    return {hipMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, kind, stream),
+            "hipMemcpy2DAsync"};
+  }
+  static S memcpy3DAsync(void* dst, std::size_t dst_pitch, std::size_t dst_height, const void* src,
+                         std::size_t src_pitch, std::size_t src_height, std::size_t width,
+                         std::size_t height, std::size_t depth, MemcpyKind kind, Stream stream) {
+    // Linear memory on both sides (no arrays, no positions): extent.width is in bytes, a pitched
+    // pointer's ysize is the number of rows per slice; xsize (the row length) is the pitch.
+    hipMemcpy3DParms params{};
+    params.srcPtr = hipPitchedPtr{const_cast<void*>(src), src_pitch, src_pitch, src_height};
+    params.dstPtr = hipPitchedPtr{dst, dst_pitch, dst_pitch, dst_height};
+    params.extent = hipExtent{width, height, depth};
+    params.kind = kind;
+    return {hipMemcpy3DAsync(&params, stream), "hipMemcpy3DAsync"};
+  }
+  static S memsetAsync(void* dst, int value, std::size_t bytes, Stream stream) {
+    return {hipMemsetAsync(dst, value, bytes, stream), "hipMemsetAsync"};
+  }
+
+  // ---- Errors ----
+  static Error getLastError() noexcept { return hipGetLastError(); }
+  static const char* errorName(Error code) noexcept { return hipGetErrorName(code); }
+  static const char* errorString(Error code) noexcept { return hipGetErrorString(code); }
+
+ private:
+  template <void (*Fn)(void*)>
+  static void stream_callback(hipStream_t /*stream*/, hipError_t /*status*/, void* user) {
+    Fn(user);
+  }
+};
+
+}  // namespace devmem::roc
