@@ -226,6 +226,11 @@ int run_in_child(const std::string& name, const std::vector<std::string>& env) {
   for (char** entry = environ; *entry != nullptr; ++entry) {
     if (!std::string_view(*entry).starts_with("DEVMEM_")) entries.emplace_back(*entry);
   }
+  // These are host-backend tests: in a GPU build the default backend would be the GPU one.
+  const bool backend_given = std::any_of(env.begin(), env.end(), [](const std::string& e) {
+    return std::string_view(e).starts_with("DEVMEM_BACKEND=");
+  });
+  if (!backend_given) entries.emplace_back("DEVMEM_BACKEND=host");
   entries.insert(entries.end(), env.begin(), env.end());
   std::vector<char*> envp;
   for (auto& entry : entries) envp.push_back(entry.data());
