@@ -19,6 +19,8 @@ namespace devmem {
 
 Backend::~Backend() = default;
 
+void Backend::make_current(int /*device*/) {}
+
 void Backend::copy_strided(int device, void* dst, const void* src, const layout::CopyPlan& plan,
                            CopyKind kind, NativeStream stream) {
   auto* const dst0 = static_cast<std::byte*>(dst);

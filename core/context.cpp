@@ -381,6 +381,11 @@ StreamState& resolve_stream(const Stream& requested, const Stream& fallback, Con
   return *chosen;
 }
 
+const DeviceProperties& ContextState::properties() {
+  std::call_once(properties_once_, [this] { properties_ = backend().properties(device()); });
+  return properties_;
+}
+
 void finish_enqueued(StreamState& stream, std::vector<std::shared_ptr<const void>> keep_alive) {
   Context& ctx = *stream.context;
   if (stream.is_default) {

@@ -50,6 +50,17 @@ void check_dtype(const DType& expected, const DType& actual, const char* operati
   }
 }
 
+void check_view(const DType& expected, std::size_t rank, const DType& dtype, int ndim) {
+  if (!(expected == dtype)) {
+    throw InvalidArgument(fmt::format("DeviceArray::view<{}, {}>: the array's dtype is {}, not {}",
+                                      expected.name(), rank, dtype.name(), expected.name()));
+  }
+  if (static_cast<std::size_t>(ndim) != rank) {
+    throw InvalidArgument(fmt::format("DeviceArray::view<{}, {}>: the array has {} dimension{}, not {}",
+                                      expected.name(), rank, ndim, ndim == 1 ? "" : "s", rank));
+  }
+}
+
 }  // namespace detail
 
 HostArray::HostArray() : HostArray(Shape{0}) {}

@@ -156,6 +156,9 @@ struct ContextState {
   Counters device_counters;
   Counters host_counters;
 
+  /// The device's properties, read from the backend once (vendor queries can take milliseconds).
+  const DeviceProperties& properties();
+
   // ---- Streams. ----
   void track_stream(const std::shared_ptr<StreamState>& stream);
   std::vector<std::shared_ptr<StreamState>> live_streams();
@@ -171,6 +174,8 @@ struct ContextState {
  private:
   std::mutex streams_mutex_;
   std::vector<std::weak_ptr<StreamState>> streams_;
+  std::once_flag properties_once_;
+  DeviceProperties properties_;
   std::mutex retired_mutex_;
   std::vector<std::shared_ptr<const void>> retired_;
   std::atomic<bool> has_retired_{false};

@@ -130,6 +130,10 @@ class RuntimeBackend : public Backend {
     out.warp_size = prop.warpSize;
     out.max_threads_per_block = prop.maxThreadsPerBlock;
     out.max_shared_memory_per_block = clamp_to_int64(prop.sharedMemPerBlock);
+    for (std::size_t d = 0; d < 3; ++d) {
+      out.max_block_dim[d] = prop.maxThreadsDim[d];
+      out.max_grid_dim[d] = prop.maxGridSize[d];
+    }
     out.multiprocessor_count = prop.multiProcessorCount;
     out.can_map_host_memory = prop.canMapHostMemory != 0;
     out.unified_addressing = Api::unifiedAddressing(prop);
@@ -337,6 +341,8 @@ class RuntimeBackend : public Backend {
           "setting {} bytes at {} to {:#04x} on {}", bytes, fmt::ptr(dst), byte_value & 0xff,
           describe(stream));
   }
+
+  void make_current(int device) override { use_device("make_current", device); }
 
   void launch_host_function(int device, NativeStream stream, std::function<void()> fn) override {
     use_device("launch_host_function", device);

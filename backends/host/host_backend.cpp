@@ -772,5 +772,11 @@ void HostBackend::launch_host_function(int device, NativeStream stream, std::fun
   submit("launch_host_function", Call::Count_, device, stream, detail::Injection{}, std::move(fn));
 }
 
+void HostBackend::launch_kernel(int device, NativeStream stream, HostStream::Operation run_grid) {
+  const detail::Injection injection = detail::begin_call(Call::Launch);
+  check_device("launch", device);
+  submit("launch", Call::Launch, device, stream, injection, std::move(run_grid));
+}
+
 }  // namespace host
 }  // namespace devmem

@@ -95,6 +95,12 @@ class HostBackend final : public Backend {
   void memset(int device, void* dst, int byte_value, std::size_t bytes,
               NativeStream stream) override;
   void launch_host_function(int device, NativeStream stream, std::function<void()> fn) override;
+  /// Enqueues a simulated kernel (`run_grid` runs every block; see host_kernel.cpp), counted and
+  /// fault-injectable as Call::Launch.
+  void launch_kernel(int device, NativeStream stream, HostStream::Operation run_grid);
+  /// BackendError with the message "host <function>: <status> (<code>): <details>".
+  [[nodiscard]] static BackendError make_error(const char* function, Status status,
+                                               std::string_view details);
 
  private:
   /// Bytes [lo, hi) relative to a pointer that an operation touches on one side.
@@ -121,8 +127,6 @@ class HostBackend final : public Backend {
                                 fmt::format_string<Args...> format, Args&&... args) {
     throw make_error(function, status, fmt::format(format, std::forward<Args>(args)...));
   }
-  [[nodiscard]] static BackendError make_error(const char* function, Status status,
-                                               std::string_view details);
   /// The error a fail_nth request makes `function` report (OutOfMemory for an allocation failing
   /// with MemoryAllocation).
   [[nodiscard]] static std::exception_ptr injected_error(const char* function, Call kind,

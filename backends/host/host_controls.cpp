@@ -131,6 +131,8 @@ std::string_view to_string(Call call) noexcept {
       return "CreateEvent";
     case Call::RecordEvent:
       return "RecordEvent";
+    case Call::Launch:
+      return "Launch";
     case Call::Count_:
       break;
   }
@@ -153,6 +155,10 @@ std::string_view to_string(Status status) noexcept {
       return "NotReady";
     case Status::IllegalAddress:
       return "IllegalAddress";
+    case Status::LaunchOutOfResources:
+      return "LaunchOutOfResources";
+    case Status::LaunchFailure:
+      return "LaunchFailure";
     case Status::HostMemoryAlreadyRegistered:
       return "HostMemoryAlreadyRegistered";
     case Status::HostMemoryNotRegistered:

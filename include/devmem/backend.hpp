@@ -18,6 +18,7 @@
 #include <devmem/export.hpp>
 #include <devmem/layout.hpp>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -66,6 +67,8 @@ struct DeviceProperties {
   int warp_size = 32;
   int max_threads_per_block = 1024;
   std::int64_t max_shared_memory_per_block = 48 * 1024;
+  std::array<int, 3> max_block_dim{1024, 1024, 64};                      // threads per block, x y z
+  std::array<std::int64_t, 3> max_grid_dim{2147483647, 65535, 65535};  // blocks per grid, x y z
   int multiprocessor_count = 1;
   bool can_map_host_memory = true;
   bool unified_addressing = true;
@@ -142,6 +145,9 @@ class DEVMEM_API Backend {
   /// Runs `fn` on a backend thread once all work enqueued on `stream` before it has completed
   /// (cudaLaunchHostFunc). `fn` must not call the backend. Used to release keep-alive references.
   virtual void launch_host_function(int device, NativeStream stream, std::function<void()> fn) = 0;
+  /// Makes `device` current on the calling thread, for work the caller issues to the vendor
+  /// runtime itself (kernel launches compiled into the application). No-op by default.
+  virtual void make_current(int device);
 };
 
 /// Names of the backends compiled into this build, the default first ("cuda" or "roc" if

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <devmem/array_base.hpp>
+#include <devmem/array_view.hpp>
 #include <devmem/export.hpp>
 #include <devmem/host_array.hpp>
 #include <devmem/stream.hpp>
@@ -33,7 +34,10 @@ struct ArrayInterface;  // <devmem/interop.hpp>
 
 namespace detail {
 struct DeviceMemory;
-}
+/// Throws InvalidArgument unless an array of `dtype` with `ndim` dimensions can be viewed as
+/// ArrayView<`expected`, `rank`> (the message names both).
+DEVMEM_API void check_view(const DType& expected, std::size_t rank, const DType& dtype, int ndim);
+}  // namespace detail
 
 class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
  public:
@@ -117,6 +121,19 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
   /// Assigns host data with NumPy broadcasting (Numba's `ary[...] = value`): `value` may have
   /// fewer axes and size-1 axes that stretch.
   void assign(const HostArray& value, const Stream& stream = {}) const;
+
+  // Kernel side (<devmem/kernel.hpp>).
+  using ArrayBase<DeviceArray>::view;
+  /// The view a kernel indexes: element type `T` (const for read-only) and `Rank` dimensions.
+  /// Throws InvalidArgument when dtype_of<T>() is not the array's dtype or Rank is not ndim().
+  /// The view does not keep the memory alive (devmem::launch does, for arrays passed to it).
+  template <class T, std::size_t Rank>
+    requires Element<std::remove_const_t<T>>
+  [[nodiscard]] ArrayView<T, Rank> view() const {
+    detail::check_view(dtype_of<std::remove_const_t<T>>(), Rank, dtype_, ndim());
+    return ArrayView<T, Rank>(static_cast<T*>(data()), layout_.shape.data(),
+                              layout_.strides.data());
+  }
 
   // Interop (<devmem/interop.hpp> has the rules and the consumer side).
   /// The CUDA Array Interface (v3) of this array: no copy, no synchronisation.

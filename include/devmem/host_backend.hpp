@@ -34,6 +34,7 @@ enum class Call {
   SynchronizeStream,
   CreateEvent,
   RecordEvent,
+  Launch,  // kernel launches (<devmem/kernel.hpp>)
   Count_  // number of kinds; not a call
 };
 [[nodiscard]] DEVMEM_API std::string_view to_string(Call call) noexcept;
@@ -47,6 +48,8 @@ enum class Status : int {
   InvalidResourceHandle = 400,
   NotReady = 600,
   IllegalAddress = 700,
+  LaunchOutOfResources = 701,  // a simulated block needs more shared memory than the device has
+  LaunchFailure = 719,         // a simulated kernel failed (exception, barrier divergence)
   HostMemoryAlreadyRegistered = 712,
   HostMemoryNotRegistered = 713,
   Injected = 999,  // a failure requested with fail_nth

@@ -85,6 +85,8 @@ struct FakeApi {
     std::size_t sharedMemPerBlock;
     int warpSize;
     int maxThreadsPerBlock;
+    int maxThreadsDim[3];
+    int maxGridSize[3];
     int multiProcessorCount;
     int canMapHostMemory;
     int major;
@@ -152,6 +154,10 @@ struct FakeApi {
     prop->sharedMemPerBlock = 65536;
     prop->warpSize = 64;
     prop->maxThreadsPerBlock = 1024;
+    prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = 1024;
+    prop->maxThreadsDim[2] = 64;
+    prop->maxGridSize[0] = 2147483647;
+    prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
     prop->multiProcessorCount = 7;
     prop->canMapHostMemory = 1;
     prop->major = 9;

@@ -1,0 +1,104 @@
+// The backend-neutral part of devmem::launch (<devmem/kernel.hpp>): the checks every backend makes
+// before a kernel is enqueued, so that a bad launch is the same clear InvalidArgument everywhere
+// (the vendors report some of these only as an asynchronous "invalid configuration").
+#include "core/internal.hpp"
+
+#include <devmem/context.hpp>
+#include <devmem/error.hpp>
+#include <devmem/kernel.hpp>
+
+#include <fmt/format.h>
+
+#include <string>
+
+namespace devmem::detail {
+namespace {
+
+std::string describe(const Dim3& d) { return fmt::format("({}, {}, {})", d.x, d.y, d.z); }
+
+void check_dims(std::string_view kernel, const char* what, const Dim3& dims,
+                const std::array<std::int64_t, 3>& limits, const DeviceProperties& props,
+                int device) {
+  for (int d = 0; d < 3; ++d) {
+    if (dims[d] == 0) {
+      throw InvalidArgument(fmt::format("devmem::launch({}): {} {} has an empty dimension", kernel,
+                                        what, describe(dims)));
+    }
+    if (static_cast<std::int64_t>(dims[d]) > limits[static_cast<std::size_t>(d)]) {
+      throw InvalidArgument(fmt::format(
+          "devmem::launch({}): {} {} exceeds the limit of device {} ({}): at most ({}, {}, {})",
+          kernel, what, describe(dims), device, props.name, limits[0], limits[1], limits[2]));
+    }
+  }
+}
+
+}  // namespace
+
+PreparedLaunch launch_prepare(const LaunchConfig& config, std::string_view compiled_for,
+                              std::string_view kernel_name) {
+  const std::string active = backend_name();
+  if (active != compiled_for) {
+    throw InvalidArgument(fmt::format(
+        "devmem::launch({}): the kernel was compiled for the '{}' backend but the active backend "
+        "is '{}' (compile the kernel source for it, or set DEVMEM_BACKEND={})",
+        kernel_name, compiled_for, active, compiled_for));
+  }
+  Stream stream = config.stream.is_specified() ? config.stream : default_stream();
+  const std::shared_ptr<Context> context = stream.context();
+  const int device = context->device();
+  const DeviceProperties& props = context->state().properties();
+
+  const std::array<std::int64_t, 3> block_limits{props.max_block_dim[0], props.max_block_dim[1],
+                                                 props.max_block_dim[2]};
+  check_dims(kernel_name, "grid", config.grid, props.max_grid_dim, props, device);
+  check_dims(kernel_name, "block", config.block, block_limits, props, device);
+  if (config.block.volume() > static_cast<std::uint64_t>(props.max_threads_per_block)) {
+    throw InvalidArgument(fmt::format(
+        "devmem::launch({}): block {} has {} threads; device {} ({}) allows at most {} per block",
+        kernel_name, describe(config.block), config.block.volume(), device, props.name,
+        props.max_threads_per_block));
+  }
+  if (static_cast<std::int64_t>(config.shared_bytes) > props.max_shared_memory_per_block) {
+    throw InvalidArgument(fmt::format(
+        "devmem::launch({}): {} bytes of dynamic shared memory requested; device {} ({}) allows "
+        "at most {} bytes per block",
+        kernel_name, config.shared_bytes, device, props.name, props.max_shared_memory_per_block));
+  }
+  context->backend().make_current(device);
+  return PreparedLaunch{std::move(stream), device};
+}
+
+void launch_check_array(const PreparedLaunch& launch, const DeviceArray& array,
+                        std::size_t argument_index) {
+  const std::shared_ptr<Context> array_context = array.context();
+  if (array_context && array_context->device() != launch.device) {
+    throw InvalidArgument(fmt::format(
+        "devmem::launch: argument {} is an array on device {}, but the kernel runs on device {}",
+        argument_index, array_context->device(), launch.device));
+  }
+}
+
+void keep_alive_until_complete(const Stream& stream,
+                               std::vector<std::shared_ptr<const void>> objects) {
+  if (objects.empty()) return;
+  const std::shared_ptr<StreamState>& state = StreamState::of(stream);
+  if (!state) throw InvalidArgument("keep_alive_until_complete: the stream is unspecified");
+  state->context->state().retire_after(*state, std::move(objects));
+}
+
+void throw_launch_error(std::string_view backend, std::string_view function, int code,
+                        std::string_view code_name, std::string_view description) {
+  throw BackendError(std::string(backend), std::string(function), code, std::string(code_name),
+                     fmt::format("{} {}: {} ({}): {}", backend, function, code_name, code,
+                                 description));
+}
+
+void check_constant_size(const char* operation, std::size_t capacity, std::size_t count) {
+  if (count != capacity) {
+    throw InvalidArgument(fmt::format(
+        "{}: the constant array holds {} elements but {} values were given (they must match)",
+        operation, capacity, count));
+  }
+}
+
+}  // namespace devmem::detail

@@ -1,0 +1,94 @@
+// ArrayView<T, Rank>: what a kernel receives for a device array. A trivially copyable strided
+// view (pointer, shape, byte strides) that device code indexes directly; it owns nothing and
+// checks nothing, like a raw pointer on the GPU. Make one with DeviceArray::view<T, Rank>(),
+// which checks the dtype and the rank, or pass a DeviceArray straight to devmem::launch.
+//
+// Usable from host code, CUDA device code (nvcc), HIP device code (hipcc) and kernels simulated
+// by the host backend. The view stays valid while the array's memory is alive; the launch keeps
+// arrays passed to it alive until the kernel has run.
+//
+// Thread safety: a view is a value; concurrent element accesses follow the usual rules of the
+// memory it points to.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define DEVMEM_HOST_DEVICE __host__ __device__
+#else
+#define DEVMEM_HOST_DEVICE
+#endif
+
+namespace devmem {
+
+/// A strided view of `Rank` dimensions over elements of type `T` (use `const T` for read-only
+/// access). Strides are in bytes, like NumPy's and DeviceArray's.
+template <class T, std::size_t Rank>
+class ArrayView {
+ public:
+  using element_type = T;
+  static constexpr std::size_t rank = Rank;
+
+  ArrayView() = default;
+  /// A view of `data` with the given shape and byte strides (arrays of Rank values).
+  DEVMEM_HOST_DEVICE ArrayView(T* data, const std::int64_t* shape, const std::int64_t* strides)
+      : data_(data) {
+    for (std::size_t d = 0; d < Rank; ++d) {
+      shape_[d] = shape[d];
+      strides_[d] = strides[d];
+    }
+  }
+
+  /// Element at the given indices (one per dimension, not bounds-checked).
+  template <class... Index>
+    requires(sizeof...(Index) == Rank && (std::is_integral_v<Index> && ...))
+  DEVMEM_HOST_DEVICE T& operator()(Index... index) const {
+    return *address(static_cast<std::int64_t>(index)...);
+  }
+  /// Element i of a 1-d view.
+  DEVMEM_HOST_DEVICE T& operator[](std::int64_t i) const
+    requires(Rank == 1)
+  {
+    return *address(i);
+  }
+
+  [[nodiscard]] DEVMEM_HOST_DEVICE T* data() const { return data_; }
+  [[nodiscard]] DEVMEM_HOST_DEVICE std::int64_t shape(std::size_t dim) const {
+    return shape_[dim];
+  }
+  /// Byte stride of dimension `dim`.
+  [[nodiscard]] DEVMEM_HOST_DEVICE std::int64_t stride(std::size_t dim) const {
+    return strides_[dim];
+  }
+  /// Number of elements.
+  [[nodiscard]] DEVMEM_HOST_DEVICE std::int64_t size() const {
+    std::int64_t n = 1;
+    for (std::size_t d = 0; d < Rank; ++d) n *= shape_[d];
+    return n;
+  }
+  /// A read-only view of the same elements.
+  [[nodiscard]] DEVMEM_HOST_DEVICE operator ArrayView<const T, Rank>() const
+    requires(!std::is_const_v<T>)
+  {
+    return ArrayView<const T, Rank>(data_, shape_, strides_);
+  }
+
+ private:
+  template <class... Index>
+  DEVMEM_HOST_DEVICE T* address(Index... index) const {
+    using Byte = std::conditional_t<std::is_const_v<T>, const unsigned char, unsigned char>;
+    std::int64_t offset = 0;
+    std::size_t dim = 0;
+    ((offset += index * strides_[dim++]), ...);
+    return reinterpret_cast<T*>(reinterpret_cast<Byte*>(data_) + offset);
+  }
+
+  T* data_ = nullptr;
+  // One extra element keeps the arrays legal for Rank 0 (a view of one element).
+  std::int64_t shape_[Rank + 1] = {};
+  std::int64_t strides_[Rank + 1] = {};
+};
+
+}  // namespace devmem

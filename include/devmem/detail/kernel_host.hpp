@@ -1,0 +1,138 @@
+// <devmem/kernel.hpp> for the host compiler: kernels are ordinary functions run by the host
+// backend's simulator (backends/host/host_kernel.cpp). Included by kernel.hpp only.
+#pragma once
+
+#include <cstring>
+#include <functional>
+#include <source_location>
+#include <tuple>
+
+#define DEVMEM_KERNEL
+#define DEVMEM_DEVICE
+/// Defines a constant-memory array (once, at namespace scope; prefix `static` for internal
+/// linkage). Kernels read it directly; const_array_like fills it from the host.
+#define DEVMEM_CONSTANT_ARRAY(name, T, N) T name[N]
+
+namespace devmem {
+namespace detail {
+
+inline constexpr std::string_view kKernelBackend = "host";
+
+namespace sim {
+
+/// Coordinates of a simulated GPU thread.
+struct ThreadCoords {
+  Dim3 thread_idx;
+  Dim3 block_idx;
+  Dim3 block_dim;
+  Dim3 grid_dim;
+};
+
+/// The simulated thread running on the calling OS thread. InvalidArgument, naming `function`,
+/// when called outside a kernel.
+[[nodiscard]] DEVMEM_API const ThreadCoords& current_thread(const char* function);
+/// The block's shared storage for the array identified by `key` (the same for every thread of the
+/// block). Fails the launch when the block's shared memory would exceed the device limit.
+[[nodiscard]] DEVMEM_API void* shared_storage(const void* key, std::size_t bytes,
+                                              std::size_t alignment);
+/// The block's dynamic shared memory (LaunchConfig::shared_bytes bytes).
+[[nodiscard]] DEVMEM_API void* dynamic_shared_storage(std::size_t alignment);
+/// Waits until every thread of the block has arrived (at the same barrier).
+DEVMEM_API void block_barrier(const char* function, const std::source_location& where);
+/// Waits until every thread of the calling thread's warp has arrived.
+DEVMEM_API void warp_barrier(const std::source_location& where);
+[[nodiscard]] DEVMEM_API int warp_size() noexcept;
+/// Runs `body` once per simulated thread of the grid, enqueued on the prepared stream.
+DEVMEM_API void run_kernel(const PreparedLaunch& launch, const LaunchConfig& config,
+                           std::function<void()> body);
+/// Waits for the device's work before a constant array is overwritten.
+DEVMEM_API void prepare_constant_update();
+
+/// One address per shared array (type, tag and shape) for the whole program.
+template <class T, class Tag, std::size_t... N>
+inline constexpr char shared_key = 0;
+
+}  // namespace sim
+
+template <class... Params, class Tuple>
+void launch_on_backend(const PreparedLaunch& launch, const LaunchConfig& config,
+                       void (*kernel)(Params...), Tuple&& arguments,
+                       std::vector<std::shared_ptr<const void>> keep_alive) {
+  // Every simulated thread receives its own copy of the arguments, as kernel parameters are.
+  auto bound = std::make_shared<const std::remove_cvref_t<Tuple>>(std::forward<Tuple>(arguments));
+  sim::run_kernel(launch, config, [kernel, bound] { std::apply(kernel, *bound); });
+  // Released later on a user thread, never on the stream's worker (releasing memory calls the
+  // backend, which must not wait for the stream from inside it).
+  keep_alive_until_complete(launch.stream, std::move(keep_alive));
+}
+
+template <class T, std::size_t N>
+void copy_to_constant(T (&symbol)[N], const void* values, std::size_t bytes) {
+  sim::prepare_constant_update();
+  std::memcpy(static_cast<void*>(symbol), values, bytes);
+}
+
+}  // namespace detail
+
+/// Index of the calling thread in its block.
+[[nodiscard]] inline Dim3 thread_idx() {
+  return detail::sim::current_thread("devmem::thread_idx").thread_idx;
+}
+/// Index of the calling thread's block in the grid.
+[[nodiscard]] inline Dim3 block_idx() {
+  return detail::sim::current_thread("devmem::block_idx").block_idx;
+}
+/// Threads per block.
+[[nodiscard]] inline Dim3 block_dim() {
+  return detail::sim::current_thread("devmem::block_dim").block_dim;
+}
+/// Blocks per grid.
+[[nodiscard]] inline Dim3 grid_dim() {
+  return detail::sim::current_thread("devmem::grid_dim").grid_dim;
+}
+/// Global index of the calling thread along dimension `dim` (0 = x, 1 = y, 2 = z): Numba's
+/// cuda.grid.
+[[nodiscard]] inline std::int64_t global_id(int dim = 0) {
+  const auto& t = detail::sim::current_thread("devmem::global_id");
+  return static_cast<std::int64_t>(t.block_idx[dim]) * t.block_dim[dim] + t.thread_idx[dim];
+}
+/// Threads per warp (wavefront).
+[[nodiscard]] inline int warp_size() { return detail::sim::warp_size(); }
+
+/// The block-shared array of element type T and shape N... identified by T, N... and `Tag`: every
+/// thread of a block gets the same memory, uninitialised at block start. Pass a distinct tag
+/// (e.g. a lambda, `shared_array<float, 16, 16>([] {})`, or use DEVMEM_SHARED_ARRAY) for two
+/// arrays of the same type and shape.
+template <class T, std::size_t... N, class Tag = detail::SharedArrayDefaultTag>
+[[nodiscard]] SharedArray<T, N...> shared_array(Tag = {}) {
+  static_assert(std::is_trivially_default_constructible_v<T> && std::is_trivially_destructible_v<T>,
+                "shared memory holds trivial types only (as __shared__ does)");
+  void* storage = detail::sim::shared_storage(&detail::sim::shared_key<T, Tag, N...>,
+                                              sizeof(T) * (N * ...), alignof(T));
+  return SharedArray<T, N...>(static_cast<T*>(storage));
+}
+/// The block's dynamic shared memory (LaunchConfig::shared_bytes bytes) as elements of T.
+template <class T>
+[[nodiscard]] T* dynamic_shared() {
+  return static_cast<T*>(detail::sim::dynamic_shared_storage(alignof(T)));
+}
+
+/// Block barrier (__syncthreads): waits for every thread of the block; shared and global writes
+/// before it are visible to the block after it.
+inline void syncthreads(const std::source_location& where = std::source_location::current()) {
+  detail::sim::block_barrier("syncthreads()", where);
+}
+/// Block barrier with a memory fence of `scope` (ROC's barrier(CLK_*_MEM_FENCE)). The simulator's
+/// threads share one coherent memory, so every scope orders both kinds of memory.
+inline void barrier(FenceScope scope = FenceScope::Global,
+                    const std::source_location& where = std::source_location::current()) {
+  detail::sim::block_barrier(has_scope(scope, FenceScope::Global) ? "barrier(Global)"
+                                                                  : "barrier(Local)",
+                             where);
+}
+/// Warp (wavefront) barrier: waits for the threads of the calling thread's warp.
+inline void wave_barrier(const std::source_location& where = std::source_location::current()) {
+  detail::sim::warp_barrier(where);
+}
+
+}  // namespace devmem

@@ -1,0 +1,298 @@
+// The kernel side of devmem: one kernel source for every backend (header-only).
+//
+// Compiled by nvcc (CUDA), hipcc (ROC) or the ordinary host compiler (host backend), the same
+// source gets: kernel and device-function markers, launch, thread and block indices, block-shared
+// memory (static and dynamic), per-thread local arrays, constant memory, block barriers with
+// memory fences and warp (wavefront) barriers. This is Numba's cuda.shared.array,
+// cuda.local.array, cuda.const.array_like, cuda.syncthreads and ROC's roc.shared.array,
+// roc.barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE) and roc.wavebarrier.
+//
+//   DEVMEM_KERNEL void scale(devmem::ArrayView<float, 1> x, float factor) {
+//     const std::int64_t i = devmem::global_id();
+//     if (i < x.shape(0)) x[i] *= factor;
+//   }
+//   devmem::launch({blocks, 256, 0, stream}, scale, device_array, 2.0f);
+//
+// The host backend runs kernels in simulation, like Numba's CUDA simulator: every thread of a block
+// really runs (as a fiber: a user-space thread with its own stack), barriers really wait until
+// every thread of the block has arrived, shared memory is per block, local arrays are per thread,
+// and blocks run in parallel on the machine's cores. A barrier that not every thread of the block
+// reaches (some threads exited, or wait at another barrier) is reported as a launch failure naming
+// the block, the threads and the barrier's source line, instead of hanging or silently passing.
+//
+// Which backend a launch uses: the kernel is compiled for one (nvcc: cuda, hipcc: roc, otherwise
+// host) and runs on that backend's device; launching on another active backend throws
+// InvalidArgument. Errors of the launch configuration (block larger than the device allows,
+// dynamic shared memory over its limit, an empty grid, a wrong view dtype or rank) throw
+// InvalidArgument before anything is enqueued. A failure while the kernel runs is reported like
+// an asynchronous device failure: BackendError from the next synchronize of its stream (or from
+// launch itself on the default stream of the host backend, which runs the kernel before it
+// returns).
+//
+// Thread safety: launch may be called from several threads; kernels on one stream run in launch
+// order, kernels on different streams may run concurrently.
+#pragma once
+
+#include <devmem/array_view.hpp>
+#include <devmem/device_array.hpp>
+#include <devmem/error.hpp>
+#include <devmem/export.hpp>
+#include <devmem/stream.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace devmem {
+
+/// Grid or block dimensions (CUDA's dim3). Unset dimensions are 1.
+struct Dim3 {
+  unsigned x = 1;
+  unsigned y = 1;
+  unsigned z = 1;
+  constexpr Dim3() = default;
+  constexpr Dim3(unsigned x_, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+  /// Dimension 0 (x), 1 (y) or 2 (z).
+  [[nodiscard]] DEVMEM_HOST_DEVICE constexpr unsigned operator[](int dim) const {
+    return dim == 0 ? x : (dim == 1 ? y : z);
+  }
+  [[nodiscard]] constexpr std::uint64_t volume() const {
+    return std::uint64_t{x} * std::uint64_t{y} * std::uint64_t{z};
+  }
+  friend constexpr bool operator==(const Dim3&, const Dim3&) = default;
+};
+
+/// How a kernel is launched: `grid` blocks of `block` threads, `shared_bytes` of dynamic shared
+/// memory per block (see dynamic_shared), on `stream` (unspecified: the current device's default
+/// stream).
+struct LaunchConfig {
+  Dim3 grid;
+  Dim3 block;
+  std::size_t shared_bytes = 0;
+  Stream stream;
+
+  LaunchConfig() = default;
+  // A constructor rather than an aggregate so that {grid, block} needs no trailing members
+  // (-Wmissing-field-initializers would flag the aggregate form in users' code).
+  LaunchConfig(Dim3 grid_, Dim3 block_, std::size_t shared_bytes_ = 0, Stream stream_ = {})
+      : grid(grid_), block(block_), shared_bytes(shared_bytes_), stream(std::move(stream_)) {}
+};
+
+/// Memory a barrier makes visible (ROC's CLK_LOCAL_MEM_FENCE / CLK_GLOBAL_MEM_FENCE); OR them
+/// together for both.
+enum class FenceScope : unsigned {
+  Local = 1u << 0,   // shared (work-group) memory
+  Global = 1u << 1,  // global (device) memory
+};
+[[nodiscard]] DEVMEM_HOST_DEVICE constexpr FenceScope operator|(FenceScope a, FenceScope b) {
+  return static_cast<FenceScope>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
+}
+[[nodiscard]] DEVMEM_HOST_DEVICE constexpr bool has_scope(FenceScope value, FenceScope scope) {
+  return (static_cast<unsigned>(value) & static_cast<unsigned>(scope)) != 0;
+}
+
+/// A block-shared array of constant shape N... (C order), as returned by shared_array.
+template <class T, std::size_t... N>
+class SharedArray {
+  static_assert(sizeof...(N) >= 1, "a shared array has at least one dimension");
+
+ public:
+  static constexpr std::size_t rank = sizeof...(N);
+  static constexpr std::size_t extent_count = (N * ...);
+
+  DEVMEM_HOST_DEVICE explicit SharedArray(T* data) : data_(data) {}
+  template <class... Index>
+    requires(sizeof...(Index) == rank && (std::is_integral_v<Index> && ...))
+  DEVMEM_HOST_DEVICE T& operator()(Index... index) const {
+    std::size_t flat = 0;
+    ((flat = flat * N + static_cast<std::size_t>(index)), ...);
+    return data_[flat];
+  }
+  DEVMEM_HOST_DEVICE T& operator[](std::size_t i) const { return data_[i]; }
+  [[nodiscard]] DEVMEM_HOST_DEVICE T* data() const { return data_; }
+  [[nodiscard]] DEVMEM_HOST_DEVICE static constexpr std::size_t size() { return extent_count; }
+  [[nodiscard]] DEVMEM_HOST_DEVICE static constexpr std::size_t shape(std::size_t dim) {
+    constexpr std::size_t dims[] = {N...};
+    return dims[dim];
+  }
+
+ private:
+  T* data_;
+};
+
+/// A per-thread scratch array of constant shape N... (C order), Numba's cuda.local.array:
+///   devmem::local_array<float, 8> scratch;   // in a kernel; uninitialised like a C array
+template <class T, std::size_t... N>
+struct local_array {
+  static_assert(sizeof...(N) >= 1, "a local array has at least one dimension");
+  static constexpr std::size_t rank = sizeof...(N);
+  static constexpr std::size_t extent_count = (N * ...);
+
+  template <class... Index>
+    requires(sizeof...(Index) == rank && (std::is_integral_v<Index> && ...))
+  DEVMEM_HOST_DEVICE T& operator()(Index... index) {
+    std::size_t flat = 0;
+    ((flat = flat * N + static_cast<std::size_t>(index)), ...);
+    return elements[flat];
+  }
+  DEVMEM_HOST_DEVICE T& operator[](std::size_t i) { return elements[i]; }
+  DEVMEM_HOST_DEVICE const T& operator[](std::size_t i) const { return elements[i]; }
+  [[nodiscard]] DEVMEM_HOST_DEVICE T* data() { return elements; }
+  [[nodiscard]] DEVMEM_HOST_DEVICE static constexpr std::size_t size() { return extent_count; }
+
+  T elements[extent_count];
+};
+
+namespace detail {
+
+/// The default tag of shared_array: arrays of the same type and shape without a tag are one array.
+struct SharedArrayDefaultTag {};
+
+/// Where a launch goes, after launch_prepare checked it.
+struct PreparedLaunch {
+  Stream stream;  // the resolved stream (never unspecified)
+  int device = 0;
+};
+
+/// Resolves the stream, checks that the active backend is `compiled_for` and that the grid, block
+/// and dynamic shared memory fit the device (InvalidArgument naming the values otherwise), and
+/// makes the device current on this thread.
+[[nodiscard]] DEVMEM_API PreparedLaunch launch_prepare(const LaunchConfig& config,
+                                                       std::string_view compiled_for,
+                                                       std::string_view kernel_name);
+/// InvalidArgument unless every array passed to a launch is on the launch's device.
+DEVMEM_API void launch_check_array(const PreparedLaunch& launch, const DeviceArray& array,
+                                   std::size_t argument_index);
+/// Keeps `objects` alive until the work enqueued on `stream` so far has completed.
+DEVMEM_API void keep_alive_until_complete(const Stream& stream,
+                                          std::vector<std::shared_ptr<const void>> objects);
+/// InvalidArgument unless `count` values fill a constant array of `capacity` elements exactly.
+DEVMEM_API void check_constant_size(const char* operation, std::size_t capacity,
+                                    std::size_t count);
+/// BackendError for a failed vendor launch call.
+[[noreturn]] DEVMEM_API void throw_launch_error(std::string_view backend, std::string_view function,
+                                                int code, std::string_view code_name,
+                                                std::string_view description);
+
+/// What a kernel parameter of type Param is given for an argument of type Arg: a DeviceArray
+/// becomes a checked ArrayView, anything else is converted as by a function call.
+template <class Param>
+struct KernelArgument {
+  template <class Arg>
+  static Param convert(const PreparedLaunch&, Arg&& arg, std::size_t) {
+    return static_cast<Param>(std::forward<Arg>(arg));
+  }
+};
+template <class T, std::size_t Rank>
+struct KernelArgument<ArrayView<T, Rank>> {
+  static ArrayView<T, Rank> convert(const PreparedLaunch& launch, const DeviceArray& array,
+                                    std::size_t index) {
+    launch_check_array(launch, array, index);
+    return array.template view<T, Rank>();
+  }
+  static ArrayView<T, Rank> convert(const PreparedLaunch&, const ArrayView<T, Rank>& view,
+                                    std::size_t) {
+    return view;
+  }
+  template <class U>
+    requires std::is_same_v<const U, T>
+  static ArrayView<T, Rank> convert(const PreparedLaunch&, const ArrayView<U, Rank>& view,
+                                    std::size_t) {
+    return view;
+  }
+};
+
+template <class Arg>
+inline constexpr bool is_device_array_argument =
+    std::is_same_v<std::remove_cvref_t<Arg>, DeviceArray>;
+
+/// The memory of every DeviceArray among `args`, to keep alive while the kernel runs.
+template <class... Args>
+std::vector<std::shared_ptr<const void>> launch_keep_alive(const Args&... args) {
+  std::vector<std::shared_ptr<const void>> objects;
+  (
+      [&] {
+        if constexpr (is_device_array_argument<Args>) {
+          if (args.memory()) objects.push_back(args.memory());
+        }
+      }(),
+      ...);
+  return objects;
+}
+
+/// Converts every argument for its kernel parameter (with its index, for error messages).
+template <class... Params, class... Args, std::size_t... I>
+auto convert_kernel_arguments(const PreparedLaunch& launch, std::index_sequence<I...>,
+                              Args&&... args) {
+  return std::tuple<std::remove_cvref_t<Params>...>(
+      KernelArgument<std::remove_cvref_t<Params>>::convert(launch, std::forward<Args>(args),
+                                                           I)...);
+}
+
+}  // namespace detail
+}  // namespace devmem
+
+#if defined(__CUDACC__)
+#include <devmem/detail/kernel_cuda.hpp>
+#elif defined(__HIPCC__)
+#include <devmem/detail/kernel_hip.hpp>
+#else
+#include <devmem/detail/kernel_host.hpp>
+#endif
+
+/// Declares a block-shared array named `name` of element type T and shape `...`, distinct from
+/// every other shared array of the kernel: DEVMEM_SHARED_ARRAY(tile, float, 16, 16);
+#define DEVMEM_SHARED_ARRAY(name, T, ...) \
+  auto name = ::devmem::shared_array<T, __VA_ARGS__>([] {})
+
+namespace devmem {
+
+/// Launches `kernel` with `config` on the stream's device: a DeviceArray argument becomes the
+/// kernel's ArrayView parameter (dtype and rank checked) and is kept alive until the kernel has
+/// run; every other argument is copied. Asynchronous on its stream. Throws InvalidArgument for a
+/// bad configuration or argument, BackendError when the vendor rejects the launch.
+template <class... Params, class... Args>
+void launch(const LaunchConfig& config, void (*kernel)(Params...), Args&&... args) {
+  static_assert(sizeof...(Params) == sizeof...(Args),
+                "devmem::launch: the number of arguments must match the kernel's parameters");
+  static_assert((!std::is_reference_v<Params> && ...),
+                "devmem::launch: kernel parameters are passed by value (as on a GPU)");
+  if (kernel == nullptr) throw InvalidArgument("devmem::launch: the kernel is a null pointer");
+  const detail::PreparedLaunch prepared =
+      detail::launch_prepare(config, detail::kKernelBackend, "kernel");
+  auto keep_alive = detail::launch_keep_alive(args...);
+  auto arguments = detail::convert_kernel_arguments<Params...>(
+      prepared, std::index_sequence_for<Args...>{}, std::forward<Args>(args)...);
+  detail::launch_on_backend(prepared, config, kernel, std::move(arguments), std::move(keep_alive));
+}
+
+/// Fills the constant array `symbol` (declared with DEVMEM_CONSTANT_ARRAY) with `values`, which
+/// must have exactly N elements (InvalidArgument otherwise). Waits for kernels already launched on
+/// the device's default-synchronising streams, like cudaMemcpyToSymbol; kernels launched later
+/// see the new values.
+template <class T, std::size_t N, class Values>
+  requires requires(const Values& v) {
+    std::data(v);
+    std::size(v);
+  }
+void const_array_like(T (&symbol)[N], const Values& values) {
+  using Value = std::remove_cv_t<std::remove_pointer_t<decltype(std::data(values))>>;
+  static_assert(std::is_same_v<Value, std::remove_cv_t<T>>,
+                "const_array_like: the values' element type must be the constant array's");
+  detail::check_constant_size("const_array_like", N, static_cast<std::size_t>(std::size(values)));
+  detail::copy_to_constant(symbol, std::data(values), N * sizeof(T));
+}
+/// The same from a host array (dtype and size checked).
+template <class T, std::size_t N>
+void const_array_like(T (&symbol)[N], const HostArray& values) {
+  detail::check_dtype(dtype_of<std::remove_cv_t<T>>(), values.dtype(), "const_array_like");
+  detail::check_constant_size("const_array_like", N, static_cast<std::size_t>(values.size()));
+  const HostArray dense = values.is_c_contiguous() ? values : values.copy(Order::C);
+  detail::copy_to_constant(symbol, dense.data(), N * sizeof(T));
+}
+
+}  // namespace devmem

@@ -1,0 +1,737 @@
+// Kernel side (<devmem/kernel.hpp>): one kernel source for every backend. This file is compiled by
+// the host compiler for conformance_host (kernels run in the host backend's simulator), by nvcc
+// for conformance_cuda (test_kernels.cu includes it) and by hipcc for conformance_roc.
+//
+// Kernels: shared-memory reversal, block reduction, Numba's tiled matrix multiply, per-thread
+// local scratch arrays, a constant-memory lookup table, global-memory ordering across barrier(),
+// wave barriers, dynamic shared memory, multi-dimensional indices, strided views. Then the launch
+// errors every backend reports the same way, and ([host-only]) what the simulator detects:
+// barrier divergence, exceptions in kernel code, shared memory over the limit, injected failures.
+#include "support.hpp"
+
+#include <devmem/kernel.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+using namespace conformance;
+using devmem::ArrayView;
+using devmem::DeviceArray;
+using devmem::Dim3;
+using devmem::FenceScope;
+using devmem::LaunchConfig;
+
+namespace {
+
+constexpr int kTile = 16;
+constexpr unsigned kReductionBlock = 256;
+constexpr int kLocalSortWidth = 8;
+constexpr int kLutSize = 16;
+
+// ---- Kernels (the same source for every backend) ------------------------------------------------
+
+DEVMEM_KERNEL void reverse_each_block(ArrayView<int, 1> values) {
+  DEVMEM_SHARED_ARRAY(staging, int, 64);
+  const unsigned t = devmem::thread_idx().x;
+  const std::int64_t i = devmem::global_id();
+  staging[t] = values[i];
+  devmem::syncthreads();
+  values[i] = staging[63 - t];
+}
+
+DEVMEM_KERNEL void block_sums(ArrayView<const int, 1> in, ArrayView<long long, 1> partial) {
+  DEVMEM_SHARED_ARRAY(cache, long long, kReductionBlock);
+  const unsigned t = devmem::thread_idx().x;
+  const std::int64_t i = devmem::global_id();
+  cache[t] = i < in.shape(0) ? in[i] : 0;
+  devmem::syncthreads();
+  for (unsigned stride = devmem::block_dim().x / 2; stride > 0; stride /= 2) {
+    if (t < stride) cache[t] += cache[t + stride];
+    devmem::syncthreads();
+  }
+  if (t == 0) partial[devmem::block_idx().x] = cache[0];
+}
+
+// Numba's "fast_matmul" example (shared-memory tiles), extended to shapes that are not multiples of
+// the tile: out-of-range elements load as 0 and out-of-range outputs are not written.
+DEVMEM_KERNEL void tiled_matmul(ArrayView<const float, 2> a, ArrayView<const float, 2> b,
+                                ArrayView<float, 2> c) {
+  DEVMEM_SHARED_ARRAY(tile_a, float, kTile, kTile);
+  DEVMEM_SHARED_ARRAY(tile_b, float, kTile, kTile);
+  const unsigned tx = devmem::thread_idx().x;
+  const unsigned ty = devmem::thread_idx().y;
+  const std::int64_t col = devmem::global_id(0);
+  const std::int64_t row = devmem::global_id(1);
+  const std::int64_t inner = a.shape(1);
+  float acc = 0.0f;
+  for (std::int64_t k0 = 0; k0 < inner; k0 += kTile) {
+    const std::int64_t ka = k0 + tx;
+    const std::int64_t kb = k0 + ty;
+    tile_a(ty, tx) = (row < a.shape(0) && ka < inner) ? a(row, ka) : 0.0f;
+    tile_b(ty, tx) = (kb < inner && col < b.shape(1)) ? b(kb, col) : 0.0f;
+    devmem::syncthreads();
+    for (int k = 0; k < kTile; ++k) acc += tile_a(ty, k) * tile_b(k, tx);
+    devmem::syncthreads();
+  }
+  if (row < c.shape(0) && col < c.shape(1)) c(row, col) = acc;
+}
+
+DEVMEM_KERNEL void sort_rows_locally(ArrayView<int, 2> rows) {
+  const std::int64_t r = devmem::global_id();
+  if (r >= rows.shape(0)) return;
+  devmem::local_array<int, kLocalSortWidth> scratch;
+  for (int j = 0; j < kLocalSortWidth; ++j) scratch[static_cast<std::size_t>(j)] = rows(r, j);
+  for (std::size_t j = 1; j < scratch.size(); ++j) {  // insertion sort in per-thread memory
+    const int v = scratch[j];
+    std::size_t k = j;
+    for (; k > 0 && scratch[k - 1] > v; --k) scratch[k] = scratch[k - 1];
+    scratch[k] = v;
+  }
+  for (int j = 0; j < kLocalSortWidth; ++j) rows(r, j) = scratch[static_cast<std::size_t>(j)];
+}
+
+DEVMEM_CONSTANT_ARRAY(conformance_lut, float, kLutSize);
+
+DEVMEM_KERNEL void lookup(ArrayView<const int, 1> keys, ArrayView<float, 1> out) {
+  const std::int64_t i = devmem::global_id();
+  if (i < keys.shape(0)) out[i] = conformance_lut[keys[i] % kLutSize];
+}
+
+// Every thread writes its own element, then reads its neighbour's after a global-fence barrier.
+DEVMEM_KERNEL void neighbour_after_barrier(ArrayView<int, 1> data, ArrayView<int, 1> seen) {
+  const unsigned t = devmem::thread_idx().x;
+  const unsigned n = devmem::block_dim().x;
+  data[t] = static_cast<int>(t) * 3 + 1;
+  devmem::barrier(FenceScope::Global);
+  seen[t] = data[(t + 1) % n];
+  devmem::barrier(FenceScope::Global | FenceScope::Local);
+}
+
+DEVMEM_KERNEL void swap_pairs_in_warp(ArrayView<int, 1> out) {
+  DEVMEM_SHARED_ARRAY(lanes, int, 128);
+  const unsigned t = devmem::thread_idx().x;
+  lanes[t] = static_cast<int>(t) * 7;
+  devmem::wave_barrier();
+  out[t] = lanes[t ^ 1u];  // lane t^1 is in the same warp for every warp size >= 2
+}
+
+DEVMEM_KERNEL void reverse_with_dynamic_shared(ArrayView<double, 1> values) {
+  double* staging = devmem::dynamic_shared<double>();
+  const unsigned t = devmem::thread_idx().x;
+  const unsigned n = devmem::block_dim().x;
+  staging[t] = values[t];
+  devmem::syncthreads();
+  values[t] = staging[n - 1 - t];
+}
+
+DEVMEM_KERNEL void record_coordinates(ArrayView<long long, 3> out) {
+  const Dim3 g = devmem::grid_dim();
+  const Dim3 b = devmem::block_dim();
+  const std::int64_t x = devmem::global_id(0);
+  const std::int64_t y = devmem::global_id(1);
+  const std::int64_t z = devmem::global_id(2);
+  out(z, y, x) = x + 100 * y + 10000 * z + 1000000LL * (g.x * g.y * g.z) +
+                 100000000LL * (b.x * b.y * b.z) + 10000000000LL * (devmem::warp_size() > 0);
+}
+
+DEVMEM_KERNEL void distinct_shared_arrays(ArrayView<int, 1> out, ArrayView<int, 1> aliasing) {
+  DEVMEM_SHARED_ARRAY(first, int, 32);
+  DEVMEM_SHARED_ARRAY(second, int, 32);
+  const unsigned t = devmem::thread_idx().x;
+  first[t] = static_cast<int>(t);
+  second[t] = 100 + static_cast<int>(t);
+  devmem::syncthreads();
+  out[t] = first[31 - t] + second[t];
+  if (t == 0) {
+    // Without a tag, the same type and shape is the same array.
+    const auto untagged_a = devmem::shared_array<int, 8>();
+    const auto untagged_b = devmem::shared_array<int, 8>();
+    aliasing[0] = untagged_a.data() == untagged_b.data() ? 1 : 0;
+    aliasing[1] = first.data() == second.data() ? 1 : 0;
+  }
+}
+
+DEVMEM_KERNEL void add_to_view(ArrayView<double, 2> view, double amount) {
+  const std::int64_t i = devmem::global_id(1);
+  const std::int64_t j = devmem::global_id(0);
+  if (i < view.shape(0) && j < view.shape(1)) view(i, j) += amount;
+}
+
+DEVMEM_KERNEL void fill_iota(ArrayView<int, 1> out, int start) {
+  const std::int64_t i = devmem::global_id();
+  if (i < out.shape(0)) out[i] = start + static_cast<int>(i);
+}
+
+unsigned blocks_for(std::int64_t n, unsigned block) {
+  return static_cast<unsigned>((n + block - 1) / block);
+}
+
+std::vector<float> random_floats(std::size_t n, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+std::vector<float> matmul_reference(const std::vector<float>& a, const std::vector<float>& b,
+                                    int64_t m, int64_t k, int64_t n) {
+  std::vector<float> c(static_cast<std::size_t>(m * n), 0.0f);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        acc += static_cast<double>(a[static_cast<std::size_t>(i * k + p)]) *
+               b[static_cast<std::size_t>(p * n + j)];
+      }
+      c[static_cast<std::size_t>(i * n + j)] = static_cast<float>(acc);
+    }
+  }
+  return c;
+}
+
+/// Runs the tiled kernel on (m x k) @ (k x n) random matrices and returns the seconds it took.
+double check_tiled_matmul(int64_t m, int64_t k, int64_t n, const devmem::Stream& stream) {
+  const auto a = random_floats(static_cast<std::size_t>(m * k), 7u + static_cast<unsigned>(m));
+  const auto b = random_floats(static_cast<std::size_t>(k * n), 11u + static_cast<unsigned>(n));
+  const DeviceArray da = devmem::to_device(devmem::HostArray::view(a).reshape({m, k}), stream);
+  const DeviceArray db = devmem::to_device(devmem::HostArray::view(b).reshape({k, n}), stream);
+  const DeviceArray dc = devmem::device_array<float>({m, n}, Order::C, stream);
+  const Dim3 block(kTile, kTile);
+  const Dim3 grid(blocks_for(n, kTile), blocks_for(m, kTile));
+  const auto start = std::chrono::steady_clock::now();
+  devmem::launch({grid, block, 0, stream}, tiled_matmul, da, db, dc);
+  const auto c = dc.to_vector<float>(stream);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto expected = matmul_reference(a, b, m, k, n);
+  REQUIRE(c.size() == expected.size());
+  std::size_t mismatches = 0;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    const float tolerance = 1e-4f * static_cast<float>(k) + 1e-5f;
+    if (std::abs(c[i] - expected[i]) > tolerance) ++mismatches;
+  }
+  CHECK(mismatches == 0);
+  return seconds;
+}
+
+}  // namespace
+
+TEST_CASE("kernels: shared-memory reversal within each block", "[kernels]") {
+  const devmem::Stream s = devmem::stream();
+  std::vector<int> host(256);
+  std::iota(host.begin(), host.end(), 0);
+  const DeviceArray d = devmem::to_device(host, s);
+  devmem::launch({4, 64, 0, s}, reverse_each_block, d);
+  const auto out = d.to_vector<int>(s);
+  for (int blk = 0; blk < 4; ++blk) {
+    for (int t = 0; t < 64; ++t) CHECK(out[static_cast<std::size_t>(blk * 64 + t)] == blk * 64 + 63 - t);
+  }
+}
+
+TEST_CASE("kernels: block reduction with barriers", "[kernels]") {
+  const int64_t n = 100'003;  // not a multiple of the block
+  std::vector<int> host(static_cast<std::size_t>(n));
+  std::mt19937 gen(3);
+  std::uniform_int_distribution<int> dist(-1000, 1000);
+  for (auto& v : host) v = dist(gen);
+  const unsigned blocks = blocks_for(n, kReductionBlock);
+  const DeviceArray in = devmem::to_device(host);
+  const DeviceArray partial = devmem::device_array<long long>({blocks});
+  devmem::launch({blocks, kReductionBlock}, block_sums, in, partial);
+  const auto sums = partial.to_vector<long long>();
+  for (unsigned blk = 0; blk < blocks; ++blk) {
+    const auto first = host.begin() + static_cast<std::ptrdiff_t>(blk * kReductionBlock);
+    const auto last = host.begin() + std::min<std::ptrdiff_t>(
+                                         static_cast<std::ptrdiff_t>((blk + 1) * kReductionBlock), n);
+    CHECK(sums[blk] == std::accumulate(first, last, 0LL));
+  }
+  CHECK(std::accumulate(sums.begin(), sums.end(), 0LL) ==
+        std::accumulate(host.begin(), host.end(), 0LL));
+}
+
+TEST_CASE("kernels: tiled matrix multiply with shared memory", "[kernels]") {
+  const devmem::Stream s = devmem::stream();
+  SECTION("multiples of the tile") { check_tiled_matmul(64, 48, 32, s); }
+  SECTION("not divisible by the tile") { check_tiled_matmul(37, 53, 29, s); }
+  SECTION("a single row and column") { check_tiled_matmul(1, 70, 1, s); }
+  SECTION("inner dimension smaller than a tile") { check_tiled_matmul(33, 3, 17, s); }
+  SECTION("256 x 256") {
+    const double seconds = check_tiled_matmul(256, 256, 256, s);
+    std::printf("kernels: 256x256 tiled matmul on the %s backend: %.3f s\n",
+                devmem::backend_name().c_str(), seconds);
+  }
+}
+
+TEST_CASE("kernels: per-thread local arrays", "[kernels]") {
+  const int64_t rows = 300;
+  std::vector<int> host(static_cast<std::size_t>(rows * kLocalSortWidth));
+  std::mt19937 gen(5);
+  std::uniform_int_distribution<int> dist(-50, 50);
+  for (auto& v : host) v = dist(gen);
+  const DeviceArray d =
+      devmem::to_device(devmem::HostArray::view(host).reshape({rows, kLocalSortWidth}));
+  devmem::launch({blocks_for(rows, 64), 64}, sort_rows_locally, d);
+  const auto out = d.to_vector<int>();
+  for (int64_t r = 0; r < rows; ++r) {
+    auto first = host.begin() + r * kLocalSortWidth;
+    std::sort(first, first + kLocalSortWidth);
+  }
+  CHECK(out == host);
+}
+
+TEST_CASE("kernels: constant-memory lookup table", "[kernels]") {
+  std::vector<float> table(kLutSize);
+  for (int i = 0; i < kLutSize; ++i) table[static_cast<std::size_t>(i)] = 0.5f * static_cast<float>(i * i);
+  devmem::const_array_like(conformance_lut, table);
+  std::vector<int> keys(1000);
+  for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = static_cast<int>((i * 37) % 1000);
+  const DeviceArray dkeys = devmem::to_device(keys);
+  const DeviceArray out = devmem::device_array<float>({1000});
+  devmem::launch({blocks_for(1000, 128), 128}, lookup, dkeys, out);
+  const auto got = out.to_vector<float>();
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    CHECK(got[i] == table[static_cast<std::size_t>(keys[i] % kLutSize)]);
+  }
+
+  SECTION("new values replace the old ones for later launches") {
+    std::vector<float> doubled(table);
+    for (auto& v : doubled) v *= 2.0f;
+    devmem::const_array_like(conformance_lut, devmem::HostArray::view(doubled));
+    devmem::launch({blocks_for(1000, 128), 128}, lookup, dkeys, out);
+    const auto again = out.to_vector<float>();
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      CHECK(again[i] == doubled[static_cast<std::size_t>(keys[i] % kLutSize)]);
+    }
+  }
+  SECTION("the size must match the constant array") {
+    const std::vector<float> too_many(kLutSize + 1, 1.0f);
+    CHECK_THROWS_MATCHES(devmem::const_array_like(conformance_lut, too_many),
+                         devmem::InvalidArgument,
+                         Catch::Matchers::Message("const_array_like: the constant array holds 16 "
+                                                  "elements but 17 values were given (they must "
+                                                  "match)"));
+    const std::vector<double> wrong_type(kLutSize, 1.0);
+    CHECK_THROWS_MATCHES(devmem::const_array_like(conformance_lut, devmem::HostArray::view(wrong_type)),
+                         devmem::InvalidArgument,
+                         Catch::Matchers::Message("const_array_like: the array's dtype is float64, "
+                                                  "not float32"));
+  }
+}
+
+TEST_CASE("kernels: barrier(Global) orders global-memory writes", "[kernels]") {
+  const DeviceArray data = devmem::device_array<int>({128});
+  const DeviceArray seen = devmem::device_array<int>({128});
+  devmem::launch({1, 128}, neighbour_after_barrier, data, seen);
+  const auto got = seen.to_vector<int>();
+  for (int t = 0; t < 128; ++t) CHECK(got[static_cast<std::size_t>(t)] == ((t + 1) % 128) * 3 + 1);
+}
+
+TEST_CASE("kernels: wave_barrier", "[kernels]") {
+  const DeviceArray out = devmem::device_array<int>({128});
+  devmem::launch({1, 128}, swap_pairs_in_warp, out);
+  const auto got = out.to_vector<int>();
+  for (unsigned t = 0; t < 128; ++t) CHECK(got[t] == static_cast<int>(t ^ 1u) * 7);
+}
+
+TEST_CASE("kernels: dynamic shared memory", "[kernels]") {
+  const devmem::Stream s = devmem::stream();
+  std::vector<double> host(100);
+  std::iota(host.begin(), host.end(), 0.5);
+  const DeviceArray d = devmem::to_device(host, s);
+  devmem::launch({1, 100, 100 * sizeof(double), s}, reverse_with_dynamic_shared, d);
+  const auto got = d.to_vector<double>(s);  // `host` is in use by the stream until then
+  std::reverse(host.begin(), host.end());
+  CHECK(got == host);
+}
+
+TEST_CASE("kernels: thread, block and grid coordinates in 3 dimensions", "[kernels]") {
+  const Dim3 grid(3, 2, 2);
+  const Dim3 block(4, 5, 2);
+  const DeviceArray out = devmem::device_array<long long>({4, 10, 12});
+  devmem::launch({grid, block}, record_coordinates, out);
+  const auto got = out.to_vector<long long>();
+  for (int64_t z = 0; z < 4; ++z) {
+    for (int64_t y = 0; y < 10; ++y) {
+      for (int64_t x = 0; x < 12; ++x) {
+        const long long expected = x + 100 * y + 10000 * z + 1000000LL * 12 + 100000000LL * 40 +
+                                   10000000000LL;
+        CHECK(got[static_cast<std::size_t>((z * 10 + y) * 12 + x)] == expected);
+      }
+    }
+  }
+}
+
+TEST_CASE("kernels: two shared arrays of the same type and shape", "[kernels]") {
+  const DeviceArray out = devmem::device_array<int>({32});
+  const DeviceArray aliasing = devmem::device_array<int>({2});
+  devmem::launch({1, 32}, distinct_shared_arrays, out, aliasing);
+  const auto got = out.to_vector<int>();
+  for (int t = 0; t < 32; ++t) CHECK(got[static_cast<std::size_t>(t)] == (31 - t) + 100 + t);
+  CHECK(aliasing.to_vector<int>() == std::vector<int>{1, 0});
+}
+
+TEST_CASE("kernels: strided and transposed views", "[kernels]") {
+  std::vector<double> host(6 * 8);
+  std::iota(host.begin(), host.end(), 0.0);
+  const DeviceArray d = devmem::to_device(devmem::HostArray::view(host).reshape({6, 8}));
+
+  SECTION("every other row, every third column") {
+    const DeviceArray strided = d.slice({Slice{1, std::nullopt, 2}, Slice{0, std::nullopt, 3}});
+    REQUIRE(strided.shape() == Shape{3, 3});
+    devmem::launch({Dim3(1, 1), Dim3(4, 4)}, add_to_view, strided, 1000.0);
+    const auto got = d.to_vector<double>();
+    for (int64_t i = 0; i < 6; ++i) {
+      for (int64_t j = 0; j < 8; ++j) {
+        const double base = static_cast<double>(i * 8 + j);
+        const bool in_view = i % 2 == 1 && j % 3 == 0;
+        CHECK(got[static_cast<std::size_t>(i * 8 + j)] == (in_view ? base + 1000.0 : base));
+      }
+    }
+  }
+  SECTION("the transpose") {
+    const DeviceArray t = d.T();
+    const ArrayView<double, 2> view = t.view<double, 2>();
+    CHECK(view.shape(0) == 8);
+    CHECK(view.stride(0) == 8);
+    CHECK(view.stride(1) == 64);
+    devmem::launch({Dim3(1, 1), Dim3(8, 8)}, add_to_view, view, 0.25);
+    const auto got = d.to_vector<double>();
+    for (std::size_t i = 0; i < host.size(); ++i) CHECK(got[i] == host[i] + 0.25);
+  }
+}
+
+TEST_CASE("kernels: DeviceArray::view checks dtype and rank", "[kernels]") {
+  static_assert(std::is_trivially_copyable_v<ArrayView<float, 3>>);
+  static_assert(std::is_trivially_copyable_v<ArrayView<const int, 0>>);
+  const DeviceArray d = devmem::device_array<float>({3, 4});
+  const ArrayView<float, 2> v = d.view<float, 2>();
+  CHECK(v.data() == d.data());
+  CHECK(v.size() == 12);
+  CHECK(v.shape(1) == 4);
+  CHECK(v.stride(0) == 16);
+  const ArrayView<const float, 2> read_only = v;
+  CHECK(read_only.data() == d.data());
+  CHECK_THROWS_MATCHES(((void)d.view<int, 2>()), devmem::InvalidArgument,
+                       Catch::Matchers::Message(
+                           "DeviceArray::view<int32, 2>: the array's dtype is float32, not int32"));
+  CHECK_THROWS_MATCHES(((void)d.view<float, 1>()), devmem::InvalidArgument,
+                       Catch::Matchers::Message(
+                           "DeviceArray::view<float32, 1>: the array has 2 dimensions, not 1"));
+  CHECK_THROWS_MATCHES(((void)d.index(0, 1).index(0, 2).view<float, 1>()), devmem::InvalidArgument,
+                       Catch::Matchers::Message(
+                           "DeviceArray::view<float32, 1>: the array has 0 dimensions, not 1"));
+  const ArrayView<float, 0> scalar = d.index(0, 1).index(0, 2).view<float, 0>();
+  CHECK(scalar.size() == 1);
+}
+
+TEST_CASE("kernels: launch errors are clear and enqueue nothing", "[kernels]") {
+  const devmem::Stream s = devmem::stream();
+  const DeviceArray ints = devmem::device_array<int>({64}, Order::C, s);
+  ints.fill(5, s);
+  const auto props = devmem::current_context()->properties();
+
+  SECTION("block larger than the device allows") {
+    CHECK_THROWS_MATCHES(
+        devmem::launch({1, Dim3(64, 32), 0, s}, fill_iota, ints, 0), devmem::InvalidArgument,
+        MessageContains("devmem::launch(kernel): block (64, 32, 1) has 2048 threads; device 0"));
+    CHECK_THROWS_MATCHES(devmem::launch({1, Dim3(1, 1, 65), 0, s}, fill_iota, ints, 0),
+                         devmem::InvalidArgument,
+                         MessageContains("block (1, 1, 65) exceeds the limit of device 0"));
+  }
+  SECTION("dynamic shared memory over the limit") {
+    const auto too_much = static_cast<std::size_t>(props.max_shared_memory_per_block) + 1;
+    CHECK_THROWS_MATCHES(devmem::launch({1, 64, too_much, s}, fill_iota, ints, 0),
+                         devmem::InvalidArgument,
+                         MessageContains(std::to_string(too_much) +
+                                         " bytes of dynamic shared memory requested"));
+  }
+  SECTION("an empty grid or block") {
+    CHECK_THROWS_MATCHES(devmem::launch({0, 64, 0, s}, fill_iota, ints, 0),
+                         devmem::InvalidArgument,
+                         Catch::Matchers::Message(
+                             "devmem::launch(kernel): grid (0, 1, 1) has an empty dimension"));
+    CHECK_THROWS_MATCHES(devmem::launch({1, Dim3(8, 0), 0, s}, fill_iota, ints, 0),
+                         devmem::InvalidArgument,
+                         Catch::Matchers::Message(
+                             "devmem::launch(kernel): block (8, 0, 1) has an empty dimension"));
+  }
+  SECTION("an array of the wrong dtype or rank") {
+    const DeviceArray floats = devmem::device_array<float>({64}, Order::C, s);
+    CHECK_THROWS_MATCHES(devmem::launch({1, 64, 0, s}, fill_iota, floats, 0),
+                         devmem::InvalidArgument,
+                         Catch::Matchers::Message("DeviceArray::view<int32, 1>: the array's dtype "
+                                                  "is float32, not int32"));
+    const DeviceArray matrix = devmem::device_array<int>({8, 8}, Order::C, s);
+    CHECK_THROWS_MATCHES(devmem::launch({1, 64, 0, s}, fill_iota, matrix, 0),
+                         devmem::InvalidArgument,
+                         Catch::Matchers::Message("DeviceArray::view<int32, 1>: the array has 2 "
+                                                  "dimensions, not 1"));
+  }
+  SECTION("a null kernel") {
+    void (*no_kernel)(ArrayView<int, 1>, int) = nullptr;
+    CHECK_THROWS_MATCHES(devmem::launch({1, 64, 0, s}, no_kernel, ints, 0),
+                         devmem::InvalidArgument,
+                         Catch::Matchers::Message("devmem::launch: the kernel is a null pointer"));
+  }
+  SECTION("a kernel compiled for another backend") {
+    const std::string other = devmem::backend_name() == "host" ? "cuda" : "host";
+    CHECK_THROWS_MATCHES((void)devmem::detail::launch_prepare({1, 1, 0, s}, other, "k"),
+                         devmem::InvalidArgument,
+                         MessageContains("devmem::launch(k): the kernel was compiled for the '" +
+                                         other + "' backend but the active backend is '" +
+                                         devmem::backend_name() + "'"));
+  }
+  // Nothing was enqueued: the array still holds the fill.
+  CHECK(ints.to_vector<int>(s) == std::vector<int>(64, 5));
+  // And the stream still works.
+  devmem::launch({1, 64, 0, s}, fill_iota, ints, 10);
+  CHECK(ints.to_vector<int>(s)[63] == 73);
+}
+
+TEST_CASE("kernels: launches on several streams", "[kernels][streams]") {
+  constexpr int kStreams = 4;
+  std::vector<devmem::Stream> streams;
+  std::vector<DeviceArray> arrays;
+  for (int i = 0; i < kStreams; ++i) {
+    streams.push_back(devmem::stream());
+    arrays.push_back(devmem::device_array<int>({5000}, Order::C, streams.back()));
+  }
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < kStreams; ++i) {
+      devmem::launch({blocks_for(5000, 128), 128, 0, streams[static_cast<std::size_t>(i)]},
+                     fill_iota, arrays[static_cast<std::size_t>(i)], i * 10000 + round);
+    }
+  }
+  for (int i = 0; i < kStreams; ++i) {
+    const auto got = arrays[static_cast<std::size_t>(i)].to_vector<int>();
+    CHECK(got.front() == i * 10000 + 2);
+    CHECK(got.back() == i * 10000 + 2 + 4999);
+  }
+}
+
+// ---- What the host simulator detects (device code cannot throw or share host atomics) ----------
+#if !defined(__CUDACC__) && !defined(__HIPCC__)
+
+namespace {
+
+DEVMEM_KERNEL void half_the_block_skips_the_barrier(ArrayView<int, 1> out) {
+  const unsigned t = devmem::thread_idx().x;
+  if (t >= 16) return;
+  devmem::syncthreads();
+  out[t] = 1;
+}
+
+DEVMEM_KERNEL void odd_threads_use_another_barrier(ArrayView<int, 1> out) {
+  const unsigned t = devmem::thread_idx().x;
+  if (t % 2 == 0) {
+    devmem::syncthreads();
+  } else {
+    devmem::syncthreads();
+  }
+  out[t] = 1;
+}
+
+DEVMEM_KERNEL void block_barrier_against_warp_barrier(ArrayView<int, 1> out) {
+  const unsigned t = devmem::thread_idx().x;
+  if (t == 0) {
+    devmem::syncthreads();
+  } else {
+    devmem::wave_barrier();
+  }
+  out[t] = 1;
+}
+
+DEVMEM_KERNEL void lane_skips_wave_barrier(ArrayView<int, 1> out) {
+  const unsigned t = devmem::thread_idx().x;
+  if (t == 3) return;
+  devmem::wave_barrier();
+  out[t] = 1;
+}
+
+std::atomic<int> g_live_guards{0};
+struct LiveGuard {
+  LiveGuard() { ++g_live_guards; }
+  LiveGuard(const LiveGuard&) = delete;
+  LiveGuard& operator=(const LiveGuard&) = delete;
+  ~LiveGuard() { --g_live_guards; }
+};
+
+DEVMEM_KERNEL void thread_five_throws(ArrayView<int, 1> out) {
+  const LiveGuard guard;  // must be destroyed in every thread, including the suspended ones
+  const unsigned t = devmem::thread_idx().x;
+  if (t == 5) throw std::runtime_error("boom");
+  devmem::syncthreads();
+  out[t] = 1;
+}
+
+DEVMEM_KERNEL void too_much_static_shared(ArrayView<int, 1> out) {
+  auto big = devmem::shared_array<char, 40000>();
+  big[devmem::thread_idx().x] = 1;
+  out[0] = big[0];
+}
+
+DEVMEM_KERNEL void wait_for_flag(const std::atomic<bool>* flag, ArrayView<int, 1> out) {
+  while (!flag->load()) std::this_thread::yield();
+  out[devmem::global_id()] = 42;
+}
+
+DEVMEM_KERNEL void launches_from_a_kernel(ArrayView<int, 1> out) {
+  devmem::launch({1, 1}, fill_iota, out, 0);
+}
+
+void check_launch_failure(const devmem::BackendError& e, const std::string& text) {
+  CHECK(e.backend() == "host");
+  CHECK(e.function() == "launch");
+  CHECK(e.code() == 719);
+  CHECK(e.code_name() == "LaunchFailure");
+  CHECK_THAT(std::string(e.what()), Catch::Matchers::Contains(text));
+}
+
+}  // namespace
+
+TEST_CASE("kernels: the simulator reports barrier divergence", "[kernels][host-only]") {
+  const devmem::Stream s = devmem::stream();
+  const DeviceArray out = devmem::device_array<int>({64}, Order::C, s);
+  SECTION("threads return while others wait") {
+    devmem::launch({1, 32, 0, s}, half_the_block_skips_the_barrier, out);
+    try {
+      s.synchronize();
+      FAIL("synchronize did not report the divergence");
+    } catch (const devmem::BackendError& e) {
+      check_launch_failure(e,
+                           "host launch: LaunchFailure (719): barrier divergence in block (0, 0, "
+                           "0): 16 of 32 threads wait at syncthreads() (test_kernels.cpp:");
+      CHECK_THAT(std::string(e.what()),
+                 Catch::Matchers::Contains("but 16 threads (first: thread (16, 0, 0)) returned "
+                                           "without reaching it"));
+    }
+  }
+  SECTION("threads wait at different barriers") {
+    try {
+      devmem::launch({2, 8}, odd_threads_use_another_barrier, out);  // default stream: throws here
+      FAIL("launch did not report the divergence");
+    } catch (const devmem::BackendError& e) {
+      check_launch_failure(e, "barrier divergence in block (0, 0, 0): thread (0, 0, 0) waits at "
+                              "syncthreads() (test_kernels.cpp:");
+      CHECK_THAT(std::string(e.what()),
+                 Catch::Matchers::Contains("but thread (1, 0, 0) waits at syncthreads()"));
+    }
+  }
+  SECTION("a block barrier and a warp barrier wait for each other") {
+    try {
+      devmem::launch({1, 40}, block_barrier_against_warp_barrier, out);
+      FAIL("launch did not report the deadlock");
+    } catch (const devmem::BackendError& e) {
+      check_launch_failure(e, "deadlock in block (0, 0, 0): 1 threads wait at syncthreads()");
+      CHECK_THAT(std::string(e.what()),
+                 Catch::Matchers::Contains("while 31 threads (first: thread (1, 0, 0)) wait at "
+                                           "wave_barrier()"));
+    }
+  }
+  SECTION("a lane returns before a wave barrier") {
+    try {
+      devmem::launch({1, 64}, lane_skips_wave_barrier, out);
+      FAIL("launch did not report the divergence");
+    } catch (const devmem::BackendError& e) {
+      check_launch_failure(e, "barrier divergence in warp 0 of block (0, 0, 0): 31 threads wait "
+                              "at wave_barrier() (test_kernels.cpp:");
+      CHECK_THAT(std::string(e.what()), Catch::Matchers::Contains("(first: thread (3, 0, 0))"));
+    }
+  }
+  // The stream and the simulator keep working afterwards.
+  devmem::launch({1, 64, 0, s}, fill_iota, out, 1);
+  CHECK(out.to_vector<int>(s)[63] == 64);
+}
+
+TEST_CASE("kernels: an exception in kernel code fails the launch and unwinds every thread",
+          "[kernels][host-only]") {
+  const devmem::Stream s = devmem::stream();
+  const DeviceArray out = devmem::device_array<int>({64}, Order::C, s);
+  devmem::launch({3, 64, 0, s}, thread_five_throws, out);
+  try {
+    s.synchronize();
+    FAIL("synchronize did not report the exception");
+  } catch (const devmem::BackendError& e) {
+    check_launch_failure(e, "kernel code threw in thread (5, 0, 0) of block (");
+    CHECK_THAT(std::string(e.what()), Catch::Matchers::EndsWith("): boom"));
+  }
+  CHECK(g_live_guards.load() == 0);
+  CHECK_NOTHROW(s.synchronize());  // reported once
+}
+
+TEST_CASE("kernels: the simulator enforces the shared-memory limit", "[kernels][host-only]") {
+  const DeviceArray out = devmem::device_array<int>({4});
+  try {
+    devmem::launch({1, 4, 10000}, too_much_static_shared, out);
+    FAIL("launch did not report the shared memory");
+  } catch (const devmem::BackendError& e) {
+    CHECK(e.code_name() == "LaunchOutOfResources");
+    CHECK(e.code() == 701);
+    CHECK_THAT(std::string(e.what()),
+               Catch::Matchers::Contains("block (0, 0, 0) needs more shared memory than device 0 "
+                                         "has: 40000 bytes of shared arrays after 10000 bytes of "
+                                         "dynamic shared memory (49152 bytes at most per block)"));
+  }
+  // Without the dynamic part it fits.
+  devmem::launch({1, 4}, too_much_static_shared, out);
+  CHECK(out.to_vector<int>()[0] == 1);
+}
+
+TEST_CASE("kernels: launch is asynchronous on its stream and keeps arrays alive",
+          "[kernels][host-only]") {
+  const MemoryStateGuard memory_guard;
+  const devmem::Stream s = devmem::stream();
+  const std::int64_t used_before = devmem::host::device_memory_used();
+  std::atomic<bool> flag{false};
+  {
+    const DeviceArray out = devmem::device_array<int>({256}, Order::C, s);
+    devmem::launch({2, 128, 0, s}, wait_for_flag, &flag, out);
+  }  // the only handle is gone while the kernel still waits
+  CHECK_FALSE(s.query());  // launch returned before the kernel finished
+  CHECK(devmem::host::device_memory_used() >= used_before + 256 * 4);
+  flag = true;
+  s.synchronize();
+  devmem::current_context()->synchronize();  // releases what the finished work kept alive
+  devmem::current_context()->flush_deallocations();
+  CHECK(devmem::host::device_memory_used() == used_before);
+}
+
+TEST_CASE("kernels: simulator-only misuse", "[kernels][host-only]") {
+  CHECK_THROWS_MATCHES((void)devmem::thread_idx(), devmem::InvalidArgument,
+                       MessageStartsWith("devmem::thread_idx: called outside a kernel"));
+  CHECK_THROWS_MATCHES(devmem::syncthreads(), devmem::InvalidArgument,
+                       MessageStartsWith("syncthreads(): called outside a kernel"));
+  const DeviceArray out = devmem::device_array<int>({1});
+  try {
+    devmem::launch({1, 1}, launches_from_a_kernel, out);
+    FAIL("a launch from a kernel was accepted");
+  } catch (const devmem::BackendError& e) {
+    check_launch_failure(e, "devmem::launch: cannot launch a kernel from inside a kernel");
+  }
+}
+
+TEST_CASE("kernels: injected launch failures", "[kernels][host-only]") {
+  const HostControlsGuard controls;
+  const devmem::Stream s = devmem::stream();
+  const DeviceArray out = devmem::device_array<int>({32}, Order::C, s);
+  out.fill(-1, s);
+  const std::int64_t launches = devmem::host::call_count(devmem::host::Call::Launch);
+  devmem::host::fail_nth(devmem::host::Call::Launch, 1);
+  devmem::launch({1, 32, 0, s}, fill_iota, out, 0);
+  CHECK(devmem::host::call_count(devmem::host::Call::Launch) == launches + 1);
+  CHECK_THROWS_MATCHES(s.synchronize(), devmem::BackendError,
+                       MessageStartsWith("host launch: Injected (999): injected failure"));
+  CHECK(out.to_vector<int>(s) == std::vector<int>(32, -1));  // the kernel did not run
+  devmem::host::fail_nth(devmem::host::Call::Launch, 1);
+  CHECK_THROWS_AS(devmem::launch({1, 32}, fill_iota, out, 0), devmem::BackendError);
+  devmem::launch({1, 32, 0, s}, fill_iota, out, 0);
+  CHECK(out.to_vector<int>(s)[31] == 31);
+}
+
+#endif  // host simulator only
