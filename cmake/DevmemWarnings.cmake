@@ -3,8 +3,11 @@ function(devmem_set_warnings target)
   if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic
       -Wshadow -Wconversion -Wsign-conversion -Wnon-virtual-dtor -Wold-style-cast>)
+    # nvcc: the front end's own diagnostics plus the host compiler's, for .cu sources.
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
     if(DEVMEM_WERROR)
-      target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+      target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>
+        $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Werror>)
     endif()
   endif()
 endfunction()

@@ -35,7 +35,7 @@ class ArrayView {
   /// A view of `data` with the given shape and byte strides (arrays of Rank values).
   DEVMEM_HOST_DEVICE ArrayView(T* data, const std::int64_t* shape, const std::int64_t* strides)
       : data_(data) {
-    for (std::size_t d = 0; d < Rank; ++d) {
+    for (std::size_t d = 0; d != Rank; ++d) {
       shape_[d] = shape[d];
       strides_[d] = strides[d];
     }
@@ -65,23 +65,30 @@ class ArrayView {
   /// Number of elements.
   [[nodiscard]] DEVMEM_HOST_DEVICE std::int64_t size() const {
     std::int64_t n = 1;
-    for (std::size_t d = 0; d < Rank; ++d) n *= shape_[d];
+    for (std::size_t d = 0; d != Rank; ++d) n *= shape_[d];
     return n;
   }
-  /// A read-only view of the same elements.
-  [[nodiscard]] DEVMEM_HOST_DEVICE operator ArrayView<const T, Rank>() const
-    requires(!std::is_const_v<T>)
-  {
-    return ArrayView<const T, Rank>(data_, shape_, strides_);
+  /// A read-only view from a writable one.
+  template <class U>
+    requires(std::is_const_v<T> && std::is_same_v<const U, T> && !std::is_same_v<U, T>)
+  DEVMEM_HOST_DEVICE ArrayView(const ArrayView<U, Rank>& other) : data_(other.data_) {
+    for (std::size_t d = 0; d != Rank; ++d) {
+      shape_[d] = other.shape_[d];
+      strides_[d] = other.strides_[d];
+    }
   }
 
  private:
+  template <class, std::size_t>
+  friend class ArrayView;
+
   template <class... Index>
   DEVMEM_HOST_DEVICE T* address(Index... index) const {
     using Byte = std::conditional_t<std::is_const_v<T>, const unsigned char, unsigned char>;
     std::int64_t offset = 0;
     std::size_t dim = 0;
     ((offset += index * strides_[dim++]), ...);
+    static_cast<void>(dim);  // unused for Rank 0
     return reinterpret_cast<T*>(reinterpret_cast<Byte*>(data_) + offset);
   }
 

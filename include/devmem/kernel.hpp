@@ -55,12 +55,13 @@ struct Dim3 {
   unsigned y = 1;
   unsigned z = 1;
   constexpr Dim3() = default;
-  constexpr Dim3(unsigned x_, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+  DEVMEM_HOST_DEVICE constexpr Dim3(unsigned x_, unsigned y_ = 1, unsigned z_ = 1)
+      : x(x_), y(y_), z(z_) {}
   /// Dimension 0 (x), 1 (y) or 2 (z).
   [[nodiscard]] DEVMEM_HOST_DEVICE constexpr unsigned operator[](int dim) const {
     return dim == 0 ? x : (dim == 1 ? y : z);
   }
-  [[nodiscard]] constexpr std::uint64_t volume() const {
+  [[nodiscard]] DEVMEM_HOST_DEVICE constexpr std::uint64_t volume() const {
     return std::uint64_t{x} * std::uint64_t{y} * std::uint64_t{z};
   }
   friend constexpr bool operator==(const Dim3&, const Dim3&) = default;

@@ -515,6 +515,31 @@ TEST_CASE("kernels: launches on several streams", "[kernels][streams]") {
   }
 }
 
+TEST_CASE("kernels: arrays and the launch must be on one device", "[kernels][errors][multi-device]") {
+  if (devmem::device_count() < 2) {
+    // One device: a launch on another stream of the same device is fine.
+    const DeviceArray d = devmem::device_array<int>({8});
+    const devmem::Stream s = devmem::stream();
+    devmem::launch({1, 8, 0, s}, fill_iota, d, 3);
+    CHECK(d.to_vector<int>(s) == std::vector<int>{3, 4, 5, 6, 7, 8, 9, 10});
+    return;
+  }
+  const int original = devmem::current_device();
+  devmem::select_device(1);
+  const devmem::Stream stream_1 = devmem::stream();
+  const DeviceArray on_device_1 = devmem::device_array<int>({8}, Order::C, stream_1);
+  devmem::select_device(0);
+  const devmem::Stream stream_0 = devmem::stream();
+  CHECK_THROWS_MATCHES(devmem::launch({1, 8, 0, stream_0}, fill_iota, on_device_1, 0),
+                       devmem::InvalidArgument,
+                       Catch::Matchers::Message("devmem::launch: argument 0 is an array on device "
+                                                "1, but the kernel runs on device 0"));
+  // On its own device's stream it works, whichever device is current.
+  devmem::launch({1, 8, 0, stream_1}, fill_iota, on_device_1, 1);
+  CHECK(on_device_1.to_vector<int>()[7] == 8);
+  devmem::select_device(original);
+}
+
 // ---- What the host simulator detects (device code cannot throw or share host atomics) ----------
 #if !defined(__CUDACC__) && !defined(__HIPCC__)
 

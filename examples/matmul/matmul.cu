@@ -1,0 +1,2 @@
+// nvcc builds the matmul example from the same source (matmul.cpp).
+#include "matmul.cpp"
