@@ -14,7 +14,9 @@
 namespace devmem::detail {
 namespace {
 
-std::string describe(const Dim3& d) { return fmt::format("({}, {}, {})", d.x, d.y, d.z); }
+std::string describe(const Dim3& d) {
+  return fmt::format("({}, {}, {})", d.x, d.y, d.z);
+}
 
 void check_dims(std::string_view kernel, const char* what, const Dim3& dims,
                 const std::array<std::int64_t, 3>& limits, const DeviceProperties& props,
@@ -88,9 +90,9 @@ void keep_alive_until_complete(const Stream& stream,
 
 void throw_launch_error(std::string_view backend, std::string_view function, int code,
                         std::string_view code_name, std::string_view description) {
-  throw BackendError(std::string(backend), std::string(function), code, std::string(code_name),
-                     fmt::format("{} {}: {} ({}): {}", backend, function, code_name, code,
-                                 description));
+  throw BackendError(
+      std::string(backend), std::string(function), code, std::string(code_name),
+      fmt::format("{} {}: {} ({}): {}", backend, function, code_name, code, description));
 }
 
 void check_constant_size(const char* operation, std::size_t capacity, std::size_t count) {

@@ -125,7 +125,9 @@ struct KernelGrid {
   std::shared_ptr<const std::function<void()>> body;
 };
 
-std::string describe(const Dim3& d) { return fmt::format("({}, {}, {})", d.x, d.y, d.z); }
+std::string describe(const Dim3& d) {
+  return fmt::format("({}, {}, {})", d.x, d.y, d.z);
+}
 
 std::string describe(const std::source_location& where) {
   std::string_view file = where.file_name();
@@ -153,7 +155,8 @@ class BlockRunner {
     threads_.reserve(block_threads_);
     for (std::size_t i = 0; i < block_threads_; ++i) threads_.emplace_back();
     const auto base = reinterpret_cast<std::uintptr_t>(shared_.data());
-    shared_base_ = shared_.data() + ((kSharedAlignment - base % kSharedAlignment) % kSharedAlignment);
+    shared_base_ =
+        shared_.data() + ((kSharedAlignment - base % kSharedAlignment) % kSharedAlignment);
 #ifdef DEVMEM_FIBER_TSAN
     scheduler_tsan_ = __tsan_get_current_fiber();
     for (auto& t : threads_) t.tsan_fiber = __tsan_create_fiber(0);
@@ -188,9 +191,15 @@ class BlockRunner {
     }
   }
 
-  [[nodiscard]] bool in_thread() const noexcept { return current_ != kScheduler; }
-  [[nodiscard]] const ThreadCoords& coords() const noexcept { return threads_[current_].coords; }
-  [[nodiscard]] int warp_size() const noexcept { return static_cast<int>(grid_.warp_size); }
+  [[nodiscard]] bool in_thread() const noexcept {
+    return current_ != kScheduler;
+  }
+  [[nodiscard]] const ThreadCoords& coords() const noexcept {
+    return threads_[current_].coords;
+  }
+  [[nodiscard]] int warp_size() const noexcept {
+    return static_cast<int>(grid_.warp_size);
+  }
 
   void* shared_storage(const void* key, std::size_t bytes, std::size_t alignment) {
     for (const auto& a : shared_arrays_) {
@@ -270,8 +279,8 @@ class BlockRunner {
     for (std::size_t i = 0; i < block_threads_; ++i) {
       SimThread& t = threads_[i];
       const auto linear = static_cast<unsigned>(i);
-      t.coords = ThreadCoords{Dim3(linear % b.x, (linear / b.x) % b.y, linear / (b.x * b.y)),
-                              index, grid_.block, grid_.grid};
+      t.coords = ThreadCoords{Dim3(linear % b.x, (linear / b.x) % b.y, linear / (b.x * b.y)), index,
+                              grid_.block, grid_.grid};
       t.state = State::Ready;
       prepare_context(t);
     }
@@ -303,15 +312,16 @@ class BlockRunner {
       } catch (const BlockAbort&) {
         // The block was aborted by another thread's failure: nothing to report.
       } catch (const std::exception& e) {
-        self.record_failure(Status::LaunchFailure,
-                            fmt::format("kernel code threw in thread {} of block {}: {}",
-                                        describe(t.coords.thread_idx), describe(self.block_index_),
-                                        e.what()));
+        self.record_failure(
+            Status::LaunchFailure,
+            fmt::format("kernel code threw in thread {} of block {}: {}",
+                        describe(t.coords.thread_idx), describe(self.block_index_), e.what()));
       } catch (...) {
-        self.record_failure(Status::LaunchFailure,
-                            fmt::format("kernel code threw a non-standard exception in thread {} "
-                                        "of block {}",
-                                        describe(t.coords.thread_idx), describe(self.block_index_)));
+        self.record_failure(
+            Status::LaunchFailure,
+            fmt::format("kernel code threw a non-standard exception in thread {} "
+                        "of block {}",
+                        describe(t.coords.thread_idx), describe(self.block_index_)));
       }
     }
     t.state = State::Done;
@@ -453,25 +463,25 @@ class BlockRunner {
       return false;
     }
     if (done != 0) {
-      record_failure(Status::LaunchFailure,
-                     fmt::format("barrier divergence in block {}: {} of {} threads wait at {} ({}) "
-                                 "but {} threads (first: thread {}) returned without reaching it; "
-                                 "every thread of a block must reach the same barriers",
-                                 describe(block_index_), at_block, block_threads_,
-                                 first_waiter->barrier_name, describe(first_waiter->site), done,
-                                 describe(first_done->coords.thread_idx)));
+      record_failure(
+          Status::LaunchFailure,
+          fmt::format("barrier divergence in block {}: {} of {} threads wait at {} ({}) "
+                      "but {} threads (first: thread {}) returned without reaching it; "
+                      "every thread of a block must reach the same barriers",
+                      describe(block_index_), at_block, block_threads_, first_waiter->barrier_name,
+                      describe(first_waiter->site), done, describe(first_done->coords.thread_idx)));
       return false;
     }
     for (const auto& t : threads_) {
       if (!same_site(t.site, first_waiter->site)) {
-        record_failure(Status::LaunchFailure,
-                       fmt::format("barrier divergence in block {}: thread {} waits at {} ({}) "
-                                   "but thread {} waits at {} ({}); every thread of a block must "
-                                   "reach the same barriers",
-                                   describe(block_index_), describe(first_waiter->coords.thread_idx),
-                                   first_waiter->barrier_name, describe(first_waiter->site),
-                                   describe(t.coords.thread_idx), t.barrier_name,
-                                   describe(t.site)));
+        record_failure(
+            Status::LaunchFailure,
+            fmt::format("barrier divergence in block {}: thread {} waits at {} ({}) "
+                        "but thread {} waits at {} ({}); every thread of a block must "
+                        "reach the same barriers",
+                        describe(block_index_), describe(first_waiter->coords.thread_idx),
+                        first_waiter->barrier_name, describe(first_waiter->site),
+                        describe(t.coords.thread_idx), t.barrier_name, describe(t.site)));
         return false;
       }
     }
@@ -501,10 +511,10 @@ class BlockRunner {
 BlockRunner& runner_in_thread(const char* function) {
   BlockRunner* runner = t_runner;
   if (runner == nullptr || !runner->in_thread()) {
-    throw InvalidArgument(fmt::format(
-        "{}: called outside a kernel (the host backend provides it to kernels run by "
-        "devmem::launch)",
-        function));
+    throw InvalidArgument(
+        fmt::format("{}: called outside a kernel (the host backend provides it to kernels run by "
+                    "devmem::launch)",
+                    function));
   }
   return *runner;
 }
@@ -589,16 +599,16 @@ void run_kernel(const PreparedLaunch& launch, const LaunchConfig& config,
   const std::shared_ptr<Context> context = launch.stream.context();
   auto* backend = dynamic_cast<HostBackend*>(&context->backend());
   if (backend == nullptr) {
-    throw InvalidArgument(fmt::format(
-        "devmem::launch: the host simulation cannot run on the '{}' backend",
-        context->backend_name()));
+    throw InvalidArgument(
+        fmt::format("devmem::launch: the host simulation cannot run on the '{}' backend",
+                    context->backend_name()));
   }
   const DeviceProperties& props = context->state().properties();
-  auto grid = std::make_shared<const KernelGrid>(KernelGrid{
-      config.grid, config.block, config.shared_bytes,
-      static_cast<std::size_t>(props.max_shared_memory_per_block),
-      static_cast<unsigned>(props.warp_size), launch.device,
-      std::make_shared<const std::function<void()>>(std::move(body))});
+  auto grid = std::make_shared<const KernelGrid>(
+      KernelGrid{config.grid, config.block, config.shared_bytes,
+                 static_cast<std::size_t>(props.max_shared_memory_per_block),
+                 static_cast<unsigned>(props.warp_size), launch.device,
+                 std::make_shared<const std::function<void()>>(std::move(body))});
   backend->launch_kernel(launch.device, launch.stream.native_handle(),
                          [grid] { execute_grid(*grid); });
 }

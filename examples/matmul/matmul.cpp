@@ -59,8 +59,10 @@ int main(int argc, char** argv) {
     const auto b = random_matrix(n, 2);
     const devmem::Stream stream = devmem::stream();
     // Uploads, kernel and download are queued on one stream; the host waits once, at the end.
-    const devmem::DeviceArray da = devmem::to_device(devmem::HostArray::view(a).reshape({n, n}), stream);
-    const devmem::DeviceArray db = devmem::to_device(devmem::HostArray::view(b).reshape({n, n}), stream);
+    const devmem::DeviceArray da =
+        devmem::to_device(devmem::HostArray::view(a).reshape({n, n}), stream);
+    const devmem::DeviceArray db =
+        devmem::to_device(devmem::HostArray::view(b).reshape({n, n}), stream);
     const devmem::DeviceArray dc = devmem::device_array<float>({n, n}, devmem::Order::C, stream);
     const auto blocks = static_cast<unsigned>((n + kTile - 1) / kTile);
 
@@ -87,7 +89,8 @@ int main(int argc, char** argv) {
     const auto size = static_cast<double>(n);
     std::printf("matmul %lld x %lld on %s: %.3f ms (%.2f GFLOP/s), max error %.2e\n",
                 static_cast<long long>(n), static_cast<long long>(n),
-                devmem::backend_name().c_str(), ms, 2.0 * size * size * size / (ms * 1e6), max_error);
+                devmem::backend_name().c_str(), ms, 2.0 * size * size * size / (ms * 1e6),
+                max_error);
     return max_error <= 1e-3 * size ? 0 : 1;
   } catch (const devmem::NoDevice& e) {
     std::fprintf(stderr, "matmul: %s\n", e.what());

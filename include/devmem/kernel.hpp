@@ -107,8 +107,8 @@ class SharedArray {
 
   DEVMEM_HOST_DEVICE explicit SharedArray(T* data) : data_(data) {}
   template <class... Index>
-    requires(sizeof...(Index) == rank && (std::is_integral_v<Index> && ...))
-  DEVMEM_HOST_DEVICE T& operator()(Index... index) const {
+  requires(sizeof...(Index) == rank && (std::is_integral_v<Index> && ...)) DEVMEM_HOST_DEVICE T&
+  operator()(Index... index) const {
     std::size_t flat = 0;
     ((flat = flat * N + static_cast<std::size_t>(index)), ...);
     return data_[flat];
@@ -134,8 +134,8 @@ struct local_array {
   static constexpr std::size_t extent_count = (N * ...);
 
   template <class... Index>
-    requires(sizeof...(Index) == rank && (std::is_integral_v<Index> && ...))
-  DEVMEM_HOST_DEVICE T& operator()(Index... index) {
+  requires(sizeof...(Index) == rank && (std::is_integral_v<Index> && ...)) DEVMEM_HOST_DEVICE T&
+  operator()(Index... index) {
     std::size_t flat = 0;
     ((flat = flat * N + static_cast<std::size_t>(index)), ...);
     return elements[flat];
@@ -172,8 +172,7 @@ DEVMEM_API void launch_check_array(const PreparedLaunch& launch, const DeviceArr
 DEVMEM_API void keep_alive_until_complete(const Stream& stream,
                                           std::vector<std::shared_ptr<const void>> objects);
 /// InvalidArgument unless `count` values fill a constant array of `capacity` elements exactly.
-DEVMEM_API void check_constant_size(const char* operation, std::size_t capacity,
-                                    std::size_t count);
+DEVMEM_API void check_constant_size(const char* operation, std::size_t capacity, std::size_t count);
 /// BackendError for a failed vendor launch call.
 [[noreturn]] DEVMEM_API void throw_launch_error(std::string_view backend, std::string_view function,
                                                 int code, std::string_view code_name,
@@ -200,7 +199,7 @@ struct KernelArgument<ArrayView<T, Rank>> {
     return view;
   }
   template <class U>
-    requires std::is_same_v<const U, T>
+  requires std::is_same_v<const U, T>
   static ArrayView<T, Rank> convert(const PreparedLaunch&, const ArrayView<U, Rank>& view,
                                     std::size_t) {
     return view;
@@ -230,8 +229,7 @@ template <class... Params, class... Args, std::size_t... I>
 auto convert_kernel_arguments(const PreparedLaunch& launch, std::index_sequence<I...>,
                               Args&&... args) {
   return std::tuple<std::remove_cvref_t<Params>...>(
-      KernelArgument<std::remove_cvref_t<Params>>::convert(launch, std::forward<Args>(args),
-                                                           I)...);
+      KernelArgument<std::remove_cvref_t<Params>>::convert(launch, std::forward<Args>(args), I)...);
 }
 
 }  // namespace detail
@@ -247,8 +245,7 @@ auto convert_kernel_arguments(const PreparedLaunch& launch, std::index_sequence<
 
 /// Declares a block-shared array named `name` of element type T and shape `...`, distinct from
 /// every other shared array of the kernel: DEVMEM_SHARED_ARRAY(tile, float, 16, 16);
-#define DEVMEM_SHARED_ARRAY(name, T, ...) \
-  auto name = ::devmem::shared_array<T, __VA_ARGS__>([] {})
+#define DEVMEM_SHARED_ARRAY(name, T, ...) auto name = ::devmem::shared_array<T, __VA_ARGS__>([] {})
 
 namespace devmem {
 
@@ -276,10 +273,10 @@ void launch(const LaunchConfig& config, void (*kernel)(Params...), Args&&... arg
 /// the device's default-synchronising streams, like cudaMemcpyToSymbol; kernels launched later
 /// see the new values.
 template <class T, std::size_t N, class Values>
-  requires requires(const Values& v) {
-    std::data(v);
-    std::size(v);
-  }
+requires requires(const Values& v) {
+  std::data(v);
+  std::size(v);
+}
 void const_array_like(T (&symbol)[N], const Values& values) {
   using Value = std::remove_cv_t<std::remove_pointer_t<decltype(std::data(values))>>;
   static_assert(std::is_same_v<Value, std::remove_cv_t<T>>,

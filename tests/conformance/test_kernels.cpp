@@ -230,7 +230,8 @@ TEST_CASE("kernels: shared-memory reversal within each block", "[kernels]") {
   devmem::launch({4, 64, 0, s}, reverse_each_block, d);
   const auto out = d.to_vector<int>(s);
   for (int blk = 0; blk < 4; ++blk) {
-    for (int t = 0; t < 64; ++t) CHECK(out[static_cast<std::size_t>(blk * 64 + t)] == blk * 64 + 63 - t);
+    for (int t = 0; t < 64; ++t)
+      CHECK(out[static_cast<std::size_t>(blk * 64 + t)] == blk * 64 + 63 - t);
   }
 }
 
@@ -247,8 +248,9 @@ TEST_CASE("kernels: block reduction with barriers", "[kernels]") {
   const auto sums = partial.to_vector<long long>();
   for (unsigned blk = 0; blk < blocks; ++blk) {
     const auto first = host.begin() + static_cast<std::ptrdiff_t>(blk * kReductionBlock);
-    const auto last = host.begin() + std::min<std::ptrdiff_t>(
-                                         static_cast<std::ptrdiff_t>((blk + 1) * kReductionBlock), n);
+    const auto last =
+        host.begin() +
+        std::min<std::ptrdiff_t>(static_cast<std::ptrdiff_t>((blk + 1) * kReductionBlock), n);
     CHECK(sums[blk] == std::accumulate(first, last, 0LL));
   }
   CHECK(std::accumulate(sums.begin(), sums.end(), 0LL) ==
@@ -257,10 +259,18 @@ TEST_CASE("kernels: block reduction with barriers", "[kernels]") {
 
 TEST_CASE("kernels: tiled matrix multiply with shared memory", "[kernels]") {
   const devmem::Stream s = devmem::stream();
-  SECTION("multiples of the tile") { check_tiled_matmul(64, 48, 32, s); }
-  SECTION("not divisible by the tile") { check_tiled_matmul(37, 53, 29, s); }
-  SECTION("a single row and column") { check_tiled_matmul(1, 70, 1, s); }
-  SECTION("inner dimension smaller than a tile") { check_tiled_matmul(33, 3, 17, s); }
+  SECTION("multiples of the tile") {
+    check_tiled_matmul(64, 48, 32, s);
+  }
+  SECTION("not divisible by the tile") {
+    check_tiled_matmul(37, 53, 29, s);
+  }
+  SECTION("a single row and column") {
+    check_tiled_matmul(1, 70, 1, s);
+  }
+  SECTION("inner dimension smaller than a tile") {
+    check_tiled_matmul(33, 3, 17, s);
+  }
   SECTION("256 x 256") {
     // Sanitizers make every simulated context switch 30-50x dearer: they check a smaller matrix.
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
@@ -294,7 +304,8 @@ TEST_CASE("kernels: per-thread local arrays", "[kernels]") {
 
 TEST_CASE("kernels: constant-memory lookup table", "[kernels]") {
   std::vector<float> table(kLutSize);
-  for (int i = 0; i < kLutSize; ++i) table[static_cast<std::size_t>(i)] = 0.5f * static_cast<float>(i * i);
+  for (int i = 0; i < kLutSize; ++i)
+    table[static_cast<std::size_t>(i)] = 0.5f * static_cast<float>(i * i);
   devmem::const_array_like(conformance_lut, table);
   std::vector<int> keys(1000);
   for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = static_cast<int>((i * 37) % 1000);
@@ -324,10 +335,11 @@ TEST_CASE("kernels: constant-memory lookup table", "[kernels]") {
                                                   "elements but 17 values were given (they must "
                                                   "match)"));
     const std::vector<double> wrong_type(kLutSize, 1.0);
-    CHECK_THROWS_MATCHES(devmem::const_array_like(conformance_lut, devmem::HostArray::view(wrong_type)),
-                         devmem::InvalidArgument,
-                         Catch::Matchers::Message("const_array_like: the array's dtype is float64, "
-                                                  "not float32"));
+    CHECK_THROWS_MATCHES(
+        devmem::const_array_like(conformance_lut, devmem::HostArray::view(wrong_type)),
+        devmem::InvalidArgument,
+        Catch::Matchers::Message("const_array_like: the array's dtype is float64, "
+                                 "not float32"));
   }
 }
 
@@ -366,8 +378,8 @@ TEST_CASE("kernels: thread, block and grid coordinates in 3 dimensions", "[kerne
   for (int64_t z = 0; z < 4; ++z) {
     for (int64_t y = 0; y < 10; ++y) {
       for (int64_t x = 0; x < 12; ++x) {
-        const long long expected = x + 100 * y + 10000 * z + 1000000LL * 12 + 100000000LL * 40 +
-                                   10000000000LL;
+        const long long expected =
+            x + 100 * y + 10000 * z + 1000000LL * 12 + 100000000LL * 40 + 10000000000LL;
         CHECK(got[static_cast<std::size_t>((z * 10 + y) * 12 + x)] == expected);
       }
     }
@@ -427,12 +439,12 @@ TEST_CASE("kernels: DeviceArray::view checks dtype and rank", "[kernels]") {
   CHECK_THROWS_MATCHES(((void)d.view<int, 2>()), devmem::InvalidArgument,
                        Catch::Matchers::Message(
                            "DeviceArray::view<int32, 2>: the array's dtype is float32, not int32"));
-  CHECK_THROWS_MATCHES(((void)d.view<float, 1>()), devmem::InvalidArgument,
-                       Catch::Matchers::Message(
-                           "DeviceArray::view<float32, 1>: the array has 2 dimensions, not 1"));
-  CHECK_THROWS_MATCHES(((void)d.index(0, 1).index(0, 2).view<float, 1>()), devmem::InvalidArgument,
-                       Catch::Matchers::Message(
-                           "DeviceArray::view<float32, 1>: the array has 0 dimensions, not 1"));
+  CHECK_THROWS_MATCHES(
+      ((void)d.view<float, 1>()), devmem::InvalidArgument,
+      Catch::Matchers::Message("DeviceArray::view<float32, 1>: the array has 2 dimensions, not 1"));
+  CHECK_THROWS_MATCHES(
+      ((void)d.index(0, 1).index(0, 2).view<float, 1>()), devmem::InvalidArgument,
+      Catch::Matchers::Message("DeviceArray::view<float32, 1>: the array has 0 dimensions, not 1"));
   const ArrayView<float, 0> scalar = d.index(0, 1).index(0, 2).view<float, 0>();
   CHECK(scalar.size() == 1);
 }
@@ -453,20 +465,17 @@ TEST_CASE("kernels: launch errors are clear and enqueue nothing", "[kernels]") {
   }
   SECTION("dynamic shared memory over the limit") {
     const auto too_much = static_cast<std::size_t>(props.max_shared_memory_per_block) + 1;
-    CHECK_THROWS_MATCHES(devmem::launch({1, 64, too_much, s}, fill_iota, ints, 0),
-                         devmem::InvalidArgument,
-                         MessageContains(std::to_string(too_much) +
-                                         " bytes of dynamic shared memory requested"));
+    CHECK_THROWS_MATCHES(
+        devmem::launch({1, 64, too_much, s}, fill_iota, ints, 0), devmem::InvalidArgument,
+        MessageContains(std::to_string(too_much) + " bytes of dynamic shared memory requested"));
   }
   SECTION("an empty grid or block") {
-    CHECK_THROWS_MATCHES(devmem::launch({0, 64, 0, s}, fill_iota, ints, 0),
-                         devmem::InvalidArgument,
-                         Catch::Matchers::Message(
-                             "devmem::launch(kernel): grid (0, 1, 1) has an empty dimension"));
-    CHECK_THROWS_MATCHES(devmem::launch({1, Dim3(8, 0), 0, s}, fill_iota, ints, 0),
-                         devmem::InvalidArgument,
-                         Catch::Matchers::Message(
-                             "devmem::launch(kernel): block (8, 0, 1) has an empty dimension"));
+    CHECK_THROWS_MATCHES(
+        devmem::launch({0, 64, 0, s}, fill_iota, ints, 0), devmem::InvalidArgument,
+        Catch::Matchers::Message("devmem::launch(kernel): grid (0, 1, 1) has an empty dimension"));
+    CHECK_THROWS_MATCHES(
+        devmem::launch({1, Dim3(8, 0), 0, s}, fill_iota, ints, 0), devmem::InvalidArgument,
+        Catch::Matchers::Message("devmem::launch(kernel): block (8, 0, 1) has an empty dimension"));
   }
   SECTION("an array of the wrong dtype or rank") {
     const DeviceArray floats = devmem::device_array<float>({64}, Order::C, s);
@@ -482,17 +491,15 @@ TEST_CASE("kernels: launch errors are clear and enqueue nothing", "[kernels]") {
   }
   SECTION("a null kernel") {
     void (*no_kernel)(ArrayView<int, 1>, int) = nullptr;
-    CHECK_THROWS_MATCHES(devmem::launch({1, 64, 0, s}, no_kernel, ints, 0),
-                         devmem::InvalidArgument,
+    CHECK_THROWS_MATCHES(devmem::launch({1, 64, 0, s}, no_kernel, ints, 0), devmem::InvalidArgument,
                          Catch::Matchers::Message("devmem::launch: the kernel is a null pointer"));
   }
   SECTION("a kernel compiled for another backend") {
     const std::string other = devmem::backend_name() == "host" ? "cuda" : "host";
-    CHECK_THROWS_MATCHES((void)devmem::detail::launch_prepare({1, 1, 0, s}, other, "k"),
-                         devmem::InvalidArgument,
-                         MessageContains("devmem::launch(k): the kernel was compiled for the '" +
-                                         other + "' backend but the active backend is '" +
-                                         devmem::backend_name() + "'"));
+    CHECK_THROWS_MATCHES(
+        (void)devmem::detail::launch_prepare({1, 1, 0, s}, other, "k"), devmem::InvalidArgument,
+        MessageContains("devmem::launch(k): the kernel was compiled for the '" + other +
+                        "' backend but the active backend is '" + devmem::backend_name() + "'"));
   }
   // Nothing was enqueued: the array still holds the fill.
   CHECK(ints.to_vector<int>(s) == std::vector<int>(64, 5));
@@ -522,7 +529,8 @@ TEST_CASE("kernels: launches on several streams", "[kernels][streams]") {
   }
 }
 
-TEST_CASE("kernels: arrays and the launch must be on one device", "[kernels][errors][multi-device]") {
+TEST_CASE("kernels: arrays and the launch must be on one device",
+          "[kernels][errors][multi-device]") {
   if (devmem::device_count() < 2) {
     // One device: a launch on another stream of the same device is fine.
     const DeviceArray d = devmem::device_array<int>({8});
@@ -649,8 +657,9 @@ TEST_CASE("kernels: the simulator reports barrier divergence", "[kernels][host-o
       devmem::launch({1, 8}, odd_threads_use_another_barrier, out);  // default stream: throws here
       FAIL("launch did not report the divergence");
     } catch (const devmem::BackendError& e) {
-      check_launch_failure(e, "barrier divergence in block (0, 0, 0): thread (0, 0, 0) waits at "
-                              "syncthreads() (test_kernels.cpp:");
+      check_launch_failure(e,
+                           "barrier divergence in block (0, 0, 0): thread (0, 0, 0) waits at "
+                           "syncthreads() (test_kernels.cpp:");
       CHECK_THAT(std::string(e.what()),
                  Catch::Matchers::Contains("but thread (1, 0, 0) waits at syncthreads()"));
     }
@@ -671,8 +680,9 @@ TEST_CASE("kernels: the simulator reports barrier divergence", "[kernels][host-o
       devmem::launch({1, 64}, lane_skips_wave_barrier, out);
       FAIL("launch did not report the divergence");
     } catch (const devmem::BackendError& e) {
-      check_launch_failure(e, "barrier divergence in warp 0 of block (0, 0, 0): 31 threads wait "
-                              "at wave_barrier() (test_kernels.cpp:");
+      check_launch_failure(e,
+                           "barrier divergence in warp 0 of block (0, 0, 0): 31 threads wait "
+                           "at wave_barrier() (test_kernels.cpp:");
       CHECK_THAT(std::string(e.what()), Catch::Matchers::Contains("(first: thread (3, 0, 0))"));
     }
   }
@@ -724,7 +734,7 @@ TEST_CASE("kernels: launch is asynchronous on its stream and keeps arrays alive"
   {
     const DeviceArray out = devmem::device_array<int>({256}, Order::C, s);
     devmem::launch({2, 128, 0, s}, wait_for_flag, &flag, out);
-  }  // the only handle is gone while the kernel still waits
+  }                        // the only handle is gone while the kernel still waits
   CHECK_FALSE(s.query());  // launch returned before the kernel finished
   CHECK(devmem::host::device_memory_used() >= used_before + 256 * 4);
   flag = true;

@@ -54,17 +54,27 @@ void copy_to_constant(T (&symbol)[N], const void* values, std::size_t bytes) {
 
 }  // namespace detail
 
-[[nodiscard]] __device__ inline Dim3 thread_idx() { return {threadIdx.x, threadIdx.y, threadIdx.z}; }
-[[nodiscard]] __device__ inline Dim3 block_idx() { return {blockIdx.x, blockIdx.y, blockIdx.z}; }
-[[nodiscard]] __device__ inline Dim3 block_dim() { return {blockDim.x, blockDim.y, blockDim.z}; }
-[[nodiscard]] __device__ inline Dim3 grid_dim() { return {gridDim.x, gridDim.y, gridDim.z}; }
+[[nodiscard]] __device__ inline Dim3 thread_idx() {
+  return {threadIdx.x, threadIdx.y, threadIdx.z};
+}
+[[nodiscard]] __device__ inline Dim3 block_idx() {
+  return {blockIdx.x, blockIdx.y, blockIdx.z};
+}
+[[nodiscard]] __device__ inline Dim3 block_dim() {
+  return {blockDim.x, blockDim.y, blockDim.z};
+}
+[[nodiscard]] __device__ inline Dim3 grid_dim() {
+  return {gridDim.x, gridDim.y, gridDim.z};
+}
 [[nodiscard]] __device__ inline std::int64_t global_id(int dim = 0) {
   const unsigned block = dim == 0 ? blockIdx.x : (dim == 1 ? blockIdx.y : blockIdx.z);
   const unsigned size = dim == 0 ? blockDim.x : (dim == 1 ? blockDim.y : blockDim.z);
   const unsigned thread = dim == 0 ? threadIdx.x : (dim == 1 ? threadIdx.y : threadIdx.z);
   return static_cast<std::int64_t>(block) * size + thread;
 }
-[[nodiscard]] __device__ inline int warp_size() { return warpSize; }
+[[nodiscard]] __device__ inline int warp_size() {
+  return warpSize;
+}
 
 template <class T, std::size_t... N, class Tag = detail::SharedArrayDefaultTag>
 [[nodiscard]] __device__ SharedArray<T, N...> shared_array(Tag = {}) {
@@ -79,7 +89,9 @@ template <class T>
   return reinterpret_cast<T*>(devmem_dynamic_shared_memory);
 }
 
-__device__ inline void syncthreads() { __syncthreads(); }
+__device__ inline void syncthreads() {
+  __syncthreads();
+}
 __device__ inline void barrier(FenceScope scope = FenceScope::Global) {
   if (has_scope(scope, FenceScope::Global)) {
     __threadfence();
@@ -88,6 +100,8 @@ __device__ inline void barrier(FenceScope scope = FenceScope::Global) {
   }
   __syncthreads();
 }
-__device__ inline void wave_barrier() { __syncwarp(); }
+__device__ inline void wave_barrier() {
+  __syncwarp();
+}
 
 }  // namespace devmem

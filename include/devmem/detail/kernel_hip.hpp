@@ -21,7 +21,7 @@ inline constexpr std::string_view kKernelBackend = "roc";
 
 template <class... Params, class Tuple, std::size_t... I>
 void launch_hip(const LaunchConfig& config, hipStream_t stream, void (*kernel)(Params...),
-                 const Tuple& arguments, std::index_sequence<I...>) {
+                const Tuple& arguments, std::index_sequence<I...>) {
   const dim3 grid(config.grid.x, config.grid.y, config.grid.z);
   const dim3 block(config.block.x, config.block.y, config.block.z);
   kernel<<<grid, block, config.shared_bytes, stream>>>(std::get<I>(arguments)...);
@@ -34,11 +34,11 @@ void launch_on_backend(const PreparedLaunch& launch, const LaunchConfig& config,
   // Clear an earlier, unrelated error so that the check below reports this launch's.
   static_cast<void>(hipGetLastError());
   launch_hip(config, static_cast<hipStream_t>(launch.stream.native_handle()), kernel, arguments,
-              std::index_sequence_for<Params...>{});
+             std::index_sequence_for<Params...>{});
   const hipError_t status = hipGetLastError();
   if (status != hipSuccess) {
-    throw_launch_error("roc", "hipLaunchKernel", static_cast<int>(status),
-                       hipGetErrorName(status), hipGetErrorString(status));
+    throw_launch_error("roc", "hipLaunchKernel", static_cast<int>(status), hipGetErrorName(status),
+                       hipGetErrorString(status));
   }
   keep_alive_until_complete(launch.stream, std::move(keep_alive));
 }
@@ -55,17 +55,27 @@ void copy_to_constant(T (&symbol)[N], const void* values, std::size_t bytes) {
 
 }  // namespace detail
 
-[[nodiscard]] __device__ inline Dim3 thread_idx() { return {threadIdx.x, threadIdx.y, threadIdx.z}; }
-[[nodiscard]] __device__ inline Dim3 block_idx() { return {blockIdx.x, blockIdx.y, blockIdx.z}; }
-[[nodiscard]] __device__ inline Dim3 block_dim() { return {blockDim.x, blockDim.y, blockDim.z}; }
-[[nodiscard]] __device__ inline Dim3 grid_dim() { return {gridDim.x, gridDim.y, gridDim.z}; }
+[[nodiscard]] __device__ inline Dim3 thread_idx() {
+  return {threadIdx.x, threadIdx.y, threadIdx.z};
+}
+[[nodiscard]] __device__ inline Dim3 block_idx() {
+  return {blockIdx.x, blockIdx.y, blockIdx.z};
+}
+[[nodiscard]] __device__ inline Dim3 block_dim() {
+  return {blockDim.x, blockDim.y, blockDim.z};
+}
+[[nodiscard]] __device__ inline Dim3 grid_dim() {
+  return {gridDim.x, gridDim.y, gridDim.z};
+}
 [[nodiscard]] __device__ inline std::int64_t global_id(int dim = 0) {
   const unsigned block = dim == 0 ? blockIdx.x : (dim == 1 ? blockIdx.y : blockIdx.z);
   const unsigned size = dim == 0 ? blockDim.x : (dim == 1 ? blockDim.y : blockDim.z);
   const unsigned thread = dim == 0 ? threadIdx.x : (dim == 1 ? threadIdx.y : threadIdx.z);
   return static_cast<std::int64_t>(block) * size + thread;
 }
-[[nodiscard]] __device__ inline int warp_size() { return warpSize; }
+[[nodiscard]] __device__ inline int warp_size() {
+  return warpSize;
+}
 
 template <class T, std::size_t... N, class Tag = detail::SharedArrayDefaultTag>
 [[nodiscard]] __device__ SharedArray<T, N...> shared_array(Tag = {}) {
@@ -80,7 +90,9 @@ template <class T>
   return reinterpret_cast<T*>(devmem_dynamic_shared_memory);
 }
 
-__device__ inline void syncthreads() { __syncthreads(); }
+__device__ inline void syncthreads() {
+  __syncthreads();
+}
 __device__ inline void barrier(FenceScope scope = FenceScope::Global) {
   if (has_scope(scope, FenceScope::Global)) {
     __threadfence();
@@ -89,6 +101,8 @@ __device__ inline void barrier(FenceScope scope = FenceScope::Global) {
   }
   __syncthreads();
 }
-__device__ inline void wave_barrier() { __builtin_amdgcn_wave_barrier(); }
+__device__ inline void wave_barrier() {
+  __builtin_amdgcn_wave_barrier();
+}
 
 }  // namespace devmem

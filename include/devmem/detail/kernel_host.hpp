@@ -97,7 +97,9 @@ void copy_to_constant(T (&symbol)[N], const void* values, std::size_t bytes) {
   return static_cast<std::int64_t>(t.block_idx[dim]) * t.block_dim[dim] + t.thread_idx[dim];
 }
 /// Threads per warp (wavefront).
-[[nodiscard]] inline int warp_size() { return detail::sim::warp_size(); }
+[[nodiscard]] inline int warp_size() {
+  return detail::sim::warp_size();
+}
 
 /// The block-shared array of element type T and shape N... identified by T, N... and `Tag`: every
 /// thread of a block gets the same memory, uninitialised at block start. Pass a distinct tag
@@ -126,9 +128,8 @@ inline void syncthreads(const std::source_location& where = std::source_location
 /// threads share one coherent memory, so every scope orders both kinds of memory.
 inline void barrier(FenceScope scope = FenceScope::Global,
                     const std::source_location& where = std::source_location::current()) {
-  detail::sim::block_barrier(has_scope(scope, FenceScope::Global) ? "barrier(Global)"
-                                                                  : "barrier(Local)",
-                             where);
+  detail::sim::block_barrier(
+      has_scope(scope, FenceScope::Global) ? "barrier(Global)" : "barrier(Local)", where);
 }
 /// Warp (wavefront) barrier: waits for the threads of the calling thread's warp.
 inline void wave_barrier(const std::source_location& where = std::source_location::current()) {
