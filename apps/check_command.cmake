@@ -1,3 +1,4 @@
+cmake_minimum_required(VERSION 3.25)
 # Runs one `devmem` command line and checks what it did, for CTest (cmake -P):
 #   -DPROGRAM=<path> -DARGS=<arguments separated by '|'> -DEXPECT_EXIT=<code>
 #   [-DEXPECT_STDOUT=<regex>] [-DEXPECT_STDERR=<regex>]
