@@ -774,9 +774,8 @@ void HostBackend::memset(int device, void* dst, int byte_value, std::size_t byte
   const detail::Injection injection = detail::begin_call(Call::Memset);
   check_device("memset", device);
   check_device_span("memset", "destination", dst, ByteSpan{0, clamp_to_int64(bytes)});
-  submit("memset", Call::Memset, device, stream, injection, [dst, byte_value, bytes] {
-    if (bytes != 0) std::memset(dst, byte_value, bytes);
-  });
+  submit("memset", Call::Memset, device, stream, injection,
+         [this, dst, byte_value, bytes] { copier_.fill(dst, byte_value, bytes); });
 }
 
 void HostBackend::launch_host_function(int device, NativeStream stream, std::function<void()> fn) {

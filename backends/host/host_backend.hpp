@@ -11,8 +11,8 @@
 // - Page-locked host memory and registrations follow CUDA's rules (overlapping registrations are
 //   HostMemoryAlreadyRegistered, unregistering something else is HostMemoryNotRegistered, only
 //   mapped memory has a device address, which with unified addressing is the host address).
-// - Copies of 8 MiB and more are split over the machine's cores (ParallelCopier), as a GPU
-//   copies with several engines; each is still one operation of its stream.
+// - Copies and memsets of 8 MiB and more are split over the machine's cores (ParallelCopier), as
+//   a GPU copies with several engines; each is still one operation of its stream.
 // - Every non-default stream has a worker thread running its operations in FIFO order, so
 //   asynchronous work really completes later. The default stream (nullptr) has legacy semantics:
 //   an operation on it first waits for the device's other streams to finish their queued work,

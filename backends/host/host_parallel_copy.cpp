@@ -44,13 +44,37 @@ void copy_streaming(std::byte* dst, const std::byte* src, std::size_t bytes) noe
 #endif
 }
 
+/// memset with non-temporal stores, for the same reason as copy_streaming.
+void fill_streaming(std::byte* dst, int byte_value, std::size_t bytes) noexcept {
+#if defined(__SSE2__)
+  constexpr std::size_t kLine = 64;
+  const std::size_t misalignment = reinterpret_cast<std::uintptr_t>(dst) % kLine;
+  const std::size_t head = std::min(bytes, misalignment == 0 ? 0 : kLine - misalignment);
+  std::memset(dst, byte_value, head);
+  const __m128i pattern = _mm_set1_epi8(static_cast<char>(byte_value));
+  std::size_t i = head;
+  for (; i + kLine <= bytes; i += kLine) {
+    auto* out = reinterpret_cast<__m128i*>(dst + i);
+    _mm_stream_si128(out, pattern);
+    _mm_stream_si128(out + 1, pattern);
+    _mm_stream_si128(out + 2, pattern);
+    _mm_stream_si128(out + 3, pattern);
+  }
+  _mm_sfence();
+  std::memset(dst + i, byte_value, bytes - i);
+#else
+  std::memset(dst, byte_value, bytes);
+#endif
+}
+
 }  // namespace
 
 /// One split copy: parts are claimed through `next` by the caller and the helpers alike, so a part
 /// is copied exactly once whoever gets to it; the caller waits until `done` reaches `parts`.
 struct ParallelCopier::Job {
   std::byte* dst = nullptr;
-  const std::byte* src = nullptr;
+  const std::byte* src = nullptr;  // null: a fill with fill_value
+  int fill_value = 0;
   std::size_t bytes = 0;
   std::size_t part_bytes = 0;
   std::size_t parts = 0;
@@ -63,7 +87,12 @@ struct ParallelCopier::Job {
   void run() noexcept {
     for (std::size_t part = next.fetch_add(1); part < parts; part = next.fetch_add(1)) {
       const std::size_t offset = part * part_bytes;
-      copy_streaming(dst + offset, src + offset, std::min(part_bytes, bytes - offset));
+      const std::size_t n = std::min(part_bytes, bytes - offset);
+      if (src != nullptr) {
+        copy_streaming(dst + offset, src + offset, n);
+      } else {
+        fill_streaming(dst + offset, fill_value, n);
+      }
       const std::lock_guard lock(mutex);
       if (++done == parts) finished.notify_one();
     }
@@ -105,11 +134,28 @@ void ParallelCopier::copy(void* dst, const void* src, std::size_t bytes) noexcep
   job->dst = static_cast<std::byte*>(dst);
   job->src = static_cast<const std::byte*>(src);
   job->bytes = bytes;
+  run(job);
+}
+
+void ParallelCopier::fill(void* dst, int byte_value, std::size_t bytes) noexcept {
+  if (bytes == 0) return;
+  if (bytes < kSplitThreshold || helpers_.empty()) {
+    std::memset(dst, byte_value, bytes);
+    return;
+  }
+  auto job = std::make_shared<Job>();
+  job->dst = static_cast<std::byte*>(dst);
+  job->fill_value = byte_value;
+  job->bytes = bytes;
+  run(job);
+}
+
+void ParallelCopier::run(const std::shared_ptr<Job>& job) noexcept {
   job->parts = helpers_.size() + 1;
   // Parts start on 4 KiB boundaries so that no two threads write the same page.
   constexpr std::size_t kPage = 4096;
-  job->part_bytes = (bytes / job->parts + kPage - 1) / kPage * kPage;
-  job->parts = (bytes + job->part_bytes - 1) / job->part_bytes;
+  job->part_bytes = (job->bytes / job->parts + kPage - 1) / kPage * kPage;
+  job->parts = (job->bytes + job->part_bytes - 1) / job->part_bytes;
   {
     const std::lock_guard lock(mutex_);
     for (std::size_t i = 1; i < job->parts; ++i) jobs_.push_back(job);

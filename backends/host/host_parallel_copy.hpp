@@ -1,6 +1,6 @@
-// Large copies of the host backend split over the machine's cores. A real device copies with
-// several DMA engines / many SMs; the simulator's equivalent is several CPU threads, each copying
-// one contiguous part. Not installed; only backends/host includes it.
+// Large copies and fills of the host backend split over the machine's cores. A real device copies
+// with several DMA engines / many SMs; the simulator's equivalent is several CPU threads, each
+// copying one contiguous part. Not installed; only backends/host includes it.
 //
 // The copy is still one operation of its stream: the calling thread (a stream worker, or the user
 // thread for the default stream) copies a part itself and returns only when every part is done,
@@ -39,9 +39,13 @@ class ParallelCopier {
   /// a caller whose helpers are busy copies the remaining parts itself, so it never waits on
   /// another copy).
   void copy(void* dst, const void* src, std::size_t bytes) noexcept;
+  /// std::memset(dst, byte_value, bytes), split the same way when large.
+  void fill(void* dst, int byte_value, std::size_t bytes) noexcept;
 
  private:
   struct Job;
+  /// Runs `job` on the calling thread and the helpers; returns when all of it is done.
+  void run(const std::shared_ptr<Job>& job) noexcept;
   void helper_loop();
 
   std::mutex mutex_;
