@@ -234,7 +234,7 @@ class DevmemBuffers {
 /// Copies per timed sample: enough bytes that the event timer's resolution and the per-sample
 /// overhead do not matter, few enough that the sweep stays quick.
 int ops_per_sample(std::int64_t bytes, bool quick) {
-  const std::int64_t target = quick ? (std::int64_t{8} << 20) : (std::int64_t{64} << 20);
+  const std::int64_t target = quick ? (std::int64_t{16} << 20) : (std::int64_t{64} << 20);
   const std::int64_t most = quick ? 200 : 2000;
   return static_cast<int>(std::clamp<std::int64_t>(target / bytes, 1, most));
 }
