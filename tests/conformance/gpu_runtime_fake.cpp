@@ -802,13 +802,13 @@ namespace {
 /// enough to exercise many chunks; the backend can be destroyed before the checks for leaks.
 struct StagingFixture {
   FakeState state;
-  std::optional<FakeBackend> backend;
+  std::unique_ptr<FakeBackend> backend;  // a pointer: the tests destroy it before their checks
   static constexpr std::size_t kThreshold = 100;
   static constexpr std::size_t kChunk = 48;
   StagingFixture() {
     g_state = &state;
     state.deferred = true;
-    backend.emplace();
+    backend = std::make_unique<FakeBackend>();
     backend->set_staging_options({kThreshold, kChunk});
   }
   ~StagingFixture() {
