@@ -151,14 +151,21 @@ void ParallelCopier::fill(void* dst, int byte_value, std::size_t bytes) noexcept
 }
 
 void ParallelCopier::run(const std::shared_ptr<Job>& job) noexcept {
-  job->parts = helpers_.size() + 1;
-  // Parts start on 4 KiB boundaries so that no two threads write the same page.
+  // Several parts per thread, claimed dynamically: a thread that is descheduled (the machine is
+  // shared) holds up only its current part, the others take the rest. Parts start on 4 KiB
+  // boundaries so that no two threads write the same page.
   constexpr std::size_t kPage = 4096;
-  job->part_bytes = (job->bytes / job->parts + kPage - 1) / kPage * kPage;
+  constexpr std::size_t kPartsPerThread = 4;
+  constexpr std::size_t kSmallestPart = std::size_t{1} << 20;
+  const std::size_t threads = helpers_.size() + 1;
+  const std::size_t even = job->bytes / (threads * kPartsPerThread);
+  job->part_bytes = (std::max(even, kSmallestPart) + kPage - 1) / kPage * kPage;
   job->parts = (job->bytes + job->part_bytes - 1) / job->part_bytes;
   {
     const std::lock_guard lock(mutex_);
-    for (std::size_t i = 1; i < job->parts; ++i) jobs_.push_back(job);
+    for (std::size_t i = 0; i < std::min(helpers_.size(), job->parts - 1); ++i) {
+      jobs_.push_back(job);
+    }
   }
   work_available_.notify_all();
   job->run();
