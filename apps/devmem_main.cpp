@@ -1,7 +1,10 @@
-// devmem: shows what devmem sees (backends, devices, memory, features).
+// devmem: shows what devmem sees (backends, devices, memory, features) and how fast it is.
 //   devmem info          compiled backends, the active one, every device
+//   devmem bench [...]   transfers, allocation and enqueue cost next to the raw vendor calls
 //   devmem --version
 // Exit codes: 0 success, 1 runtime failure (e.g. no device), 2 usage error.
+#include "bench_command.hpp"
+
 #include <devmem/devmem.hpp>
 
 #include <fmt/format.h>
@@ -11,6 +14,7 @@
 #include <exception>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace {
 
@@ -54,16 +58,15 @@ int info() {
     const devmem::MemoryInfo m = ctx->memory_info();
     fmt::print("device {}: {} ({})\n", d, p.name, p.architecture);
     fmt::print("  memory: {} free of {}\n", human_bytes(m.free), human_bytes(m.total));
-    fmt::print("  multiprocessors: {}, warp size: {}, max threads per block: {}, shared memory "
-               "per block: {}\n",
-               p.multiprocessor_count, p.warp_size, p.max_threads_per_block,
-               human_bytes(p.max_shared_memory_per_block));
-    fmt::print("  {}\n", probe("pinned host memory", [] {
-                 (void)devmem::pinned_array<float>({1024});
-               }));
-    fmt::print("  {}\n", probe("mapped host memory", [] {
-                 (void)devmem::mapped_array<float>({1024}).device();
-               }));
+    fmt::print(
+        "  multiprocessors: {}, warp size: {}, max threads per block: {}, shared memory "
+        "per block: {}\n",
+        p.multiprocessor_count, p.warp_size, p.max_threads_per_block,
+        human_bytes(p.max_shared_memory_per_block));
+    fmt::print("  {}\n",
+               probe("pinned host memory", [] { (void)devmem::pinned_array<float>({1024}); }));
+    fmt::print("  {}\n", probe("mapped host memory",
+                               [] { (void)devmem::mapped_array<float>({1024}).device(); }));
     fmt::print("  {}\n", probe("host registration", [] {
                  devmem::HostArray a({1024}, devmem::dtype_of<float>());
                  (void)devmem::registered(a);
@@ -78,13 +81,16 @@ int info() {
 }
 
 void usage(std::FILE* out) {
-  fmt::print(out,
-             "usage: devmem <command>\n"
-             "commands:\n"
-             "  info        backends, devices, memory and features\n"
-             "  --version   the library version\n"
-             "environment: DEVMEM_BACKEND picks a compiled backend ({}).\n",
-             fmt::join(devmem::compiled_backends(), ", "));
+  fmt::print(
+      out,
+      "usage: devmem <command>\n"
+      "commands:\n"
+      "  info        backends, devices, memory and features\n"
+      "  bench       transfer bandwidth, allocation latency and enqueue cost next to the raw\n"
+      "              vendor calls (devmem bench --help)\n"
+      "  --version   the library version\n"
+      "environment: DEVMEM_BACKEND picks a compiled backend ({}).\n",
+      fmt::join(devmem::compiled_backends(), ", "));
 }
 
 }  // namespace
@@ -97,6 +103,10 @@ int main(int argc, char* argv[]) {
   const std::string_view command = argv[1];
   try {
     if (command == "info" && argc == 2) return info();
+    if (command == "bench") {
+      const std::vector<std::string_view> args(argv + 2, argv + argc);
+      return devmem::app::run_bench(args);
+    }
     if (command == "--version" && argc == 2) {
       fmt::print("devmem {}\n", devmem::version());
       return 0;

@@ -34,16 +34,16 @@ CopyEndpoint endpoint(const DeviceArray& array) {
   std::byte* element0 = base == nullptr ? nullptr : base + array.layout().offset;
   const bool aliases_host = mem && mem->host_alias != nullptr;
   std::byte* identity0 = aliases_host ? mem->host_alias + array.layout().offset : element0;
-  return CopyEndpoint{element0, identity0, aliases_host, &array.layout(), &array.dtype(), true,
-                      false, mem};
+  return CopyEndpoint{element0,       identity0, aliases_host, &array.layout(),
+                      &array.dtype(), true,      false,        mem};
 }
 
 CopyEndpoint endpoint(const HostArray& array) {
   const auto& mem = array.memory();
   std::byte* base = mem ? mem->ptr : nullptr;
   std::byte* element0 = base == nullptr ? nullptr : base + array.layout().offset;
-  return CopyEndpoint{element0,           element0, true, &array.layout(), &array.dtype(), false,
-                      mem && mem->readonly, mem};
+  return CopyEndpoint{
+      element0, element0, true, &array.layout(), &array.dtype(), false, mem && mem->readonly, mem};
 }
 
 namespace {
@@ -61,6 +61,15 @@ bool ranges_overlap(const CopyEndpoint& a, const CopyEndpoint& b) {
   const std::byte* a_base = a.identity0 - a.layout->offset;
   const std::byte* b_base = b.identity0 - b.layout->offset;
   return a_base + ea.begin < b_base + eb.end && b_base + eb.begin < a_base + ea.end;
+}
+
+/// Keeps both sides' memory alive until the enqueued copy has completed.
+void finish_copy(StreamState& stream, const CopyEndpoint& src, const CopyEndpoint& dst) {
+  std::vector<std::shared_ptr<const void>> keep;
+  keep.reserve(2);
+  if (src.keep_alive) keep.push_back(src.keep_alive);
+  if (dst.keep_alive) keep.push_back(dst.keep_alive);
+  finish_enqueued(stream, std::move(keep));
 }
 
 }  // namespace
@@ -89,10 +98,24 @@ void copy_elements(const char* operation, Context& context, StreamState& stream,
     }
   }
 
+  const bool overlap = ranges_overlap(src, dst);
+  // Two arrays of the same shape, both C- or both F-contiguous, are one contiguous range each with
+  // element k at the same offset: one plain copy, without squeezing, planning or a plan to carry.
+  // The common case, and the one where the per-call cost is most of the cost (small copies).
+  const bool same_dense_order = (src.layout->is_c_contiguous() && dst.layout->is_c_contiguous()) ||
+                                (src.layout->is_f_contiguous() && dst.layout->is_f_contiguous());
+  if (!overlap && same_dense_order && src.layout->shape == dst.layout->shape) {
+    context.backend().copy(context.device(), dst.element0, src.element0,
+                           static_cast<std::size_t>(src.layout->nbytes()),
+                           kind_of(src.on_device, dst.on_device), stream.handle);
+    finish_copy(stream, src, dst);
+    return;
+  }
+
   const Layout s = layout::squeeze(*src.layout);
   const Layout d = layout::squeeze(*dst.layout);
 
-  if (ranges_overlap(src, dst)) {
+  if (overlap) {
     // The same bytes are read and written: copy the source aside first so that every element is
     // read before any is overwritten.
     const Layout dense = layout::make_layout(s.shape, s.itemsize, layout::strides_like(s));
@@ -100,8 +123,9 @@ void copy_elements(const char* operation, Context& context, StreamState& stream,
     std::optional<DeviceArray> device_staging;
     std::optional<HostArray> host_staging;
     if (src.on_device) {
-      device_staging.emplace(make_device_array(
-          context, dense, *src.dtype, StreamState::wrap(context.state().default_stream), operation));
+      device_staging.emplace(make_device_array(context, dense, *src.dtype,
+                                               StreamState::wrap(context.state().default_stream),
+                                               operation));
     } else {
       host_staging.emplace(make_host_array(dense, *src.dtype));
     }
@@ -118,10 +142,7 @@ void copy_elements(const char* operation, Context& context, StreamState& stream,
   const layout::CopyPlan plan = layout::plan_copy(d.shape, s.strides, d.strides, d.itemsize);
   context.backend().copy_strided(context.device(), dst.element0, src.element0, plan,
                                  kind_of(src.on_device, dst.on_device), stream.handle);
-  std::vector<std::shared_ptr<const void>> keep;
-  if (src.keep_alive) keep.push_back(src.keep_alive);
-  if (dst.keep_alive) keep.push_back(dst.keep_alive);
-  finish_enqueued(stream, std::move(keep));
+  finish_copy(stream, src, dst);
 }
 
 Order resolve_copy_order(const Layout& source, Order order, const char* operation) {
@@ -175,9 +196,9 @@ HostArray make_host_array(Layout layout, DType dtype) {
     // calloc: zeroed pages come lazily from the kernel, so large arrays cost nothing until used.
     memory->ptr = static_cast<std::byte*>(std::calloc(static_cast<std::size_t>(memory->bytes), 1));
     if (memory->ptr == nullptr) {
-      throw OutOfMemory(fmt::format("HostArray: out of host memory allocating {} bytes",
-                                    memory->bytes),
-                        memory->bytes);
+      throw OutOfMemory(
+          fmt::format("HostArray: out of host memory allocating {} bytes", memory->bytes),
+          memory->bytes);
     }
     memory->owned = true;
   }
@@ -192,13 +213,12 @@ Layout broadcast_core(const Layout& layout) {
   return core;
 }
 
-DeviceArray make_device_array_like(Context& context, const Layout& like, DType dtype,
-                                   Stream stream, const char* operation) {
-  return make_device_array(
-      context,
-      layout::make_layout(like.shape, like.itemsize, layout::strides_like(like), Order::C,
-                          operation),
-      std::move(dtype), std::move(stream), operation);
+DeviceArray make_device_array_like(Context& context, const Layout& like, DType dtype, Stream stream,
+                                   const char* operation) {
+  return make_device_array(context,
+                           layout::make_layout(like.shape, like.itemsize,
+                                               layout::strides_like(like), Order::C, operation),
+                           std::move(dtype), std::move(stream), operation);
 }
 
 DeviceArray make_device_array(Context& context, Layout layout, DType dtype, Stream stream,

@@ -80,6 +80,14 @@ struct CudaApi {
   static S hostGetDevicePointer(void** device_ptr, void* host_ptr, unsigned flags) {
     return {cudaHostGetDevicePointer(device_ptr, host_ptr, flags), "cudaHostGetDevicePointer"};
   }
+  /// Ordinary pageable host memory: CUDA 11+ reports it as cudaMemoryTypeUnregistered, without
+  /// an error (page-locked memory is cudaMemoryTypeHost, device and managed memory have theirs).
+  static S isPageable(const void* ptr, bool* pageable) {
+    cudaPointerAttributes attributes{};
+    const cudaError_t status = cudaPointerGetAttributes(&attributes, ptr);
+    *pageable = status == cudaSuccess && attributes.type == cudaMemoryTypeUnregistered;
+    return {status, "cudaPointerGetAttributes"};
+  }
 
   // ---- Streams and events ----
   /// cudaStreamLegacy: the legacy default stream whatever the compilation's default-stream mode

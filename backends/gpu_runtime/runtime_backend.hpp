@@ -18,7 +18,8 @@
 //               streamCreate, streamDestroy, streamSynchronize, streamQuery, streamWaitEvent,
 //               eventCreate, eventDestroy, eventRecord, eventSynchronize, eventQuery,
 //               eventElapsedTime, memcpyAsync, memcpy2DAsync, memcpy3DAsync, memsetAsync,
-//               launchHostFunc<Fn>
+//               launchHostFunc<Fn>, isPageable(const void*, bool*) (whether host memory is
+//               ordinary pageable memory, neither page-locked nor device/managed memory)
 //   utilities   getLastError (clears the runtime's last-error state), errorName, errorString,
 //               defaultStream (the handle of the legacy default stream), architecture(prop),
 //               unifiedAddressing(prop)
@@ -47,8 +48,11 @@
 //   cleared: the runtime keeps reporting it, as it should). Allocation failures with the OOM code
 //   throw OutOfMemory naming the bytes and, for device memory, free/total. Without a device every
 //   method throws NoDevice with the runtime's reason.
-// - Thread safety: the vendor runtimes are thread safe; the only state here is the device census,
-//   computed once under std::call_once.
+// - Large copies between device memory and pageable host memory go through a pinned staging
+//   pipeline (copy_staged below) instead of the runtime's own pageable path, which copies through
+//   a small staging buffer one piece at a time.
+// - Thread safety: the vendor runtimes are thread safe; the state here is the device census,
+//   computed once under std::call_once, and the idle staging pipelines, under a mutex.
 #pragma once
 
 #include <devmem/backend.hpp>
@@ -57,6 +61,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -64,12 +69,14 @@
 #include <exception>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace devmem::gpu_runtime {
 
@@ -107,8 +114,34 @@ class RuntimeBackend : public Backend {
   using VendorEvent = typename Api::Event;
   using MemcpyKind = typename Api::MemcpyKind;
 
+  /// When and how pageable copies are staged (see copy_staged).
+  struct StagingOptions {
+    /// Copies between device memory and pageable host memory of at least this many bytes are
+    /// staged; smaller ones go straight to the runtime (its own path is fine for them).
+    std::size_t threshold = std::size_t{16} << 20;
+    /// Bytes per staging buffer (two per pipeline, so one is filled while the other is copied).
+    std::size_t chunk = std::size_t{8} << 20;
+  };
+
   RuntimeBackend() = default;
+  /// Frees the idle staging pipelines (errors ignored: at process exit the runtime may already be
+  /// shutting down).
   ~RuntimeBackend() override = default;
+
+  /// Replaces the staging options; pipelines made for the old chunk size are freed.
+  void set_staging_options(StagingOptions options) {
+    if (options.chunk == 0) {
+      throw InvalidArgument(
+          fmt::format("{} set_staging_options: the chunk size must be > 0", Api::kBackend));
+    }
+    const std::lock_guard lock(staging_mutex_);
+    staging_options_ = options;
+    idle_staging_.clear();
+  }
+  [[nodiscard]] StagingOptions staging_options() {
+    const std::lock_guard lock(staging_mutex_);
+    return staging_options_;
+  }
 
   [[nodiscard]] std::string_view name() const noexcept override { return Api::kBackend; }
 
@@ -292,6 +325,10 @@ class RuntimeBackend : public Backend {
             NativeStream stream) override {
     use_device("copy", device);
     if (bytes == 0) return;
+    if (should_stage(dst, src, bytes, kind)) {
+      copy_staged(device, dst, src, bytes, kind, stream);
+      return;
+    }
     copy_1d(dst, src, bytes, kind, stream);
   }
 
@@ -648,8 +685,190 @@ class RuntimeBackend : public Backend {
     }
   }
 
+  // ---- Pinned staging of large pageable copies ------------------------------------------------
+  //
+  // The runtimes copy pageable memory through a small internal staging buffer, synchronously and
+  // piece by piece, at a fraction of the bus speed. Instead, a staged copy moves `chunk` bytes at
+  // a time through two page-locked buffers: while the DMA engine copies one buffer, the host fills
+  // (H2D) or drains (D2H) the other; an event recorded after each chunk's DMA says when its buffer
+  // is free again. The semantics are those of the runtime's pageable copies:
+  // - H2D: work enqueued before on the stream completes first (the source may be its output);
+  //   the call returns once the whole source has been read into staging buffers, the last DMAs
+  //   may still be running (ordered on `stream` like any copy).
+  // - D2H: the copy is complete when the call returns.
+  // Pipelines are pooled per device (events belong to a device) and reused; a pipeline is used by
+  // one copy at a time. A pipeline whose copy failed is freed, not reused: after an error the
+  // state of its DMAs is unknown, and freeing waits for them.
+
+  /// A page-locked buffer and the event recorded after the last DMA that uses it. Owns both.
+  struct StagingBuffer {
+    void* host = nullptr;
+    VendorEvent done{};
+    bool in_flight = false;  // `done` recorded after a DMA using `host` that may still run
+
+    StagingBuffer() = default;
+    StagingBuffer(const StagingBuffer&) = delete;
+    StagingBuffer& operator=(const StagingBuffer&) = delete;
+    ~StagingBuffer() {
+      // Never free memory a DMA may still use; errors are ignored (nothing can be done about them
+      // in a destructor, and the runtime may be shutting down).
+      if (in_flight) static_cast<void>(Api::eventSynchronize(done));
+      if (done != VendorEvent{}) static_cast<void>(Api::eventDestroy(done));
+      if (host != nullptr) static_cast<void>(Api::hostFree(host));
+      clear_last_error();
+    }
+  };
+
+  struct StagingPipeline {
+    std::size_t chunk = 0;
+    std::array<StagingBuffer, 2> buffers;
+  };
+
+  /// Returns the pipeline to the idle pool when the copy succeeded; frees it otherwise.
+  class StagingLease {
+   public:
+    StagingLease(RuntimeBackend& backend, int device, std::unique_ptr<StagingPipeline> pipeline)
+        : backend_(backend), device_(device), pipeline_(std::move(pipeline)) {}
+    StagingLease(const StagingLease&) = delete;
+    StagingLease& operator=(const StagingLease&) = delete;
+    ~StagingLease() {
+      if (succeeded_) backend_.return_pipeline(device_, std::move(pipeline_));
+    }
+    void succeeded() noexcept { succeeded_ = true; }
+    [[nodiscard]] StagingPipeline& operator*() const noexcept { return *pipeline_; }
+
+   private:
+    RuntimeBackend& backend_;
+    int device_;
+    std::unique_ptr<StagingPipeline> pipeline_;
+    bool succeeded_ = false;
+  };
+
+  /// True for a copy worth staging: large, between device memory and pageable host memory.
+  bool should_stage(void* dst, const void* src, std::size_t bytes, CopyKind kind) {
+    if (kind != CopyKind::HostToDevice && kind != CopyKind::DeviceToHost) return false;
+    if (bytes < staging_options().threshold) return false;
+    const void* const host_side = kind == CopyKind::HostToDevice ? src : dst;
+    bool pageable = false;
+    check(Api::isPageable(host_side, &pageable), "looking up host memory at {}",
+          fmt::ptr(host_side));
+    return pageable;
+  }
+
+  /// An idle pipeline of `device`, or a new one; nullptr when page-locked memory for one cannot be
+  /// had (out of memory), in which case the copy goes to the runtime unstaged.
+  std::unique_ptr<StagingPipeline> take_pipeline(int device) {
+    std::size_t chunk = 0;
+    {
+      const std::lock_guard lock(staging_mutex_);
+      auto& idle = idle_staging_[device];
+      if (!idle.empty()) {
+        std::unique_ptr<StagingPipeline> pipeline = std::move(idle.back());
+        idle.pop_back();
+        return pipeline;
+      }
+      chunk = staging_options_.chunk;
+    }
+    auto pipeline = std::make_unique<StagingPipeline>();
+    pipeline->chunk = chunk;
+    for (StagingBuffer& buffer : pipeline->buffers) {
+      // Portable: the buffer is page-locked for every device's context, whichever is current.
+      const ApiStatus status = Api::hostAlloc(&buffer.host, chunk, Api::kHostAllocPortable);
+      if (status.code == Api::kErrorMemoryAllocation) {
+        clear_last_error();
+        buffer.host = nullptr;
+        return nullptr;
+      }
+      check(status, "allocating a {} page-locked staging buffer for device {}", format_bytes(chunk),
+            device);
+      check(Api::eventCreate(&buffer.done), "creating a staging event on device {}", device);
+    }
+    return pipeline;
+  }
+
+  void return_pipeline(int device, std::unique_ptr<StagingPipeline> pipeline) noexcept {
+    try {
+      const std::lock_guard lock(staging_mutex_);
+      // A pipeline made before set_staging_options changed the chunk size is not kept.
+      if (pipeline->chunk == staging_options_.chunk) {
+        idle_staging_[device].push_back(std::move(pipeline));
+      }
+    } catch (...) {
+      // Out of memory growing the pool: the pipeline is freed instead (its destructor).
+    }
+  }
+
+  /// Waits until no DMA uses `buffer`.
+  void wait_idle(StagingBuffer& buffer) {
+    if (!buffer.in_flight) return;
+    check(Api::eventSynchronize(buffer.done), "waiting for a staging buffer");
+    buffer.in_flight = false;
+  }
+
+  /// Enqueues a DMA between `buffer` and device memory, then the event that marks its end.
+  void enqueue_chunk(StagingBuffer& buffer, void* dst, const void* src, std::size_t bytes,
+                     CopyKind kind, NativeStream stream) {
+    copy_1d(dst, src, bytes, kind, stream);
+    // From here a DMA may use the buffer: if recording fails, freeing the pipeline must still
+    // wait for it, which synchronizing the (unrecorded) event cannot do; the stream can.
+    buffer.in_flight = true;
+    const ApiStatus status = Api::eventRecord(buffer.done, native(stream));
+    if (status.code != Api::kSuccess) {
+      static_cast<void>(Api::streamSynchronize(native(stream)));
+      buffer.in_flight = false;
+      check(status, "recording a staging event on {}", describe(stream));
+    }
+  }
+
+  void copy_staged(int device, void* dst, const void* src, std::size_t bytes, CopyKind kind,
+                   NativeStream stream) {
+    std::unique_ptr<StagingPipeline> pipeline = take_pipeline(device);
+    if (pipeline == nullptr) {
+      copy_1d(dst, src, bytes, kind, stream);  // no page-locked memory to stage through
+      return;
+    }
+    StagingLease lease(*this, device, std::move(pipeline));
+    StagingPipeline& p = *lease;
+    const std::size_t chunks = (bytes + p.chunk - 1) / p.chunk;
+    const auto part = [&](std::size_t i) { return std::min(p.chunk, bytes - i * p.chunk); };
+    if (kind == CopyKind::HostToDevice) {
+      auto* const out = static_cast<std::byte*>(dst);
+      const auto* const in = static_cast<const std::byte*>(src);
+      // Like the runtime's pageable copy: earlier work on the stream may still write the source.
+      check(Api::streamSynchronize(native(stream)), "synchronizing {} before a staged copy",
+            describe(stream));
+      for (std::size_t i = 0; i < chunks; ++i) {
+        StagingBuffer& buffer = p.buffers[i % 2];
+        wait_idle(buffer);
+        std::memcpy(buffer.host, in + i * p.chunk, part(i));
+        enqueue_chunk(buffer, out + i * p.chunk, buffer.host, part(i), kind, stream);
+      }
+    } else {
+      auto* const out = static_cast<std::byte*>(dst);
+      const auto* const in = static_cast<const std::byte*>(src);
+      for (StagingBuffer& buffer : p.buffers) wait_idle(buffer);
+      // Two chunks in flight; each drained chunk's buffer takes the chunk two ahead.
+      for (std::size_t i = 0; i < std::min<std::size_t>(2, chunks); ++i) {
+        enqueue_chunk(p.buffers[i], p.buffers[i].host, in + i * p.chunk, part(i), kind, stream);
+      }
+      for (std::size_t i = 0; i < chunks; ++i) {
+        StagingBuffer& buffer = p.buffers[i % 2];
+        wait_idle(buffer);
+        std::memcpy(out + i * p.chunk, buffer.host, part(i));
+        if (i + 2 < chunks) {
+          enqueue_chunk(buffer, buffer.host, in + (i + 2) * p.chunk, part(i + 2), kind, stream);
+        }
+      }
+    }
+    lease.succeeded();
+  }
+
   std::once_flag census_once_;
   Census census_;
+
+  std::mutex staging_mutex_;  // guards staging_options_ and idle_staging_
+  StagingOptions staging_options_;
+  std::map<int, std::vector<std::unique_ptr<StagingPipeline>>> idle_staging_;
 };
 
 }  // namespace devmem::gpu_runtime

@@ -671,9 +671,8 @@ void HostBackend::copy(int device, void* dst, const void* src, std::size_t bytes
   check_device("copy", device);
   const ByteSpan span{0, clamp_to_int64(bytes)};
   check_copy("copy", kind, dst, span, src, span);
-  submit("copy", Call::Copy, device, stream, injection, [dst, src, bytes] {
-    if (bytes != 0) std::memcpy(dst, src, bytes);
-  });
+  submit("copy", Call::Copy, device, stream, injection,
+         [this, dst, src, bytes] { copier_.copy(dst, src, bytes); });
 }
 
 void HostBackend::copy_2d(int device, void* dst, std::size_t dst_pitch, const void* src,
@@ -696,12 +695,12 @@ void HostBackend::copy_2d(int device, void* dst, std::size_t dst_pitch, const vo
   }
   check_copy("copy_2d", kind, dst, ByteSpan{0, *dst_bytes}, src, ByteSpan{0, *src_bytes});
   submit("copy_2d", Call::Copy, device, stream, injection,
-         [dst, dst_pitch, src, src_pitch, width, height] {
+         [this, dst, dst_pitch, src, src_pitch, width, height] {
            auto* out = static_cast<std::byte*>(dst);
            const auto* in = static_cast<const std::byte*>(src);
            if (width == 0 || height == 0) return;
-           if (dst_pitch == width && src_pitch == width) {
-             std::memcpy(out, in, width * height);  // rows are adjacent on both sides
+           if (height == 1 || (dst_pitch == width && src_pitch == width)) {
+             copier_.copy(out, in, width * height);  // rows are adjacent on both sides
              return;
            }
            for (std::size_t row = 0; row < height; ++row) {
@@ -752,8 +751,22 @@ void HostBackend::copy_strided(int device, void* dst, const void* src, const lay
          "the copy plan's extent overflows the address space");
   }
   check_copy("copy_strided", kind, dst, *dst_span, src, *src_span);
-  submit("copy_strided", Call::Copy, device, stream, injection,
-         [plan, dst, src] { layout::copy_host_strided(plan, dst, src); });
+  submit("copy_strided", Call::Copy, device, stream, injection, [this, plan, dst, src] {
+    // Blocks whose rows follow each other without gaps are one contiguous range each: large ones
+    // go through the parallel copier (the usual case: a whole contiguous array).
+    const bool packed =
+        plan.height == 1 || (plan.src_pitch == plan.width && plan.dst_pitch == plan.width);
+    const auto block_bytes = static_cast<std::size_t>(plan.width * plan.height);
+    if (!packed || block_bytes < ParallelCopier::kSplitThreshold) {
+      layout::copy_host_strided(plan, dst, src);
+      return;
+    }
+    auto* const out = static_cast<std::byte*>(dst);
+    const auto* const in = static_cast<const std::byte*>(src);
+    plan.for_each_block([&](std::int64_t src_offset, std::int64_t dst_offset) {
+      copier_.copy(out + dst_offset, in + src_offset, block_bytes);
+    });
+  });
 }
 
 void HostBackend::memset(int device, void* dst, int byte_value, std::size_t bytes,
@@ -761,9 +774,8 @@ void HostBackend::memset(int device, void* dst, int byte_value, std::size_t byte
   const detail::Injection injection = detail::begin_call(Call::Memset);
   check_device("memset", device);
   check_device_span("memset", "destination", dst, ByteSpan{0, clamp_to_int64(bytes)});
-  submit("memset", Call::Memset, device, stream, injection, [dst, byte_value, bytes] {
-    if (bytes != 0) std::memset(dst, byte_value, bytes);
-  });
+  submit("memset", Call::Memset, device, stream, injection,
+         [this, dst, byte_value, bytes] { copier_.fill(dst, byte_value, bytes); });
 }
 
 void HostBackend::launch_host_function(int device, NativeStream stream, std::function<void()> fn) {

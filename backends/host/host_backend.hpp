@@ -11,6 +11,8 @@
 // - Page-locked host memory and registrations follow CUDA's rules (overlapping registrations are
 //   HostMemoryAlreadyRegistered, unregistering something else is HostMemoryNotRegistered, only
 //   mapped memory has a device address, which with unified addressing is the host address).
+// - Copies and memsets of 8 MiB and more are split over the machine's cores (ParallelCopier), as
+//   a GPU copies with several engines; each is still one operation of its stream.
 // - Every non-default stream has a worker thread running its operations in FIFO order, so
 //   asynchronous work really completes later. The default stream (nullptr) has legacy semantics:
 //   an operation on it first waits for the device's other streams to finish their queued work,
@@ -26,6 +28,7 @@
 
 #include "backends/host/host_controls.hpp"
 #include "backends/host/host_event.hpp"
+#include "backends/host/host_parallel_copy.hpp"
 #include "backends/host/host_stream.hpp"
 
 #include <devmem/backend.hpp>
@@ -176,6 +179,10 @@ class HostBackend final : public Backend {
 
   std::mutex events_mutex_;
   std::map<NativeEvent, std::shared_ptr<HostEvent>> events_;
+
+  // Copies of every stream share it. Declared last: destroyed first, after ~HostBackend has
+  // joined the stream workers, the only users besides inline default-stream copies.
+  ParallelCopier copier_{ParallelCopier::default_helpers()};
 };
 
 }  // namespace devmem::host

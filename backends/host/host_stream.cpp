@@ -2,7 +2,12 @@
 
 #include <devmem/error.hpp>
 
+#include <chrono>
 #include <utility>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace devmem::host {
 namespace {
@@ -23,6 +28,7 @@ void HostStream::enqueue(Operation op) {
   {
     const std::lock_guard lock(mutex_);
     queue_.push_back(std::move(op));
+    queued_.store(queue_.size(), std::memory_order_release);
   }
   work_available_.notify_one();
 }
@@ -56,14 +62,37 @@ void HostStream::shutdown() {
   if (worker_.joinable()) worker_.join();
 }
 
+bool HostStream::spin_for_work() const noexcept {
+  // Long enough to bridge the gap between two enqueues of a loop (a microsecond or two), short
+  // enough that an idle stream gives its core back almost at once.
+  constexpr auto kSpinTime = std::chrono::microseconds(20);
+  constexpr int kChecksPerClockRead = 64;
+  const auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+  for (;;) {
+    for (int i = 0; i < kChecksPerClockRead; ++i) {
+      if (queued_.load(std::memory_order_acquire) != 0) return true;
+#if defined(__SSE2__)
+      _mm_pause();
+#endif
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+  }
+}
+
 void HostStream::run() {
   t_running_stream = this;
   std::unique_lock lock(mutex_);
   for (;;) {
+    if (queue_.empty() && !stopping_) {
+      lock.unlock();
+      static_cast<void>(spin_for_work());
+      lock.lock();
+    }
     work_available_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and everything enqueued has run
     Operation op = std::move(queue_.front());
     queue_.pop_front();
+    queued_.store(queue_.size(), std::memory_order_relaxed);
     running_ = true;
     lock.unlock();
     std::exception_ptr failure;

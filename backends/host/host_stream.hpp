@@ -3,6 +3,7 @@
 // enqueued it. Not installed; only backends/host includes it.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -42,6 +43,10 @@ class HostStream {
 
  private:
   void run();
+  /// Spins for a few microseconds until something is queued: a host thread that enqueues a run of
+  /// small operations then never has to wake a sleeping worker (a futex wake and a context switch,
+  /// several microseconds), like the spin-wait of a GPU runtime. True when work arrived.
+  [[nodiscard]] bool spin_for_work() const noexcept;
   [[nodiscard]] bool idle_locked() const noexcept { return queue_.empty() && !running_; }
 
   const int device_;
@@ -49,8 +54,9 @@ class HostStream {
   std::condition_variable work_available_;  // the worker waits here for work or shutdown
   std::condition_variable became_idle_;     // wait_idle() waits here
   std::deque<Operation> queue_;
-  bool running_ = false;   // the worker is executing an operation taken off the queue
-  bool stopping_ = false;  // shutdown() was called: exit once the queue is empty
+  std::atomic<std::size_t> queued_{0};  // queue_.size(), readable without the mutex (spinning)
+  bool running_ = false;                // the worker is executing an operation taken off the queue
+  bool stopping_ = false;               // shutdown() was called: exit once the queue is empty
   std::exception_ptr error_;
   std::thread worker_;  // declared last: it starts after the state it uses is constructed
 };

@@ -93,6 +93,19 @@ struct HipApi {
   static S hostGetDevicePointer(void** device_ptr, void* host_ptr, unsigned flags) {
     return {hipHostGetDevicePointer(device_ptr, host_ptr, flags), "hipHostGetDevicePointer"};
   }
+  /// Ordinary pageable host memory. HIP 5.2 reports memory it neither allocated nor registered as
+  /// hipErrorInvalidValue (and records it as the last error): that answer means pageable.
+  static S isPageable(const void* ptr, bool* pageable) {
+    hipPointerAttribute_t attributes{};
+    const hipError_t status = hipPointerGetAttributes(&attributes, ptr);
+    if (status == hipErrorInvalidValue) {
+      static_cast<void>(hipGetLastError());
+      *pageable = true;
+      return {hipSuccess, "hipPointerGetAttributes"};
+    }
+    *pageable = false;  // device, managed or page-locked host memory
+    return {status, "hipPointerGetAttributes"};
+  }
 
   // ---- Streams and events ----
   /// HIP's null stream is the blocking default stream (legacy semantics).

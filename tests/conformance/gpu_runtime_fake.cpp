@@ -19,9 +19,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -40,6 +43,9 @@ struct FakeStream {
 struct FakeEvent {
   bool done = true;
 };
+
+struct FakeState;
+void run_pending_until(FakeState& state, const FakeEvent* event);
 
 enum FakeError : int {
   kOk = 0,
@@ -70,6 +76,13 @@ struct FakeState {
   std::vector<FakeStream*> copy_streams;
   std::size_t free_bytes = std::size_t{1} << 30;
   std::size_t total_bytes = std::size_t{2} << 30;
+  // Deferred mode: asynchronous copies and event records run later, in enqueue order, when an event
+  // or a stream is synchronized, like a device that is behind the host. Off: they run at once.
+  bool deferred = false;
+  std::deque<std::function<void()>> pending;
+  std::map<const char*, std::size_t> page_locked;  // hostAlloc ranges: start -> bytes
+  int live_events = 0;
+  int live_host_allocations = 0;
 };
 
 FakeState* g_state = nullptr;
@@ -188,12 +201,28 @@ struct FakeApi {
     g_state->host_alloc_flags.push_back(flags);
     S s = call("fakeHostAlloc", std::to_string(bytes));
     *ptr = s.code == kOk ? std::malloc(bytes) : nullptr;
+    if (*ptr != nullptr) {
+      g_state->page_locked.emplace(static_cast<const char*>(*ptr), bytes);
+      ++g_state->live_host_allocations;
+    }
     return s;
   }
   static S hostFree(void* ptr) {
     S s = call("fakeHostFree");
-    if (s.code == kOk) std::free(ptr);
+    if (s.code == kOk && ptr != nullptr) {
+      if (g_state->page_locked.erase(static_cast<const char*>(ptr)) == 1) {
+        --g_state->live_host_allocations;
+      }
+      std::free(ptr);
+    }
     return s;
+  }
+  static S isPageable(const void* ptr, bool* pageable) {
+    const auto* p = static_cast<const char*>(ptr);
+    auto it = g_state->page_locked.upper_bound(p);
+    const bool locked = it != g_state->page_locked.begin() && (--it, p < it->first + it->second);
+    *pageable = !locked;
+    return call("fakePointerGetAttributes");
   }
   static S hostRegister(void*, std::size_t bytes, unsigned flags) {
     g_state->host_register_flags.push_back(flags);
@@ -216,21 +245,40 @@ struct FakeApi {
     if (s.code == kOk) delete stream;
     return s;
   }
-  static S streamSynchronize(Stream) { return call("fakeStreamSynchronize"); }
+  static S streamSynchronize(Stream) {
+    S s = call("fakeStreamSynchronize");
+    if (s.code == kOk) run_pending_until(*g_state, nullptr);
+    return s;
+  }
   static S streamQuery(Stream) { return call("fakeStreamQuery"); }
   static S streamWaitEvent(Stream, Event, unsigned) { return call("fakeStreamWaitEvent"); }
   static S eventCreate(Event* event) {
     S s = call("fakeEventCreate");
     *event = s.code == kOk ? new FakeEvent{} : nullptr;
+    if (s.code == kOk) ++g_state->live_events;
     return s;
   }
   static S eventDestroy(Event event) {
     S s = call("fakeEventDestroy");
-    if (s.code == kOk) delete event;
+    if (s.code == kOk) {
+      delete event;
+      --g_state->live_events;
+    }
     return s;
   }
-  static S eventRecord(Event, Stream) { return call("fakeEventRecord"); }
-  static S eventSynchronize(Event) { return call("fakeEventSynchronize"); }
+  static S eventRecord(Event event, Stream) {
+    S s = call("fakeEventRecord");
+    if (s.code == kOk && g_state->deferred) {
+      event->done = false;
+      g_state->pending.emplace_back([event] { event->done = true; });
+    }
+    return s;
+  }
+  static S eventSynchronize(Event event) {
+    S s = call("fakeEventSynchronize");
+    if (s.code == kOk) run_pending_until(*g_state, event);
+    return s;
+  }
   static S eventQuery(Event) { return call("fakeEventQuery"); }
   static S eventElapsedTime(float* ms, Event, Event) {
     *ms = 1.5f;
@@ -247,7 +295,12 @@ struct FakeApi {
                        Stream stream) {
     record_copy(kind, stream);
     S s = call("fakeMemcpyAsync", std::to_string(bytes));
-    if (s.code == kOk) std::memcpy(dst, src, bytes);
+    if (s.code != kOk) return s;
+    if (g_state->deferred) {
+      g_state->pending.emplace_back([dst, src, bytes] { std::memcpy(dst, src, bytes); });
+    } else {
+      std::memcpy(dst, src, bytes);
+    }
     return s;
   }
   static S memcpy2DAsync(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
@@ -339,6 +392,15 @@ struct FakeApi {
     g_state->copy_streams.push_back(stream);
   }
 };
+
+/// Runs deferred work in order until `event` has completed (all of it for nullptr).
+void run_pending_until(FakeState& state, const FakeEvent* event) {
+  while (!state.pending.empty() && (event == nullptr || !event->done)) {
+    const std::function<void()> next = std::move(state.pending.front());
+    state.pending.pop_front();
+    next();
+  }
+}
 
 using FakeBackend = devmem::gpu_runtime::RuntimeBackend<FakeApi>;
 
@@ -736,4 +798,163 @@ TEST_CASE("gpu_runtime: pitches beyond the runtime's limit are copied row by row
     f.backend.copy_2d(0, dst.data(), 0, src.data(), 0, 8, 1, CopyKind::HostToDevice, nullptr);
     CHECK(f.count("fakeMemcpyAsync") == 4);
   }
+}
+
+// ---- Pinned staging of large pageable copies ---------------------------------------------------
+
+namespace {
+
+/// A fake runtime whose device runs behind the host (deferred mode), with staging options small
+/// enough to exercise many chunks; the backend can be destroyed before the checks for leaks.
+struct StagingFixture {
+  FakeState state;
+  std::unique_ptr<FakeBackend> backend;  // a pointer: the tests destroy it before their checks
+  static constexpr std::size_t kThreshold = 100;
+  static constexpr std::size_t kChunk = 48;
+  StagingFixture() {
+    g_state = &state;
+    state.deferred = true;
+    backend = std::make_unique<FakeBackend>();
+    backend->set_staging_options({kThreshold, kChunk});
+  }
+  ~StagingFixture() {
+    backend.reset();
+    g_state = nullptr;
+  }
+  long count(const std::string& prefix) const {
+    return std::count_if(state.calls.begin(), state.calls.end(),
+                         [&](const std::string& c) { return c.rfind(prefix, 0) == 0; });
+  }
+};
+
+std::vector<unsigned char> random_bytes(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<unsigned char> out(n);
+  for (auto& b : out) b = static_cast<unsigned char>(rng());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("gpu_runtime: large pageable copies are staged chunk by chunk, exactly") {
+  StagingFixture f;
+  const NativeStream s = f.backend->create_stream(0);
+  void* device = f.backend->allocate(0, 8192);
+  // Sizes around the threshold and chunk multiples; misaligned starts on both sides.
+  for (const std::size_t bytes : {std::size_t{100}, std::size_t{144}, std::size_t{145},
+                                  std::size_t{1000}, std::size_t{4099}}) {
+    for (const std::size_t offset : {std::size_t{0}, std::size_t{3}}) {
+      CAPTURE(bytes, offset);
+      auto* const dev = static_cast<unsigned char*>(device) + offset;
+      const std::vector<unsigned char> original =
+          random_bytes(bytes + offset, static_cast<unsigned>(7 + bytes));
+      std::vector<unsigned char> source = original;
+      const long copies_before = f.count("fakeMemcpyAsync");
+
+      f.backend->copy(0, dev, source.data() + offset, bytes, CopyKind::HostToDevice, s);
+      // The source has been read when the call returns, even though the DMAs have not run yet:
+      // overwriting it now must not change what arrives.
+      CHECK_FALSE(f.state.pending.empty());
+      std::fill(source.begin(), source.end(), 0xEE);
+      f.backend->synchronize_stream(0, s);
+      CHECK(std::equal(dev, dev + bytes, original.begin() + static_cast<std::ptrdiff_t>(offset)));
+      const auto chunks =
+          static_cast<long>((bytes + StagingFixture::kChunk - 1) / StagingFixture::kChunk);
+      CHECK(f.count("fakeMemcpyAsync") - copies_before == chunks);
+
+      // D2H into pageable memory is complete when the call returns, without a synchronize.
+      std::vector<unsigned char> back(bytes + offset, 0);
+      f.backend->copy(0, back.data() + offset, dev, bytes, CopyKind::DeviceToHost, s);
+      CHECK(std::equal(back.begin() + static_cast<std::ptrdiff_t>(offset), back.end(),
+                       original.begin() + static_cast<std::ptrdiff_t>(offset)));
+      CHECK(f.count("fakeMemcpyAsync") - copies_before == 2 * chunks);
+    }
+  }
+  // One pipeline (two page-locked buffers and two events) served every copy.
+  CHECK(f.count("fakeHostAlloc") == 2);
+  CHECK(f.count("fakeEventCreate") == 2);
+  f.backend->deallocate(0, device);
+  f.backend->destroy_stream(0, s);
+  f.backend.reset();
+  CHECK(f.state.live_host_allocations == 0);
+  CHECK(f.state.live_events == 0);
+}
+
+TEST_CASE("gpu_runtime: H2D staging waits for earlier work on the stream that writes the source") {
+  StagingFixture f;
+  const NativeStream s = f.backend->create_stream(0);
+  std::vector<unsigned char> device_a = random_bytes(500, 1);
+  std::vector<unsigned char> device_b(500, 0);
+  std::vector<unsigned char> host(500, 0);
+  // Below the threshold: an ordinary (deferred) copy that fills `host` later...
+  f.backend->copy(0, host.data(), device_a.data(), 50, CopyKind::DeviceToHost, s);
+  // ...but the staged copy of all of `host` must see those 50 bytes.
+  std::copy(device_a.begin() + 50, device_a.end(), host.begin() + 50);
+  f.backend->copy(0, device_b.data(), host.data(), 500, CopyKind::HostToDevice, s);
+  f.backend->synchronize_stream(0, s);
+  CHECK(device_b == device_a);
+  f.backend->destroy_stream(0, s);
+}
+
+TEST_CASE("gpu_runtime: small, pinned and device-to-device copies are not staged") {
+  StagingFixture f;
+  std::vector<unsigned char> a = random_bytes(400, 3);
+  std::vector<unsigned char> b(400, 0);
+  f.backend->copy(0, b.data(), a.data(), 99, CopyKind::HostToDevice, nullptr);  // below threshold
+  void* pinned = f.backend->host_allocate(0, 400, HostAllocFlags::None);
+  std::memcpy(pinned, a.data(), 400);
+  f.backend->copy(0, b.data(), pinned, 400, CopyKind::HostToDevice, nullptr);
+  f.backend->copy(0, b.data(), a.data(), 400, CopyKind::DeviceToDevice, nullptr);
+  f.backend->synchronize_stream(0, nullptr);
+  CHECK(b == a);
+  CHECK(f.count("fakeMemcpyAsync") == 3);           // one call each
+  CHECK(f.count("fakePointerGetAttributes") == 1);  // only the large host-device copy is looked up
+  CHECK(f.count("fakeEventCreate") == 0);
+  f.backend->host_deallocate(0, pinned);
+}
+
+TEST_CASE("gpu_runtime: staging errors propagate, leak nothing, and the next copy works") {
+  StagingFixture f;
+  const NativeStream s = f.backend->create_stream(0);
+  const std::vector<unsigned char> source = random_bytes(1000, 5);
+  std::vector<unsigned char> device(1000, 0);
+
+  SECTION("a failing DMA") {
+    f.state.fail["fakeMemcpyAsync"] = kInvalidValue;
+    REQUIRE_THROWS_MATCHES(
+        f.backend->copy(0, device.data(), source.data(), 1000, CopyKind::HostToDevice, s),
+        devmem::BackendError,
+        Catch::Matchers::Predicate<devmem::BackendError>(
+            [](const devmem::BackendError& e) { return e.function() == "fakeMemcpyAsync"; },
+            "names the vendor call"));
+    CHECK(f.state.last_error == kOk);
+  }
+  SECTION("a failing event record") {
+    f.state.fail["fakeEventRecord"] = kInvalidValue;
+    REQUIRE_THROWS_AS(
+        f.backend->copy(0, device.data(), source.data(), 1000, CopyKind::DeviceToHost, s),
+        devmem::BackendError);
+  }
+  SECTION("a failing pointer lookup") {
+    f.state.fail["fakePointerGetAttributes"] = kInvalidValue;
+    REQUIRE_THROWS_AS(
+        f.backend->copy(0, device.data(), source.data(), 1000, CopyKind::HostToDevice, s),
+        devmem::BackendError);
+  }
+  SECTION("no page-locked memory for staging: the copy goes unstaged") {
+    f.state.fail["fakeHostAlloc"] = kOutOfMemory;
+    f.backend->copy(0, device.data(), source.data(), 1000, CopyKind::HostToDevice, s);
+    CHECK(f.count("fakeMemcpyAsync") == 1);
+  }
+  // A failed pipeline is freed, not reused; the next staged copy makes a fresh one and works.
+  f.backend->synchronize_stream(0, s);
+  std::fill(device.begin(), device.end(), 0);
+  f.backend->copy(0, device.data(), source.data(), 1000, CopyKind::HostToDevice, s);
+  f.backend->synchronize_stream(0, s);
+  CHECK(device == source);
+  f.backend->destroy_stream(0, s);
+  f.backend.reset();
+  CHECK(f.state.live_host_allocations == 0);
+  CHECK(f.state.live_events == 0);
+  CHECK(f.state.pending.empty());
 }

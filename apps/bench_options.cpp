@@ -1,0 +1,215 @@
+#include "bench_options.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <limits>
+
+namespace devmem::app {
+
+std::string_view to_string(Direction direction) noexcept {
+  switch (direction) {
+    case Direction::HostToDevice:
+      return "h2d";
+    case Direction::DeviceToHost:
+      return "d2h";
+    case Direction::DeviceToDevice:
+      return "d2d";
+  }
+  return "?";
+}
+
+std::string_view to_string(HostMemory memory) noexcept {
+  switch (memory) {
+    case HostMemory::Pageable:
+      return "pageable";
+    case HostMemory::Pinned:
+      return "pinned";
+    case HostMemory::Mapped:
+      return "mapped";
+    case HostMemory::None:
+      return "device";
+  }
+  return "?";
+}
+
+std::vector<std::int64_t> BenchOptions::sizes() const {
+  std::vector<std::int64_t> out;
+  for (std::int64_t s = min_size; s < max_size; s *= 4) out.push_back(s);
+  out.push_back(max_size);
+  return out;
+}
+
+std::int64_t parse_size(std::string_view option, std::string_view text) {
+  const auto bad = [&](std::string_view why) {
+    return UsageError(fmt::format("{}: '{}' {}", option, text, why));
+  };
+  std::int64_t number = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), number);
+  if (error == std::errc::result_out_of_range) throw bad("is out of range");
+  if (error != std::errc{} || end == text.data()) {
+    throw bad("is not a size (a number of bytes with an optional K, M or G suffix)");
+  }
+  std::string suffix(end, text.data() + text.size());
+  std::transform(suffix.begin(), suffix.end(), suffix.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  int shift = 0;
+  if (suffix.empty() || suffix == "B") {
+    shift = 0;
+  } else if (suffix == "K" || suffix == "KB" || suffix == "KIB") {
+    shift = 10;
+  } else if (suffix == "M" || suffix == "MB" || suffix == "MIB") {
+    shift = 20;
+  } else if (suffix == "G" || suffix == "GB" || suffix == "GIB") {
+    shift = 30;
+  } else {
+    throw bad("has an unknown suffix (use K, M or G)");
+  }
+  if (number < 1 || number > (kLargestSize >> shift)) {
+    throw bad(fmt::format("is out of range (1 B to {} GiB)", kLargestSize >> 30));
+  }
+  return number << shift;
+}
+
+namespace {
+
+int parse_repeats(std::string_view text) {
+  int value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc{} || end != text.data() + text.size() || value < 1 || value > 1000) {
+    throw UsageError(fmt::format("--repeats: '{}' is not a whole number from 1 to 1000", text));
+  }
+  return value;
+}
+
+/// Splits "a,b,c" and maps each item through `parse`; duplicates are dropped, order is kept.
+template <class T, class Parse>
+std::vector<T> parse_list(std::string_view option, std::string_view text, Parse parse) {
+  std::vector<T> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view item = text.substr(start, comma - start);
+    const std::optional<T> value = parse(item);
+    if (!value) throw UsageError(fmt::format("{}: unknown item '{}'", option, item));
+    if (std::find(out.begin(), out.end(), *value) == out.end()) out.push_back(*value);
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::optional<Direction> parse_direction(std::string_view item) {
+  for (const Direction d :
+       {Direction::HostToDevice, Direction::DeviceToHost, Direction::DeviceToDevice}) {
+    if (item == to_string(d)) return d;
+  }
+  return std::nullopt;
+}
+
+std::optional<HostMemory> parse_memory(std::string_view item) {
+  for (const HostMemory m : {HostMemory::Pageable, HostMemory::Pinned, HostMemory::Mapped}) {
+    if (item == to_string(m)) return m;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+BenchOptions parse_bench_options(std::span<const std::string_view> args) {
+  BenchOptions options;
+  std::optional<std::int64_t> min_size;
+  std::optional<std::int64_t> max_size;
+  std::optional<int> repeats;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string_view arg = args[i];
+    // "--name=value" and "--name value" are both accepted for options that take a value.
+    std::string_view inline_value;
+    bool has_inline_value = false;
+    if (const std::size_t eq = arg.find('=');
+        arg.starts_with("--") && eq != std::string_view::npos) {
+      inline_value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_inline_value = true;
+    }
+    const auto value = [&]() -> std::string_view {
+      if (has_inline_value) return inline_value;
+      if (i + 1 >= args.size()) throw UsageError(fmt::format("{}: missing value", arg));
+      return args[++i];
+    };
+    const auto no_value = [&] {
+      if (has_inline_value) throw UsageError(fmt::format("{} takes no value", arg));
+    };
+    if (arg == "--help" || arg == "-h") {
+      no_value();
+      options.help = true;
+    } else if (arg == "--quick") {
+      no_value();
+      options.quick = true;
+    } else if (arg == "--min-size") {
+      min_size = parse_size(arg, value());
+    } else if (arg == "--max-size") {
+      max_size = parse_size(arg, value());
+    } else if (arg == "--repeats") {
+      repeats = parse_repeats(value());
+    } else if (arg == "--kinds") {
+      options.directions = parse_list<Direction>(arg, value(), parse_direction);
+    } else if (arg == "--memory") {
+      options.memories = parse_list<HostMemory>(arg, value(), parse_memory);
+    } else if (arg == "--no-alloc") {
+      no_value();
+      options.measure_alloc = false;
+    } else if (arg == "--json" || arg == "--csv") {
+      OutputTarget& target = arg == "--json" ? options.json : options.csv;
+      target.enabled = true;
+      if (has_inline_value) {
+        if (inline_value.empty()) throw UsageError(fmt::format("{}=: empty file name", arg));
+        target.path = std::string(inline_value);
+      }
+    } else if (arg == "--no-progress") {
+      no_value();
+      options.progress = false;
+    } else {
+      throw UsageError(fmt::format("unknown option '{}'", args[i]));
+    }
+  }
+  if (options.json.enabled && options.csv.enabled && options.json.path.empty() &&
+      options.csv.path.empty()) {
+    throw UsageError("--json and --csv both want stdout: give one of them a file (--csv=FILE)");
+  }
+  // --quick: a shorter sweep (and fewer copies per sample); explicit options still win.
+  options.min_size = min_size.value_or(4);
+  options.max_size =
+      max_size.value_or(options.quick ? std::int64_t{64} << 20 : std::int64_t{1} << 30);
+  options.repeats = repeats.value_or(5);
+  if (options.min_size > options.max_size) {
+    throw UsageError(fmt::format("--min-size ({} bytes) is larger than --max-size ({} bytes)",
+                                 options.min_size, options.max_size));
+  }
+  return options;
+}
+
+std::string bench_usage() {
+  return "usage: devmem bench [options]\n"
+         "Transfer bandwidth (H2D, D2H, D2D from pageable, pinned and mapped host memory) over a\n"
+         "size sweep, allocation latency (direct vs pool) and per-copy enqueue cost, each next to\n"
+         "the raw vendor call measured in the same run (cudaMemcpyAsync / hipMemcpyAsync; on the\n"
+         "host backend single-thread memcpy), with the ratio devmem / raw. Each number is the\n"
+         "median of the repeats after a warm-up; device work is timed with events.\n"
+         "options:\n"
+         "  --quick             4 B .. 64 MiB, fewer copies per sample: seconds on the host backend\n"
+         "  --min-size SIZE     smallest transfer (default 4); SIZE is bytes with K, M or G\n"
+         "  --max-size SIZE     largest transfer (default 1G, --quick 64M); sizes step x4\n"
+         "  --repeats N         timed repeats per measurement (default 5)\n"
+         "  --kinds LIST        directions: h2d,d2h,d2d (default all)\n"
+         "  --memory LIST       host memory: pageable,pinned,mapped (default all)\n"
+         "  --no-alloc          skip the allocation and enqueue measurements\n"
+         "  --json[=FILE]       JSON to stdout instead of the table, or to FILE besides it\n"
+         "  --csv[=FILE]        CSV to stdout instead of the table, or to FILE besides it\n"
+         "  --no-progress       no progress bar (it is drawn on stderr only when a terminal)\n"
+         "  --help              this text\n"
+         "exit codes: 0 done, 1 no device or a runtime error, 2 usage error\n";
+}
+
+}  // namespace devmem::app
