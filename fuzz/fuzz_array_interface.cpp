@@ -126,19 +126,25 @@ void check_view(const devmem::ArrayInterface& iface, const devmem::DeviceArray& 
   const devmem::Extent e = l.extent();
   const auto element0 = reinterpret_cast<std::intptr_t>(iface.data.pointer);
   const auto arena_begin = reinterpret_cast<std::intptr_t>(arena().base());
-  const std::int64_t first = element0 - arena_begin + (e.begin - l.offset);
-  const std::int64_t last = element0 - arena_begin + (e.end - l.offset);
-  const bool inside = first >= 0 && last <= kBufferBytes;
+  // Huge strides put the ends beyond int64: then they are certainly outside.
+  std::int64_t first = 0;
+  std::int64_t last = 0;
+  const bool representable =
+      !__builtin_add_overflow(element0 - arena_begin, e.begin - l.offset, &first) &&
+      !__builtin_add_overflow(element0 - arena_begin, e.end - l.offset, &last);
+  const bool inside = representable && first >= 0 && last <= kBufferBytes;
   try {
     const devmem::HostArray host = view.copy_to_host();
     require(inside, "a copy from outside the device allocation succeeded");
-    // Reference gather: element k in C order comes from its byte offset in the pattern.
+    // Reference gather: each element comes from its byte offset in the pattern.
     std::vector<std::int64_t> idx(l.shape.size(), 0);
     const auto* out = static_cast<const unsigned char*>(host.data());
     for (std::int64_t k = 0; k < view.size(); ++k) {
       std::int64_t byte = element0 - arena_begin;
       for (std::size_t d = 0; d < idx.size(); ++d) byte += idx[d] * l.strides[d];
-      require(std::memcmp(out + k * l.itemsize, arena().pattern.data() + byte,
+      // The host copy is dense in the view's axis order, not necessarily C order.
+      const std::int64_t host_byte = host.layout().offset_of(idx) - host.layout().offset;
+      require(std::memcmp(out + host_byte, arena().pattern.data() + byte,
                           static_cast<std::size_t>(l.itemsize)) == 0,
               "copied element differs from the reference gather");
       for (std::size_t d = idx.size(); d-- > 0;) {

@@ -109,6 +109,15 @@ TEST_CASE("bad input, interop: array interfaces", "[bad-input][interop]") {
   REQUIRE_THROWS_MATCHES(devmem::as_device_array(bad), InvalidArgument,
                          Message(op + "data pointer " + pointer_text(bad.data.pointer) +
                                  " is not aligned to 8 bytes for dtype float64"));
+  // Found by fuzz/fuzz_array_interface: element 0 near address 0 with a negative stride puts
+  // the first byte below address 0 (the view's base pointer wrapped around).
+  bad = interface_of(d);
+  bad.shape = {3};
+  bad.strides = {-8};
+  bad.data.pointer = reinterpret_cast<void*>(std::uintptr_t{8});
+  REQUIRE_THROWS_MATCHES(devmem::as_device_array(bad), InvalidArgument,
+                         Message(op + "the elements at data pointer 0x8 with strides (-8,) span 24 "
+                                      "bytes that wrap around the address space"));
   bad = interface_of(d);
   bad.strides = {std::numeric_limits<std::int64_t>::max(), 8};
   REQUIRE_THROWS_MATCHES(devmem::as_device_array(bad), InvalidArgument,
@@ -149,6 +158,21 @@ TEST_CASE("bad input, interop: DLPack tensors", "[bad-input][interop]") {
   static std::int64_t huge_strides[2] = {std::int64_t{1} << 61, 1};
   rejects([](DLTensor& t) { t.strides = huge_strides; },
           "stride 2305843009213693952 of axis 0 overflows int64 in bytes (itemsize 8)");
+  // Found by fuzz/fuzz_dlpack: data + byte_offset, or the elements after it, past the top of
+  // the address space.
+  rejects(
+      [](DLTensor& t) {
+        t.data = reinterpret_cast<void*>(~std::uintptr_t{0} - 15);
+        t.byte_offset = 32;
+      },
+      "data 0xfffffffffffffff0 + byte_offset 32 wraps around the address space");
+  rejects(
+      [](DLTensor& t) {
+        t.data = reinterpret_cast<void*>(~std::uintptr_t{0} - 15);
+        t.byte_offset = 0;
+      },
+      "the elements at data pointer 0xfffffffffffffff0 with strides (24, 8) span 48 bytes that "
+      "wrap around the address space");
   rejects([](DLTensor& t) { t.byte_offset = std::uint64_t{1} << 63; },
           "byte_offset 9223372036854775808 overflows int64");
   REQUIRE_THROWS_MATCHES(
