@@ -197,6 +197,44 @@ void scenario_smart_array() {
   }
 }
 
+/// Two streams ordered by an event, a D2D copy between them, a memset and a timed interval.
+void scenario_streams_and_events() {
+  const std::vector<double> values = iota_values(64, 2.0);
+  const devmem::Stream producer = devmem::stream();
+  const devmem::Stream consumer = devmem::stream();
+  const devmem::Event start = producer.record();
+  const devmem::DeviceArray source = devmem::to_device(values, producer);
+  const devmem::Event ready = producer.record();
+  consumer.wait(ready);
+  const devmem::DeviceArray copy = devmem::device_array_like(source, consumer);
+  copy.copy_to_device(source, consumer);
+  copy.slice(0, 0, 8).memset(0, consumer);
+  consumer.synchronize();
+  producer.synchronize();
+  expect(devmem::elapsed_ms(start, ready) >= 0.0F, "elapsed time between two events");
+  const std::vector<double> back = copy.to_vector<double>();
+  for (std::size_t i = 0; i < back.size(); ++i) {
+    expect(back[i] == (i < 8 ? 0.0 : values[i]), "D2D copy after an event, then a memset");
+  }
+}
+
+/// Frees held back by defer_cleanup, then flushed past the queue's count limit, while views and
+/// device-side copies (a reshape that cannot be a view) keep their memory alive.
+void scenario_deferred_frees() {
+  const devmem::DeviceArray keep = devmem::to_device(iota_values(12)).reshape({3, 4});
+  {
+    const devmem::DeferCleanup scope = devmem::defer_cleanup();
+    for (int i = 0; i < 12; ++i) (void)devmem::to_device(iota_values(16, i));
+    expect(devmem::current_context()->pending_deallocations() >= 12, "frees held back");
+  }
+  const devmem::DeviceArray flat = keep.transpose().ravel();  // a copy on the device
+  (void)devmem::device_array<double>({4});  // the queue is over its limit: this flushes it
+  const std::vector<double> values = flat.to_vector<double>();
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    expect(values[i] == static_cast<double>((i % 3) * 4 + i / 3), "ravel of a transpose");
+  }
+}
+
 struct Scenario {
   const char* name;
   void (*run)();
@@ -211,6 +249,8 @@ constexpr std::array kScenarios{
     Scenario{"mapped scope, pinned_array, mapped_array", scenario_mapped_scope_and_arrays},
     Scenario{"pool allocation under pressure", scenario_pool_under_pressure},
     Scenario{"SmartArray transfers", scenario_smart_array},
+    Scenario{"streams and events", scenario_streams_and_events},
+    Scenario{"deferred frees and device-side copies", scenario_deferred_frees},
 };
 
 // ---- The sweep ----------------------------------------------------------------------------------
