@@ -51,8 +51,11 @@ class FuzzInput {
 
   /// Up to `max_length` bytes as a string (length from one byte).
   std::string take_string(std::size_t max_length) {
-    const std::size_t n =
-        std::min<std::size_t>(take<std::uint8_t>() % (max_length + 1), bytes_.size());
+    // The length byte is taken first, in a statement of its own: in one expression with
+    // bytes_.size() the order of evaluation is unspecified (g++ read the size before the take,
+    // so the string ran one byte past the input).
+    const std::size_t wanted = take<std::uint8_t>() % (max_length + 1);
+    const std::size_t n = std::min(wanted, bytes_.size());
     std::string text(reinterpret_cast<const char*>(bytes_.data()), n);
     bytes_ = bytes_.subspan(n);
     return text;
