@@ -97,9 +97,9 @@ Range range_of(const HostArray& a) {
 
 void check_registrable(const HostArray& a, std::size_t i, const char* operation) {
   if (a.kind() != HostMemoryKind::Pageable) {
-    throw InvalidArgument(fmt::format(
-        "{}: array {} is already page-locked ({} memory from {}_array)", operation, i,
-        to_string(a.kind()), to_string(a.kind())));
+    throw InvalidArgument(
+        fmt::format("{}: array {} is already page-locked ({} memory from {}_array)", operation, i,
+                    to_string(a.kind()), to_string(a.kind())));
   }
 }
 
@@ -124,7 +124,8 @@ std::vector<void*> register_all(Context& ctx, const std::vector<HostArray>& arra
       try {
         ctx.backend().host_unregister(ctx.device(), p);
       } catch (const std::exception& e) {
-        detail::report_error(fmt::format("{}: undoing registration of {}: {}", operation, p, e.what()));
+        detail::report_error(
+            fmt::format("{}: undoing registration of {}: {}", operation, p, e.what()));
       }
     }
     throw;
@@ -132,17 +133,23 @@ std::vector<void*> register_all(Context& ctx, const std::vector<HostArray>& arra
   return done;
 }
 
-// Unregisters every range; returns the first failure.
-std::exception_ptr unregister_all(Context& ctx, const std::vector<void*>& ranges) {
+// Unregisters every range; returns the first failure. The ranges whose unregistration failed are
+// left in `ranges` (the others are removed), so that the caller can try them again: a vendor
+// failure can be transient, and giving up on the range would leave the memory page-locked after
+// its owner freed it (a later registration of a new array at that address would then fail).
+std::exception_ptr unregister_all(Context& ctx, std::vector<void*>& ranges) {
   std::exception_ptr first;
+  std::vector<void*> failed;
   for (void* p : ranges) {
     if (p == nullptr) continue;
     try {
       ctx.backend().host_unregister(ctx.device(), p);
     } catch (...) {
       if (!first) first = std::current_exception();
+      failed.push_back(p);
     }
   }
+  ranges = std::move(failed);
   return first;
 }
 
@@ -164,9 +171,8 @@ PinnedScope::PinnedScope(PinnedScope&& other) noexcept
 
 void PinnedScope::close() {
   if (registered_.empty()) return;
-  const std::vector<void*> ranges = std::move(registered_);
-  registered_.clear();
-  if (auto error = unregister_all(*context_, ranges)) std::rethrow_exception(error);
+  // Ranges that fail stay in registered_: the destructor tries them once more.
+  if (auto error = unregister_all(*context_, registered_)) std::rethrow_exception(error);
 }
 
 PinnedScope::~PinnedScope() {

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,14 +47,35 @@ bool is_aligned(const void* p, std::int64_t alignment) {
   return reinterpret_cast<std::uintptr_t>(p) % static_cast<std::uintptr_t>(alignment) == 0;
 }
 
+// The bytes a foreign layout describes around `element0` must lie inside the address space: with
+// element 0 near address 0 and negative strides, or near the top with a large extent, they would
+// wrap around (found by fuzz/fuzz_array_interface). Checked with integers: such a pointer cannot
+// even be formed in C++.
+void check_address_range(const char* operation, std::uintptr_t element0, const Layout& layout) {
+  const Extent extent = layout.extent();
+  if (extent.bytes() == 0) return;
+  const auto before = static_cast<std::uintptr_t>(layout.offset - extent.begin);
+  const auto span = static_cast<std::uintptr_t>(extent.bytes());
+  if (element0 < before || element0 - before > std::numeric_limits<std::uintptr_t>::max() - span) {
+    detail::throw_invalid(operation,
+                          "the elements at data pointer {:#x} with strides {} span {} bytes that "
+                          "wrap around the address space",
+                          element0, layout::format_tuple(layout.strides), extent.bytes());
+  }
+}
+
 // A DeviceArray over memory devmem does not own: `element0` is the address of element
-// (0, ..., 0); the memory's base is placed so that the layout's extent starts at it.
+// (0, ..., 0); the memory's base is placed so that the layout's extent starts at it. The caller
+// has checked the address range (check_address_range).
 DeviceArray view_foreign(const std::shared_ptr<Context>& context, std::byte* element0,
                          Layout layout, DType dtype, std::shared_ptr<const void> keep_alive,
                          Stream stream) {
   auto memory = std::make_shared<detail::DeviceMemory>();
   memory->context = context;
-  memory->ptr = element0 == nullptr ? nullptr : element0 - layout.offset;
+  memory->ptr = element0 == nullptr
+                    ? nullptr
+                    : reinterpret_cast<std::byte*>(reinterpret_cast<std::uintptr_t>(element0) -
+                                                   static_cast<std::uintptr_t>(layout.offset));
   memory->bytes = layout.extent().bytes();
   memory->owned = false;
   memory->keep_alive = std::move(keep_alive);
@@ -308,6 +330,7 @@ DeviceArray as_device_array(const ArrayInterface& iface, std::shared_ptr<const v
     detail::throw_invalid(op, "data pointer {} is not aligned to {} bytes for dtype {}",
                           pointer_text(element0), dtype.alignment(), dtype.name());
   }
+  if (size > 0) check_address_range(op, reinterpret_cast<std::uintptr_t>(element0), layout);
 
   const std::shared_ptr<Context> context = current_context();
   Stream stream;  // the default stream unless `stream` is one of devmem's own
@@ -437,7 +460,14 @@ DeviceArray from_dlpack(DLManagedTensor* tensor) {
     if (t.byte_offset > static_cast<std::uint64_t>(INT64_MAX)) {
       detail::throw_invalid(op, "byte_offset {} overflows int64", t.byte_offset);
     }
-    element0 = static_cast<std::byte*>(t.data) + static_cast<std::ptrdiff_t>(t.byte_offset);
+    // Integer arithmetic: data + byte_offset past the end of the address space is no pointer.
+    const auto data_address = reinterpret_cast<std::uintptr_t>(t.data);
+    const auto offset = static_cast<std::uintptr_t>(t.byte_offset);
+    if (data_address > std::numeric_limits<std::uintptr_t>::max() - offset) {
+      detail::throw_invalid(op, "data {} + byte_offset {} wraps around the address space",
+                            pointer_text(t.data), t.byte_offset);
+    }
+    element0 = reinterpret_cast<std::byte*>(data_address + offset);
   }
   if (size > 0 && !is_aligned(element0, dtype->alignment())) {
     detail::throw_invalid(op,
@@ -445,6 +475,7 @@ DeviceArray from_dlpack(DLManagedTensor* tensor) {
                           "dtype {}",
                           pointer_text(element0), dtype->alignment(), dtype->name());
   }
+  if (size > 0) check_address_range(op, reinterpret_cast<std::uintptr_t>(element0), layout);
   return view_foreign(context_for_device(t.device.device_id), element0, std::move(layout), *dtype,
                       std::move(owner), Stream{});
 }

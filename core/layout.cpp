@@ -151,26 +151,41 @@ std::optional<Strides> attempt_nocopy_reshape(const Layout& src, const Shape& ne
         op *= olddims[oj++];
       }
     }
-    // The old axes of the group must be mergeable into one axis in the requested order.
+    // The old axes of the group must be mergeable into one axis in the requested order. The
+    // products are checked: stride * dim can pass int64 when stride * (dim - 1), the extent,
+    // does not (found by fuzz/fuzz_layout); a product that overflows equals no stride.
     for (size_t ok = oi; ok + 1 < oj; ++ok) {
-      const bool mergeable = f_order ? oldstrides[ok + 1] == olddims[ok] * oldstrides[ok]
-                                     : oldstrides[ok] == olddims[ok + 1] * oldstrides[ok + 1];
+      int64_t run = 0;
+      const bool mergeable =
+          f_order ? mul(olddims[ok], oldstrides[ok], run) && oldstrides[ok + 1] == run
+                  : mul(olddims[ok + 1], oldstrides[ok + 1], run) && oldstrides[ok] == run;
       if (!mergeable) return std::nullopt;
     }
-    // Split that merged axis into the new axes of the group.
+    // Split that merged axis into the new axes of the group. A product that overflows can only
+    // be the stride of a size-1 axis (any other lies inside the extent), which is arbitrary.
+    const auto next_stride = [](int64_t stride, int64_t dim) {
+      int64_t out = 0;
+      return mul(stride, dim, out) ? out : stride;
+    };
     if (f_order) {
       newstrides[ni] = oldstrides[oi];
-      for (size_t nk = ni + 1; nk < nj; ++nk) newstrides[nk] = newstrides[nk - 1] * newdims[nk - 1];
+      for (size_t nk = ni + 1; nk < nj; ++nk) {
+        newstrides[nk] = next_stride(newstrides[nk - 1], newdims[nk - 1]);
+      }
     } else {
       newstrides[nj - 1] = oldstrides[oj - 1];
-      for (size_t nk = nj - 1; nk > ni; --nk) newstrides[nk - 1] = newstrides[nk] * newdims[nk];
+      for (size_t nk = nj - 1; nk > ni; --nk) {
+        newstrides[nk - 1] = next_stride(newstrides[nk], newdims[nk]);
+      }
     }
     ni = nj++;
     oi = oj++;
   }
   // Trailing size-1 axes of the new shape: any stride works; NumPy continues the last one.
   int64_t last_stride = ni >= 1 ? newstrides[ni - 1] : src.itemsize;
-  if (f_order && ni >= 1) last_stride *= newdims[ni - 1];
+  if (f_order && ni >= 1 && !mul(last_stride, newdims[ni - 1], last_stride)) {
+    last_stride = newstrides[ni - 1];  // only size-1 axes follow: any stride will do
+  }
   for (size_t nk = ni; nk < newnd; ++nk) newstrides[nk] = last_stride;
   return newstrides;
 }
@@ -185,6 +200,9 @@ Layout flat_view(const Layout& source) {
 // Layout members
 
 int64_t Layout::size() const noexcept {
+  // A zero dimension first: element_count accepts huge dimensions beside a zero one (the array is
+  // empty), and their product must not even be formed (found by fuzz/fuzz_array_interface).
+  if (std::find(shape.begin(), shape.end(), int64_t{0}) != shape.end()) return 0;
   int64_t n = 1;
   for (const int64_t d : shape) n *= d;
   return n;
@@ -442,6 +460,27 @@ std::optional<Layout> ravel_view(const Layout& source, Order order) {
   return flat_view(source);
 }
 
+namespace {
+
+/// offset + i * stride for moving element 0 of a view. Checked: make_layout bounds the extent of
+/// arrays with elements only, so an empty array may have huge dimensions and strides (found by
+/// fuzz/fuzz_layout), and a hand-built Layout may have anything. An empty view keeps the offset:
+/// it has no element 0 to move to.
+int64_t moved_offset(const Layout& view, const char* operation, int64_t i, int64_t stride) {
+  if (view.size() == 0) return view.offset;
+  int64_t step = 0;
+  int64_t out = 0;
+  if (!mul(i, stride, step) || !add(view.offset, step, out)) {
+    detail::throw_invalid(operation,
+                          "moving to element {} along an axis of stride {} overflows int64 (offset "
+                          "{})",
+                          i, stride, view.offset);
+  }
+  return out;
+}
+
+}  // namespace
+
 Layout slice(const Layout& source, int dim, const Slice& s) {
   validate(source, "slice");
   const size_t k = normalize_axis(dim, source.shape.size(), "slice");
@@ -469,7 +508,7 @@ Layout slice(const Layout& source, int dim, const Slice& s) {
   // An empty result keeps the offset and the stride, as NumPy does (it slices empty ranges as
   // 0:0:1): there is no first element to move to.
   if (length == 0) return result;
-  result.offset += start * source.strides[k];
+  result.offset = moved_offset(result, "slice", start, source.strides[k]);
   // A stride only matters when the axis has two or more elements, and then it fits: the elements
   // lie inside the source axis. Keep the old stride rather than overflow for a single element.
   int64_t stride = 0;
@@ -486,10 +525,10 @@ Layout index(const Layout& source, int dim, int64_t i) {
     detail::throw_invalid("index", "index {} is out of bounds for axis {} with size {}", i, k, n);
   }
   Layout result = source;
-  result.offset += j * source.strides[k];
   const auto pos = static_cast<std::ptrdiff_t>(k);
   result.shape.erase(result.shape.begin() + pos);
   result.strides.erase(result.strides.begin() + pos);
+  result.offset = moved_offset(result, "index", j, source.strides[k]);
   return result;
 }
 
@@ -575,10 +614,20 @@ Layout view_as(const Layout& source, int64_t new_itemsize) {
                             "itemsize ({} does not divide {})",
                             new_itemsize, old_itemsize);
     }
-    // n * old_itemsize is the byte length of the contiguous last axis, which fits.
-    result.shape[last] = n * (old_itemsize / new_itemsize);
+    // Checked: the byte length of the last axis is bounded for arrays with elements only (an
+    // empty array may have a huge last axis; found by fuzz/fuzz_layout).
+    if (!mul(n, old_itemsize / new_itemsize, result.shape[last])) {
+      detail::throw_invalid("view",
+                            "the last axis of {} items of {} bytes overflows int64 as items of {} "
+                            "bytes",
+                            n, old_itemsize, new_itemsize);
+    }
   } else {
-    const int64_t bytes = n * old_itemsize;
+    int64_t bytes = 0;
+    if (!mul(n, old_itemsize, bytes)) {
+      detail::throw_invalid("view", "the last axis of {} items of {} bytes overflows int64", n,
+                            old_itemsize);
+    }
     if (bytes % new_itemsize != 0) {
       detail::throw_invalid("view",
                             "when changing to a larger itemsize, it must divide the size in bytes "
@@ -705,7 +754,12 @@ CopyPlan plan_copy(std::span<const int64_t> shape, std::span<const int64_t> src_
   for (const CopyAxis& a : axes) {
     if (!merged.empty()) {
       CopyAxis& outer = merged.back();
-      if (outer.src == a.src * a.n && outer.dst == a.dst * a.n) {
+      // Checked: a.src * a.n can pass int64 although the layout's extent, a.src * (a.n - 1),
+      // does not (found by fuzz/fuzz_layout); such an axis continues nothing.
+      std::int64_t src_run = 0;
+      std::int64_t dst_run = 0;
+      if (mul(a.src, a.n, src_run) && mul(a.dst, a.n, dst_run) && outer.src == src_run &&
+          outer.dst == dst_run) {
         outer = CopyAxis{outer.n * a.n, a.src, a.dst};
         continue;
       }

@@ -55,8 +55,9 @@ PoolMemoryManager::PoolMemoryManager(Context& context) : PoolMemoryManager(conte
 PoolMemoryManager::PoolMemoryManager(Context& context, Options options)
     : MemoryManager(context), state_(std::make_unique<State>()) {
   if (options.max_cached_bytes < 0) {
-    throw InvalidArgument(fmt::format("PoolMemoryManager: max_cached_bytes must not be negative, got {}",
-                                      options.max_cached_bytes));
+    throw InvalidArgument(
+        fmt::format("PoolMemoryManager: max_cached_bytes must not be negative, got {}",
+                    options.max_cached_bytes));
   }
   state_->options = options;
 }
@@ -186,15 +187,31 @@ void PoolMemoryManager::trim() {
     state_->stats.cached_host_bytes = 0;
     ++state_->stats.trims;
   }
-  // Every block is attempted; the first failure is rethrown after.
+  // Every block is attempted; the first failure is rethrown after, naming the block and its size:
+  // a block whose free failed is dropped (its state is unknown, freeing it twice would be worse,
+  // as for the context's queue), and whoever accounts for device memory needs to know which.
   std::exception_ptr first;
+  const auto remember = [&first](const char* what, void* p, std::size_t bytes) {
+    if (first) return;
+    try {
+      throw;
+    } catch (const BackendError& e) {
+      first = std::make_exception_ptr(BackendError(
+          e.backend(), e.function(), e.code(), e.code_name(),
+          fmt::format("pool memory manager: freeing cached {} of {} ({} bytes) failed; the block "
+                      "is dropped: {}",
+                      what, p, bytes, e.what())));
+    } catch (...) {
+      first = std::current_exception();
+    }
+  };
   Backend& backend = context().backend();
   for (auto& [cls, blocks] : device_blocks) {
     for (void* p : blocks) {
       try {
         backend.deallocate(context().device(), p);
       } catch (...) {
-        if (!first) first = std::current_exception();
+        remember("device memory", p, cls);
       }
     }
   }
@@ -203,7 +220,7 @@ void PoolMemoryManager::trim() {
       try {
         backend.host_deallocate(context().device(), p);
       } catch (...) {
-        if (!first) first = std::current_exception();
+        remember("page-locked host memory", p, key.second);
       }
     }
   }
@@ -248,7 +265,8 @@ Registry& registry() {
 void register_memory_manager(std::string name, MemoryManagerFactory factory) {
   if (name.empty()) throw InvalidArgument("register_memory_manager: the name is empty");
   if (!factory) {
-    throw InvalidArgument(fmt::format("register_memory_manager: the factory for '{}' is empty", name));
+    throw InvalidArgument(
+        fmt::format("register_memory_manager: the factory for '{}' is empty", name));
   }
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
@@ -264,14 +282,16 @@ std::shared_ptr<MemoryManager> make_memory_manager(std::string_view name, Contex
     if (it == r.factories.end()) {
       std::vector<std::string_view> known;
       for (const auto& [key, value] : r.factories) known.push_back(key);
-      throw InvalidArgument(fmt::format("make_memory_manager: unknown memory manager '{}' (known: {})",
-                                        name, fmt::join(known, ", ")));
+      throw InvalidArgument(
+          fmt::format("make_memory_manager: unknown memory manager '{}' (known: {})", name,
+                      fmt::join(known, ", ")));
     }
     factory = it->second;
   }
   auto manager = factory(context);
   if (!manager) {
-    throw InvalidArgument(fmt::format("make_memory_manager: the factory of '{}' returned null", name));
+    throw InvalidArgument(
+        fmt::format("make_memory_manager: the factory of '{}' returned null", name));
   }
   return manager;
 }
@@ -299,6 +319,8 @@ DeferCleanup::~DeferCleanup() {
   --st.defer_depth;
 }
 
-DeferCleanup defer_cleanup() { return current_context()->defer_cleanup(); }
+DeferCleanup defer_cleanup() {
+  return current_context()->defer_cleanup();
+}
 
 }  // namespace devmem

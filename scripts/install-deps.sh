@@ -2,13 +2,15 @@
 # Installs the Debian packages devmem needs to build and test. Safe to run repeatedly.
 #   scripts/install-deps.sh          host backend (default build and tests)
 #   scripts/install-deps.sh --roc    also the HIP/HSA toolchain for the `roc` preset
+#   scripts/install-deps.sh --fuzz   also clang and libFuzzer (compiler-rt) for the `fuzz` preset
 set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config catch2 libfmt-dev libdlpack-dev)
 for arg in "$@"; do
   case "$arg" in
     --roc) packages+=(hipcc libamdhip64-dev libhsa-runtime-dev rocm-device-libs) ;;
-    *) echo "install-deps.sh: unknown option '$arg' (known: --roc)" >&2; exit 2 ;;
+    --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;
+    *) echo "install-deps.sh: unknown option '$arg' (known: --roc, --fuzz)" >&2; exit 2 ;;
   esac
 done
 

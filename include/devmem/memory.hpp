@@ -108,7 +108,9 @@ class [[nodiscard]] DEVMEM_API PinnedScope {
   PinnedScope& operator=(const PinnedScope&) = delete;
   /// Unregisters; a failure is written to stderr (destructors do not throw).
   ~PinnedScope();
-  /// Unregisters now, throwing the first failure (every range is still attempted).
+  /// Unregisters now, throwing the first failure (every range is still attempted). Ranges whose
+  /// unregistration failed are tried once more by the destructor (or the next close()), so a
+  /// transient vendor failure does not leave the memory page-locked after the scope.
   void close();
   [[nodiscard]] const std::vector<HostArray>& arrays() const noexcept { return arrays_; }
 

@@ -81,8 +81,11 @@ struct FakeState {
   bool deferred = false;
   std::deque<std::function<void()>> pending;
   std::map<const char*, std::size_t> page_locked;  // hostAlloc ranges: start -> bytes
-  int live_events = 0;
   int live_host_allocations = 0;
+  // What the runtime has handed out and not yet taken back: a failed call must add nothing.
+  int live_blocks = 0;  // device and page-locked host allocations
+  int live_streams = 0;
+  int live_events = 0;
 };
 
 FakeState* g_state = nullptr;
@@ -190,11 +193,15 @@ struct FakeApi {
   static S malloc(void** ptr, std::size_t bytes) {
     S s = call("fakeMalloc", std::to_string(bytes));
     *ptr = s.code == kOk ? std::malloc(bytes) : nullptr;
+    if (s.code == kOk) ++g_state->live_blocks;
     return s;
   }
   static S free(void* ptr) {
     S s = call("fakeFree");
-    if (s.code == kOk) std::free(ptr);
+    if (s.code == kOk) {
+      std::free(ptr);
+      --g_state->live_blocks;
+    }
     return s;
   }
   static S hostAlloc(void** ptr, std::size_t bytes, unsigned flags) {
@@ -205,6 +212,7 @@ struct FakeApi {
       g_state->page_locked.emplace(static_cast<const char*>(*ptr), bytes);
       ++g_state->live_host_allocations;
     }
+    if (s.code == kOk) ++g_state->live_blocks;
     return s;
   }
   static S hostFree(void* ptr) {
@@ -214,6 +222,7 @@ struct FakeApi {
         --g_state->live_host_allocations;
       }
       std::free(ptr);
+      --g_state->live_blocks;
     }
     return s;
   }
@@ -238,11 +247,15 @@ struct FakeApi {
   static S streamCreate(Stream* stream) {
     S s = call("fakeStreamCreate");
     *stream = s.code == kOk ? new FakeStream{static_cast<int>(g_state->calls.size())} : nullptr;
+    if (s.code == kOk) ++g_state->live_streams;
     return s;
   }
   static S streamDestroy(Stream stream) {
     S s = call("fakeStreamDestroy");
-    if (s.code == kOk) delete stream;
+    if (s.code == kOk) {
+      delete stream;
+      --g_state->live_streams;
+    }
     return s;
   }
   static S streamSynchronize(Stream) {
@@ -832,6 +845,117 @@ std::vector<unsigned char> random_bytes(std::size_t n, unsigned seed) {
   std::vector<unsigned char> out(n);
   for (auto& b : out) b = static_cast<unsigned char>(rng());
   return out;
+
+// ---- Every vendor call's failure path (issue 9)
+// ---------------------------------------------------
+
+namespace {
+
+/// The resources a backend call may need, made before the failure is injected and released after
+/// it (a release that was the failing call is retried, as a caller would after a transient error).
+struct Resources {
+  explicit Resources(FakeBackend& b) : backend(b) {
+    device_block = backend.allocate(0, 4096);
+    host_block = backend.host_allocate(0, 4096, HostAllocFlags::Mapped);
+    stream = backend.create_stream(0);
+    event = backend.create_event(0);
+    other_event = backend.create_event(0);
+  }
+  Resources(const Resources&) = delete;
+  Resources& operator=(const Resources&) = delete;
+  ~Resources() {
+    release([&] { backend.deallocate(0, device_block); });
+    release([&] { backend.host_deallocate(0, host_block); });
+    release([&] { backend.destroy_stream(0, stream); });
+    release([&] { backend.destroy_event(0, event); });
+    release([&] { backend.destroy_event(0, other_event); });
+  }
+  template <class Fn>
+  static void release(Fn&& fn) {
+    try {
+      fn();
+    } catch (const devmem::Error&) {  // the injected failure hit this release: once more
+      fn();
+    }
+  }
+  FakeBackend& backend;
+  void* device_block = nullptr;
+  void* host_block = nullptr;
+  NativeStream stream = nullptr;
+  devmem::NativeEvent event = nullptr;
+  devmem::NativeEvent other_event = nullptr;
+};
+
+/// One vendor call and a backend method that reaches it.
+struct VendorCall {
+  const char* function;
+  void (*invoke)(Resources&);
+};
+
+const std::vector<VendorCall>& vendor_calls() {
+  static const std::vector<VendorCall> calls{
+      {"fakeGetDevice", [](Resources& r) { (void)r.backend.memory_info(0); }},
+      {"fakeSetDevice",
+       [](Resources& r) {
+         // Both switch the current device, whichever device the previous call left current.
+         (void)r.backend.memory_info(1);
+         (void)r.backend.memory_info(0);
+       }},
+      {"fakeGetDeviceProperties", [](Resources& r) { (void)r.backend.properties(0); }},
+      {"fakeMemGetInfo", [](Resources& r) { (void)r.backend.memory_info(0); }},
+      {"fakeMalloc", [](Resources& r) { r.backend.deallocate(0, r.backend.allocate(0, 256)); }},
+      {"fakeFree", [](Resources& r) { r.backend.deallocate(0, r.device_block); }},
+      {"fakeHostAlloc",
+       [](Resources& r) {
+         r.backend.host_deallocate(0, r.backend.host_allocate(0, 256, HostAllocFlags::None));
+       }},
+      {"fakeHostFree", [](Resources& r) { r.backend.host_deallocate(0, r.host_block); }},
+      {"fakeHostRegister",
+       [](Resources& r) {
+         r.backend.host_register(0, r.host_block, 64, HostRegisterFlags::Mapped);
+         r.backend.host_unregister(0, r.host_block);
+       }},
+      {"fakeHostUnregister", [](Resources& r) { r.backend.host_unregister(0, r.host_block); }},
+      {"fakeHostGetDevicePointer",
+       [](Resources& r) { (void)r.backend.mapped_device_pointer(0, r.host_block); }},
+      {"fakeStreamCreate",
+       [](Resources& r) { r.backend.destroy_stream(0, r.backend.create_stream(0)); }},
+      {"fakeStreamDestroy", [](Resources& r) { r.backend.destroy_stream(0, r.stream); }},
+      {"fakeStreamSynchronize", [](Resources& r) { r.backend.synchronize_stream(0, r.stream); }},
+      {"fakeStreamQuery", [](Resources& r) { (void)r.backend.query_stream(0, r.stream); }},
+      {"fakeStreamWaitEvent",
+       [](Resources& r) { r.backend.stream_wait_event(0, r.stream, r.event); }},
+      {"fakeEventCreate",
+       [](Resources& r) { r.backend.destroy_event(0, r.backend.create_event(0)); }},
+      {"fakeEventDestroy", [](Resources& r) { r.backend.destroy_event(0, r.event); }},
+      {"fakeEventRecord", [](Resources& r) { r.backend.record_event(0, r.event, r.stream); }},
+      {"fakeEventSynchronize", [](Resources& r) { r.backend.synchronize_event(0, r.event); }},
+      {"fakeEventQuery", [](Resources& r) { (void)r.backend.query_event(0, r.event); }},
+      {"fakeEventElapsedTime",
+       [](Resources& r) { (void)r.backend.elapsed_ms(0, r.event, r.other_event); }},
+      {"fakeMemcpyAsync",
+       [](Resources& r) {
+         r.backend.copy(0, r.device_block, r.host_block, 64, CopyKind::HostToDevice, r.stream);
+       }},
+      {"fakeMemcpy2DAsync",
+       [](Resources& r) {
+         r.backend.copy_2d(0, r.host_block, 64, r.device_block, 64, 32, 4, CopyKind::DeviceToHost,
+                           nullptr);
+       }},
+      {"fakeMemcpy3DAsync",
+       [](Resources& r) {
+         // A 2x3x4 sub-block of a 4x4x8 byte array: one 3-D copy.
+         const devmem::layout::CopyPlan plan = devmem::layout::plan_copy(
+             devmem::Shape{2, 3, 4}, devmem::Strides{32, 8, 1}, devmem::Strides{32, 8, 1}, 1);
+         r.backend.copy_strided(0, r.device_block, r.host_block, plan, CopyKind::HostToDevice,
+                                r.stream);
+       }},
+      {"fakeMemsetAsync",
+       [](Resources& r) { r.backend.memset(0, r.device_block, 7, 128, r.stream); }},
+      {"fakeLaunchHostFunc",
+       [](Resources& r) { r.backend.launch_host_function(0, r.stream, [] {}); }},
+  };
+  return calls;
 }
 
 }  // namespace
@@ -957,4 +1081,74 @@ TEST_CASE("gpu_runtime: staging errors propagate, leak nothing, and the next cop
   CHECK(f.state.live_host_allocations == 0);
   CHECK(f.state.live_events == 0);
   CHECK(f.state.pending.empty());
+
+TEST_CASE("gpu_runtime: every vendor call's failure is a BackendError naming it; nothing leaks") {
+  for (const VendorCall& call : vendor_calls()) {
+    INFO(call.function);
+    Fixture f;
+    {
+      Resources resources(f.backend);
+      // The call is reachable: without a failure it runs.
+      call.invoke(resources);
+      if (std::string_view(call.function) == "fakeFree")
+        resources.device_block = f.backend.allocate(0, 4096);
+      if (std::string_view(call.function) == "fakeHostFree") {
+        resources.host_block = f.backend.host_allocate(0, 4096, HostAllocFlags::Mapped);
+      }
+      if (std::string_view(call.function) == "fakeStreamDestroy")
+        resources.stream = f.backend.create_stream(0);
+      if (std::string_view(call.function) == "fakeEventDestroy")
+        resources.event = f.backend.create_event(0);
+      REQUIRE(f.called(call.function));
+
+      f.state.fail[call.function] = kInvalidValue;
+      try {
+        call.invoke(resources);
+        FAIL("no exception when " << call.function << " failed");
+      } catch (const devmem::BackendError& e) {
+        CHECK(e.backend() == "fake");
+        CHECK(e.function() == call.function);
+        CHECK(e.code() == kInvalidValue);
+        CHECK(e.code_name() == "fakeErrorInvalidValue");
+        const std::string prefix = std::string("fake ") + call.function +
+                                   ": fakeErrorInvalidValue (1): invalid argument; ";
+        CHECK(std::string(e.what()).rfind(prefix, 0) == 0);
+      }
+      CHECK(f.state.fail.empty());       // the failure really came from this call
+      CHECK(f.state.last_error == kOk);  // cleared, so the next call is not blamed
+    }
+    // Everything made before the failure was released, nothing half-made was left behind.
+    CHECK(f.state.live_blocks == 0);
+    CHECK(f.state.live_streams == 0);
+    CHECK(f.state.live_events == 0);
+    for (const auto& [fn, user] : f.state.host_functions) fn(user);  // runs and deletes them
+  }
+}
+
+TEST_CASE("gpu_runtime: allocation calls reporting out of memory give OutOfMemory; nothing leaks") {
+  for (const char* function : {"fakeMalloc", "fakeHostAlloc"}) {
+    INFO(function);
+    Fixture f;
+    f.state.fail[function] = kOutOfMemory;
+    const bool device = std::string_view(function) == "fakeMalloc";
+    try {
+      if (device) {
+        (void)f.backend.allocate(0, 1 << 20);
+      } else {
+        (void)f.backend.host_allocate(0, 1 << 20, HostAllocFlags::Portable);
+      }
+      FAIL("no exception");
+    } catch (const devmem::OutOfMemory& e) {
+      CHECK(e.requested_bytes() == (1 << 20));
+      const std::string message = e.what();
+      CHECK(message.rfind(std::string("fake ") + function +
+                              ": fakeErrorMemoryAllocation (2): out of memory; allocating 1.00 "
+                              "MiB (1048576 bytes) of ",
+                          0) == 0);
+      CHECK(message.find(device ? "device memory on device 0 (free 1.00 GiB of 2.00 GiB)"
+                                : "page-locked host memory on device 0") != std::string::npos);
+    }
+    CHECK(f.state.last_error == kOk);
+    CHECK(f.state.live_blocks == 0);
+  }
 }
