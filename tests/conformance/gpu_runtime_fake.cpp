@@ -845,6 +845,9 @@ std::vector<unsigned char> random_bytes(std::size_t n, unsigned seed) {
   std::vector<unsigned char> out(n);
   for (auto& b : out) b = static_cast<unsigned char>(rng());
   return out;
+}
+
+}  // namespace
 
 // ---- Every vendor call's failure path (issue 9)
 // ---------------------------------------------------
@@ -1081,6 +1084,7 @@ TEST_CASE("gpu_runtime: staging errors propagate, leak nothing, and the next cop
   CHECK(f.state.live_host_allocations == 0);
   CHECK(f.state.live_events == 0);
   CHECK(f.state.pending.empty());
+}
 
 TEST_CASE("gpu_runtime: every vendor call's failure is a BackendError naming it; nothing leaks") {
   for (const VendorCall& call : vendor_calls()) {

@@ -95,7 +95,8 @@ TEST_CASE("bad input, context: host backend controls", "[bad-input][host-only]")
   REQUIRE_THROWS_MATCHES(devmem::host::fail_nth(Call::Copy, 1, Status::Success), InvalidArgument,
                          Message("fail_nth: status must be a failure, got Success (call Copy)"));
   REQUIRE_THROWS_MATCHES(devmem::host::fail_nth(Call::Count_, 1), InvalidArgument,
-                         Message("fail_nth: invalid call kind 13"));
+                         Message("fail_nth: invalid call kind " +
+                                 std::to_string(static_cast<int>(Call::Count_))));
   REQUIRE_THROWS_MATCHES(devmem::host::device_memory_used(7), devmem::BackendError,
                          MessageStartsWith("host device_memory_used: InvalidDevice (101): device 7 "
                                            "does not exist"));

@@ -86,7 +86,7 @@ TEST_CASE("bad input, host memory: views of freed or unmapped foreign memory",
   const DeviceArray dangling = devmem::as_device_array(iface);
   REQUIRE_THROWS_MATCHES(
       dangling.copy_to_host(), BackendError,
-      Message("host copy_strided: IllegalAddress (700): source " +
+      Message("host copy: IllegalAddress (700): source " +
               pointer_text(iface.data.pointer) +
               " (32 bytes) is not inside a live device allocation or mapped host memory"));
   // Ordinary process memory imported as if it were device memory.
@@ -98,7 +98,7 @@ TEST_CASE("bad input, host memory: views of freed or unmapped foreign memory",
   const DeviceArray not_device = devmem::as_device_array(host_iface);
   REQUIRE_THROWS_MATCHES(
       not_device.fill(2.0), BackendError,
-      Message("host copy_strided: IllegalAddress (700): destination " +
+      Message("host copy: IllegalAddress (700): destination " +
               pointer_text(process_memory.data()) +
               " (32 bytes) is not inside a live device allocation or mapped host memory"));
 }
