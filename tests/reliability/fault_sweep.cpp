@@ -23,6 +23,7 @@
 
 #include <devmem/devmem.hpp>
 #include <devmem/host_backend.hpp>
+#include <devmem/kernel.hpp>
 
 #include <unistd.h>
 
@@ -240,9 +241,31 @@ struct Scenario {
   void (*run)();
 };
 
-// One entry per scenario. A kernel-launch scenario belongs here as one more function once
-// <devmem/kernel.hpp> exists (launch a kernel over a to_device array on a stream, synchronize,
-// check the result): the sweep below needs nothing else.
+DEVMEM_KERNEL void scale_in_shared_memory(devmem::ArrayView<double, 1> values, double factor) {
+  DEVMEM_SHARED_ARRAY(staging, double, 32);
+  const unsigned t = devmem::thread_idx().x;
+  const std::int64_t i = devmem::global_id();
+  staging[t] = i < values.shape(0) ? values[i] : 0.0;
+  devmem::syncthreads();
+  if (i < values.shape(0)) values[i] = staging[t] * factor;
+}
+
+/// A kernel over an uploaded array on a stream (the launch itself is an injectable call), a second
+/// launch on the default stream, then the download.
+void scenario_kernel_launch() {
+  const std::vector<double> values = iota_values(100, 1.0);
+  const devmem::Stream s = devmem::stream();
+  const devmem::DeviceArray d = devmem::to_device(values, s);
+  devmem::launch({4, 32, 0, s}, scale_in_shared_memory, d, 2.0);
+  s.synchronize();
+  devmem::launch({4, 32}, scale_in_shared_memory, d, 0.5);
+  const std::vector<double> back = d.to_vector<double>(s);
+  for (std::size_t i = 0; i < back.size(); ++i) {
+    expect(back[i] == values[i], "two kernels scaling by 2 and by 0.5");
+  }
+}
+
+// One entry per scenario.
 constexpr std::array kScenarios{
     Scenario{"to_device + copy_to_host", scenario_to_device_and_back},
     Scenario{"pinned scope", scenario_pinned_scope},
@@ -251,6 +274,7 @@ constexpr std::array kScenarios{
     Scenario{"SmartArray transfers", scenario_smart_array},
     Scenario{"streams and events", scenario_streams_and_events},
     Scenario{"deferred frees and device-side copies", scenario_deferred_frees},
+    Scenario{"kernel launch", scenario_kernel_launch},
 };
 
 // ---- The sweep ----------------------------------------------------------------------------------
