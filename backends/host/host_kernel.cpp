@@ -129,17 +129,16 @@ std::string describe(const Dim3& d) {
   return fmt::format("({}, {}, {})", d.x, d.y, d.z);
 }
 
-std::string describe(const std::source_location& where) {
-  std::string_view file = where.file_name();
+std::string describe(const SourceSite& where) {
+  std::string_view file = where.file;
   if (const auto slash = file.find_last_of('/'); slash != std::string_view::npos) {
     file.remove_prefix(slash + 1);
   }
-  return fmt::format("{}:{}", file, where.line());
+  return fmt::format("{}:{}", file, where.line);
 }
 
-bool same_site(const std::source_location& a, const std::source_location& b) {
-  return a.line() == b.line() && a.column() == b.column() &&
-         std::strcmp(a.file_name(), b.file_name()) == 0;
+bool same_site(const SourceSite& a, const SourceSite& b) {
+  return a.line == b.line && std::strcmp(a.file, b.file) == 0;
 }
 
 class BlockRunner;
@@ -231,7 +230,7 @@ class BlockRunner {
     return shared_base_;
   }
 
-  void wait_at_block_barrier(const char* name, const std::source_location& where) {
+  void wait_at_block_barrier(const char* name, const SourceSite& where) {
     SimThread& t = threads_[current_];
     t.state = State::AtBlockBarrier;
     t.barrier_name = name;
@@ -239,7 +238,7 @@ class BlockRunner {
     yield();
   }
 
-  void wait_at_warp_barrier(const std::source_location& where) {
+  void wait_at_warp_barrier(const SourceSite& where) {
     SimThread& t = threads_[current_];
     t.state = State::AtWarpBarrier;
     t.barrier_name = "wave_barrier()";
@@ -257,7 +256,7 @@ class BlockRunner {
     FiberStack stack;
     State state = State::Done;
     const char* barrier_name = "";
-    std::source_location site;
+    SourceSite site;
     void* asan_fake_stack = nullptr;
     void* tsan_fiber = nullptr;
   };
@@ -502,10 +501,11 @@ class BlockRunner {
   bool aborting_ = false;
   Status failure_status_ = Status::LaunchFailure;
   std::string failure_;
-  void* scheduler_fake_stack_ = nullptr;
-  const void* scheduler_stack_bottom_ = nullptr;
-  std::size_t scheduler_stack_size_ = 0;
-  void* scheduler_tsan_ = nullptr;
+  // Sanitizer fiber bookkeeping: used only when built with ASan or TSan.
+  [[maybe_unused]] void* scheduler_fake_stack_ = nullptr;
+  [[maybe_unused]] const void* scheduler_stack_bottom_ = nullptr;
+  [[maybe_unused]] std::size_t scheduler_stack_size_ = 0;
+  [[maybe_unused]] void* scheduler_tsan_ = nullptr;
 };
 
 BlockRunner& runner_in_thread(const char* function) {
@@ -576,11 +576,11 @@ void* dynamic_shared_storage(std::size_t alignment) {
   return runner_in_thread("devmem::dynamic_shared").dynamic_shared(alignment);
 }
 
-void block_barrier(const char* function, const std::source_location& where) {
+void block_barrier(const char* function, const SourceSite& where) {
   runner_in_thread(function).wait_at_block_barrier(function, where);
 }
 
-void warp_barrier(const std::source_location& where) {
+void warp_barrier(const SourceSite& where) {
   runner_in_thread("devmem::wave_barrier").wait_at_warp_barrier(where);
 }
 

@@ -4,7 +4,6 @@
 
 #include <cstring>
 #include <functional>
-#include <source_location>
 #include <tuple>
 
 #define DEVMEM_KERNEL
@@ -19,6 +18,18 @@ namespace detail {
 inline constexpr std::string_view kKernelBackend = "host";
 
 namespace sim {
+
+/// Where a barrier is in the kernel's source, for divergence reports. Like std::source_location,
+/// built from the compiler builtins that clang 14 with libstdc++ also has (its
+/// <source_location> is empty there); g++ 12 has no column builtin, so file and line only.
+struct SourceSite {
+  const char* file = "";
+  unsigned line = 0;
+  [[nodiscard]] static constexpr SourceSite current(const char* file_ = __builtin_FILE(),
+                                                    unsigned line_ = __builtin_LINE()) noexcept {
+    return SourceSite{file_, line_};
+  }
+};
 
 /// Coordinates of a simulated GPU thread.
 struct ThreadCoords {
@@ -38,9 +49,9 @@ struct ThreadCoords {
 /// The block's dynamic shared memory (LaunchConfig::shared_bytes bytes).
 [[nodiscard]] DEVMEM_API void* dynamic_shared_storage(std::size_t alignment);
 /// Waits until every thread of the block has arrived (at the same barrier).
-DEVMEM_API void block_barrier(const char* function, const std::source_location& where);
+DEVMEM_API void block_barrier(const char* function, const SourceSite& where);
 /// Waits until every thread of the calling thread's warp has arrived.
-DEVMEM_API void warp_barrier(const std::source_location& where);
+DEVMEM_API void warp_barrier(const SourceSite& where);
 [[nodiscard]] DEVMEM_API int warp_size() noexcept;
 /// Runs `body` once per simulated thread of the grid, enqueued on the prepared stream.
 DEVMEM_API void run_kernel(const PreparedLaunch& launch, const LaunchConfig& config,
@@ -121,18 +132,19 @@ template <class T>
 
 /// Block barrier (__syncthreads): waits for every thread of the block; shared and global writes
 /// before it are visible to the block after it.
-inline void syncthreads(const std::source_location& where = std::source_location::current()) {
+inline void syncthreads(const detail::sim::SourceSite& where = detail::sim::SourceSite::current()) {
   detail::sim::block_barrier("syncthreads()", where);
 }
 /// Block barrier with a memory fence of `scope` (ROC's barrier(CLK_*_MEM_FENCE)). The simulator's
 /// threads share one coherent memory, so every scope orders both kinds of memory.
 inline void barrier(FenceScope scope = FenceScope::Global,
-                    const std::source_location& where = std::source_location::current()) {
+                    const detail::sim::SourceSite& where = detail::sim::SourceSite::current()) {
   detail::sim::block_barrier(
       has_scope(scope, FenceScope::Global) ? "barrier(Global)" : "barrier(Local)", where);
 }
 /// Warp (wavefront) barrier: waits for the threads of the calling thread's warp.
-inline void wave_barrier(const std::source_location& where = std::source_location::current()) {
+inline void wave_barrier(
+    const detail::sim::SourceSite& where = detail::sim::SourceSite::current()) {
   detail::sim::warp_barrier(where);
 }
 
