@@ -62,6 +62,13 @@ void check_address_range(const char* operation, std::uintptr_t element0, const L
                           "wrap around the address space",
                           element0, layout::format_tuple(layout.strides), extent.bytes());
   }
+  // A first byte at address 0 would make the view's base the null pointer, which every array
+  // reads as "no memory" (found by fuzz/fuzz_dlpack: data() returned null for 48 elements).
+  if (element0 == before) {
+    detail::throw_invalid(operation,
+                          "the elements at data pointer {:#x} with strides {} start at address 0",
+                          element0, layout::format_tuple(layout.strides));
+  }
 }
 
 // A DeviceArray over memory devmem does not own: `element0` is the address of element

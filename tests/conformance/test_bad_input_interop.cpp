@@ -118,6 +118,14 @@ TEST_CASE("bad input, interop: array interfaces", "[bad-input][interop]") {
   REQUIRE_THROWS_MATCHES(devmem::as_device_array(bad), InvalidArgument,
                          Message(op + "the elements at data pointer 0x8 with strides (-8,) span 24 "
                                       "bytes that wrap around the address space"));
+  // Found by fuzz/fuzz_dlpack: the first byte exactly at address 0 (the base is the null pointer).
+  bad = interface_of(d);
+  bad.shape = {3};
+  bad.strides = {-8};
+  bad.data.pointer = reinterpret_cast<void*>(std::uintptr_t{16});
+  REQUIRE_THROWS_MATCHES(devmem::as_device_array(bad), InvalidArgument,
+                         Message(op + "the elements at data pointer 0x10 with strides (-8,) start "
+                                      "at address 0"));
   bad = interface_of(d);
   bad.strides = {std::numeric_limits<std::int64_t>::max(), 8};
   REQUIRE_THROWS_MATCHES(devmem::as_device_array(bad), InvalidArgument,
@@ -173,6 +181,14 @@ TEST_CASE("bad input, interop: DLPack tensors", "[bad-input][interop]") {
       },
       "the elements at data pointer 0xfffffffffffffff0 with strides (24, 8) span 48 bytes that "
       "wrap around the address space");
+  rejects(
+      [](DLTensor& t) {
+        static std::int64_t backwards[2] = {-3, -1};
+        t.strides = backwards;
+        t.data = reinterpret_cast<void*>(std::uintptr_t{40});
+        t.byte_offset = 0;
+      },
+      "the elements at data pointer 0x28 with strides (-24, -8) start at address 0");
   rejects([](DLTensor& t) { t.byte_offset = std::uint64_t{1} << 63; },
           "byte_offset 9223372036854775808 overflows int64");
   REQUIRE_THROWS_MATCHES(
