@@ -1,14 +1,9 @@
-// The raw baseline of the GPU runtimes, written once over a small traits struct (`Vendor`) that
-// raw_baseline_cuda.cpp and raw_baseline_roc.cpp fill with the CUDA and HIP calls. The
-// measurement is what a hand-written program would do: one stream of its own, two timing events
-// around a batch of cudaMemcpyAsync / hipMemcpyAsync calls, buffers allocated with the vendor's
-// malloc / hostAlloc. Included only by those two files.
-//
-// What `Vendor` provides: Error, Stream, Event; kSuccess; static calls returning Error: malloc,
-// free, hostAlloc(ptr, bytes, mapped), hostFree, streamCreate, streamDestroy, streamSynchronize,
-// eventCreate, eventDestroy, eventRecord, eventSynchronize, eventElapsedTime, memsetAsync,
-// memcpyAsync(dst, src, bytes, Direction, stream); errorString(Error); names kCopyCall,
-// kAllocCall, kPrefix.
+// The raw baseline of the GPU runtimes, written once over the vendor call tables the GPU backends
+// use (backends/cuda/cuda_api.hpp, backends/roc/hip_api.hpp: names only, each call returning its
+// status and its name). The measurement is what a hand-written program would do: one stream of its
+// own, two timing events around a batch of cudaMemcpyAsync / hipMemcpyAsync calls, buffers
+// allocated with the vendor's malloc / hostAlloc. Included only by raw_baseline_cuda.cpp and
+// raw_baseline_roc.cpp.
 #pragma once
 
 #include "raw_baseline.hpp"
@@ -30,11 +25,11 @@ namespace devmem::app {
 template <class Vendor>
 class VendorBaseline final : public RawBaseline {
  public:
-  using VendorError = typename Vendor::Error;
   using Stream = typename Vendor::Stream;
   using Event = typename Vendor::Event;
 
-  VendorBaseline() {
+  VendorBaseline(std::string copy_call, std::string alloc_call)
+      : copy_call_(std::move(copy_call)), alloc_call_(std::move(alloc_call)) {
     check(Vendor::streamCreate(&stream_), "creating a stream");
     check(Vendor::eventCreate(&start_), "creating an event");
     check(Vendor::eventCreate(&end_), "creating an event");
@@ -46,8 +41,8 @@ class VendorBaseline final : public RawBaseline {
     static_cast<void>(Vendor::streamDestroy(stream_));
   }
 
-  [[nodiscard]] std::string copy_call() const override { return std::string(Vendor::kCopyCall); }
-  [[nodiscard]] std::string alloc_call() const override { return std::string(Vendor::kAllocCall); }
+  [[nodiscard]] std::string copy_call() const override { return copy_call_; }
+  [[nodiscard]] std::string alloc_call() const override { return alloc_call_; }
 
   void prepare(Direction direction, HostMemory memory, std::size_t max_bytes) override {
     device_a_.ensure(max_bytes);
@@ -78,7 +73,7 @@ class VendorBaseline final : public RawBaseline {
     }
     check(Vendor::eventRecord(start_, stream_), "recording the start event");
     for (int i = 0; i < count; ++i) {
-      check(Vendor::memcpyAsync(dst, src, bytes, direction, stream_), "copying");
+      check(Vendor::memcpyAsync(dst, src, bytes, kind_of(direction), stream_), "copying");
     }
     check(Vendor::eventRecord(end_, stream_), "recording the end event");
     check(Vendor::eventSynchronize(end_), "waiting for the end event");
@@ -103,7 +98,7 @@ class VendorBaseline final : public RawBaseline {
     const void* src = host_.at(HostMemory::Pinned).get(bytes);
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < count; ++i) {
-      check(Vendor::memcpyAsync(dst, src, bytes, Direction::HostToDevice, stream_), "copying");
+      check(Vendor::memcpyAsync(dst, src, bytes, Vendor::kHostToDevice, stream_), "copying");
     }
     const auto end = std::chrono::steady_clock::now();
     check(Vendor::streamSynchronize(stream_), "synchronizing");
@@ -117,10 +112,22 @@ class VendorBaseline final : public RawBaseline {
   }
 
  private:
-  static void check(VendorError error, const char* what) {
-    if (error == Vendor::kSuccess) return;
-    throw devmem::Error(fmt::format("{} baseline: {} failed: {}", Vendor::kPrefix, what,
-                                    Vendor::errorString(error)));
+  static typename Vendor::MemcpyKind kind_of(Direction direction) {
+    switch (direction) {
+      case Direction::HostToDevice:
+        return Vendor::kHostToDevice;
+      case Direction::DeviceToHost:
+        return Vendor::kDeviceToHost;
+      case Direction::DeviceToDevice:
+        break;
+    }
+    return Vendor::kDeviceToDevice;
+  }
+
+  static void check(typename Vendor::S status, const char* what) {
+    if (status.code == Vendor::kSuccess) return;
+    throw devmem::Error(fmt::format("{} baseline: {} failed: {}: {}", Vendor::kBackend, what,
+                                    status.function, Vendor::errorString(status.code)));
   }
 
   /// Device memory from the vendor's malloc, grown on demand and written once.
@@ -138,8 +145,8 @@ class VendorBaseline final : public RawBaseline {
       check(Vendor::malloc(&p, wanted), "allocating device memory");
       data.reset(p);
       bytes = wanted;
-      check(Vendor::memsetAsync(p, 1, wanted, nullptr), "writing device memory");
-      check(Vendor::streamSynchronize(nullptr), "synchronizing");
+      check(Vendor::memsetAsync(p, 1, wanted, Vendor::defaultStream()), "writing device memory");
+      check(Vendor::streamSynchronize(Vendor::defaultStream()), "synchronizing");
     }
     [[nodiscard]] void* get(std::size_t wanted) const {
       if (bytes < wanted) throw devmem::Error("raw baseline: buffer not prepared for this size");
@@ -170,7 +177,8 @@ class VendorBaseline final : public RawBaseline {
                                            Free{false});
       } else {
         void* p = nullptr;
-        check(Vendor::hostAlloc(&p, wanted, memory == HostMemory::Mapped),
+        check(Vendor::hostAlloc(&p, wanted,
+                                memory == HostMemory::Mapped ? Vendor::kHostAllocMapped : 0u),
               "allocating page-locked host memory");
         data = std::unique_ptr<void, Free>(p, Free{true});
       }
@@ -183,6 +191,8 @@ class VendorBaseline final : public RawBaseline {
     }
   };
 
+  std::string copy_call_;
+  std::string alloc_call_;
   Stream stream_{};
   Event start_{};
   Event end_{};

@@ -3,6 +3,8 @@
 // tests tagged [host-only] use.
 #pragma once
 
+#include "../common/stderr_capture.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <devmem/devmem.hpp>
@@ -214,8 +216,6 @@ std::vector<T> device_values(const devmem::DeviceArray& d) {
 }  // namespace conformance
 
 // ---- Deallocation queue and memory managers -----------------------------------------------------
-
-#include <unistd.h>  // dup, dup2 for StderrCapture
 
 #include <atomic>
 #include <chrono>
@@ -438,44 +438,7 @@ class StreamGate {
   bool open_ = false;
 };
 
-/// Redirects the process's stderr (file descriptor 2) into a temporary file until finish().
-class StderrCapture {
- public:
-  StderrCapture() : file_(std::tmpfile()) {
-    REQUIRE(file_ != nullptr);
-    std::fflush(stderr);
-    saved_ = ::dup(2);
-    REQUIRE(saved_ >= 0);
-    REQUIRE(::dup2(::fileno(file_), 2) >= 0);
-  }
-  StderrCapture(const StderrCapture&) = delete;
-  StderrCapture& operator=(const StderrCapture&) = delete;
-  ~StderrCapture() {
-    restore();
-    if (file_ != nullptr) std::fclose(file_);
-  }
-  /// Restores stderr and returns what was written meanwhile.
-  std::string finish() {
-    restore();
-    std::string out;
-    std::rewind(file_);
-    char buffer[4096];
-    std::size_t n = 0;
-    while ((n = std::fread(buffer, 1, sizeof buffer, file_)) > 0) out.append(buffer, n);
-    return out;
-  }
-
- private:
-  void restore() noexcept {
-    if (saved_ < 0) return;
-    std::fflush(stderr);
-    (void)::dup2(saved_, 2);
-    ::close(saved_);
-    saved_ = -1;
-  }
-  std::FILE* file_;
-  int saved_ = -1;
-};
+using test_support::StderrCapture;
 
 /// How a pointer appears in devmem's messages ("0x7f..." as fmt prints a void*).
 inline std::string pointer_text(const void* p) {

@@ -21,11 +21,11 @@
 // The program prints the number of fault points swept and exits non-zero on the first scenario
 // whose sweep found a problem (every problem of that scenario is printed).
 
+#include "../common/stderr_capture.hpp"
+
 #include <devmem/devmem.hpp>
 #include <devmem/host_backend.hpp>
 #include <devmem/kernel.hpp>
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -279,46 +279,9 @@ constexpr std::array kScenarios{
 
 // ---- The sweep ----------------------------------------------------------------------------------
 
-/// Redirects stderr (descriptor 2) into a temporary file while alive: devmem reports failures it
-/// cannot throw (destructors, implicit flushes) there, and the sweep needs to see them.
-class StderrCapture {
- public:
-  StderrCapture() : file_(std::tmpfile()) {
-    if (file_ == nullptr) throw std::runtime_error("fault_sweep: tmpfile failed");
-    std::fflush(stderr);
-    saved_ = ::dup(2);
-    if (saved_ < 0 || ::dup2(::fileno(file_), 2) < 0) {
-      throw std::runtime_error("fault_sweep: redirecting stderr failed");
-    }
-  }
-  StderrCapture(const StderrCapture&) = delete;
-  StderrCapture& operator=(const StderrCapture&) = delete;
-  ~StderrCapture() {
-    restore();
-    std::fclose(file_);
-  }
-  std::string finish() {
-    restore();
-    std::string text;
-    std::rewind(file_);
-    std::array<char, 4096> buffer{};
-    std::size_t n = 0;
-    while ((n = std::fread(buffer.data(), 1, buffer.size(), file_)) > 0)
-      text.append(buffer.data(), n);
-    return text;
-  }
-
- private:
-  void restore() noexcept {
-    if (saved_ < 0) return;
-    std::fflush(stderr);
-    (void)::dup2(saved_, 2);
-    ::close(saved_);
-    saved_ = -1;
-  }
-  std::FILE* file_;
-  int saved_ = -1;
-};
+// devmem reports failures it cannot throw (destructors, implicit flushes) on stderr, and the sweep
+// needs to see them.
+using test_support::StderrCapture;
 
 /// Device memory and statistics that every run must return to.
 struct Baseline {

@@ -1338,6 +1338,29 @@ TEST_CASE("host backend: fail_nth requests and call counters", "[host_backend][f
 
 // ---- Concurrency --------------------------------------------------------------------------------
 
+namespace {
+
+/// Runs body(t) for t = 0 .. count-1, each on a thread of its own, all at once; returns how many
+/// of them threw.
+template <class Body>
+int run_on_threads(int count, const Body& body) {
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < count; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        body(t);
+      } catch (...) {
+        ++failures;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return failures.load();
+}
+
+}  // namespace
+
 TEST_CASE("host backend: concurrent allocation, copies and frees from 8 threads",
           "[host_backend][threads]") {
   Backend& b = backend();
@@ -1346,34 +1369,24 @@ TEST_CASE("host backend: concurrent allocation, copies and frees from 8 threads"
   constexpr int kThreads = 8;
   constexpr int kIterations = 100;
   std::atomic<int> mismatches{0};
-  std::atomic<int> failures{0};
-
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      try {
-        StreamHandle stream(b);
-        std::vector<std::uint8_t> back(64 * 8);
-        for (int i = 0; i < kIterations; ++i) {
-          const auto bytes = static_cast<std::size_t>(64 * (1 + (i + t) % 8));
-          void* ptr = b.allocate(0, bytes);
-          const auto value = static_cast<std::uint8_t>(t * 31 + i);
-          b.memset(0, ptr, value, bytes, stream.get());
-          b.copy(0, back.data(), ptr, bytes, CopyKind::DeviceToHost, stream.get());
-          b.synchronize_stream(0, stream.get());
-          if (!std::all_of(back.begin(), back.begin() + static_cast<std::ptrdiff_t>(bytes),
-                           [&](std::uint8_t v) { return v == value; })) {
-            ++mismatches;
-          }
-          b.deallocate(0, ptr);
-        }
-      } catch (...) {
-        ++failures;
+  const int failures = run_on_threads(kThreads, [&](int t) {
+    StreamHandle stream(b);
+    std::vector<std::uint8_t> back(64 * 8);
+    for (int i = 0; i < kIterations; ++i) {
+      const auto bytes = static_cast<std::size_t>(64 * (1 + (i + t) % 8));
+      void* ptr = b.allocate(0, bytes);
+      const auto value = static_cast<std::uint8_t>(t * 31 + i);
+      b.memset(0, ptr, value, bytes, stream.get());
+      b.copy(0, back.data(), ptr, bytes, CopyKind::DeviceToHost, stream.get());
+      b.synchronize_stream(0, stream.get());
+      if (!std::all_of(back.begin(), back.begin() + static_cast<std::ptrdiff_t>(bytes),
+                       [&](std::uint8_t v) { return v == value; })) {
+        ++mismatches;
       }
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  CHECK(failures.load() == 0);
+      b.deallocate(0, ptr);
+    }
+  });
+  CHECK(failures == 0);
   CHECK(mismatches.load() == 0);
   CHECK(host::device_memory_used(0) == used);
   CHECK(host::call_count(Call::Allocate) == kThreads * kIterations);
@@ -1392,47 +1405,37 @@ TEST_CASE(
   constexpr std::size_t kBytes = (std::size_t{9} << 20) + 4099;
   constexpr int kThreads = 3;
   std::atomic<int> mismatches{0};
-  std::atomic<int> failures{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      try {
-        StreamHandle stream(b);
-        DeviceBuffer device(b, kBytes + 64);
-        const std::size_t offset = static_cast<std::size_t>(t) * 7 + 1;  // misaligned
-        std::vector<std::uint8_t> input(kBytes);
-        for (std::size_t i = 0; i < kBytes; ++i) {
-          input[i] = static_cast<std::uint8_t>(i * 131 + static_cast<std::size_t>(t));
-        }
-        std::vector<std::uint8_t> output(kBytes + 2, 0x5a);
-        for (int round = 0; round < 2; ++round) {
-          b.copy(0, device.get() + offset, input.data(), kBytes, CopyKind::HostToDevice,
-                 stream.get());
-          b.copy(0, output.data() + 1, device.get() + offset, kBytes, CopyKind::DeviceToHost,
-                 stream.get());
-          b.synchronize_stream(0, stream.get());
-          if (!std::equal(input.begin(), input.end(), output.begin() + 1) || output[0] != 0x5a ||
-              output[kBytes + 1] != 0x5a) {
-            ++mismatches;
-          }
-          const auto value = static_cast<std::uint8_t>(0x30 + t + round);
-          b.memset(0, device.get() + offset, value, kBytes - 3, stream.get());
-          b.copy(0, output.data() + 1, device.get() + offset, kBytes, CopyKind::DeviceToHost,
-                 stream.get());
-          b.synchronize_stream(0, stream.get());
-          const bool filled = std::all_of(output.begin() + 1, output.end() - 4,
-                                          [&](std::uint8_t v) { return v == value; });
-          // The memset stopped 3 bytes short: those still hold the copied input.
-          if (!filled || !std::equal(input.end() - 3, input.end(), output.end() - 4)) {
-            ++mismatches;
-          }
-        }
-      } catch (...) {
-        ++failures;
+  const int failures = run_on_threads(kThreads, [&](int t) {
+    StreamHandle stream(b);
+    DeviceBuffer device(b, kBytes + 64);
+    const std::size_t offset = static_cast<std::size_t>(t) * 7 + 1;  // misaligned
+    std::vector<std::uint8_t> input(kBytes);
+    for (std::size_t i = 0; i < kBytes; ++i) {
+      input[i] = static_cast<std::uint8_t>(i * 131 + static_cast<std::size_t>(t));
+    }
+    std::vector<std::uint8_t> output(kBytes + 2, 0x5a);
+    for (int round = 0; round < 2; ++round) {
+      b.copy(0, device.get() + offset, input.data(), kBytes, CopyKind::HostToDevice, stream.get());
+      b.copy(0, output.data() + 1, device.get() + offset, kBytes, CopyKind::DeviceToHost,
+             stream.get());
+      b.synchronize_stream(0, stream.get());
+      if (!std::equal(input.begin(), input.end(), output.begin() + 1) || output[0] != 0x5a ||
+          output[kBytes + 1] != 0x5a) {
+        ++mismatches;
       }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
+      const auto value = static_cast<std::uint8_t>(0x30 + t + round);
+      b.memset(0, device.get() + offset, value, kBytes - 3, stream.get());
+      b.copy(0, output.data() + 1, device.get() + offset, kBytes, CopyKind::DeviceToHost,
+             stream.get());
+      b.synchronize_stream(0, stream.get());
+      const bool filled = std::all_of(output.begin() + 1, output.end() - 4,
+                                      [&](std::uint8_t v) { return v == value; });
+      // The memset stopped 3 bytes short: those still hold the copied input.
+      if (!filled || !std::equal(input.end() - 3, input.end(), output.end() - 4)) {
+        ++mismatches;
+      }
+    }
+  });
   CHECK(failures == 0);
   CHECK(mismatches == 0);
 }

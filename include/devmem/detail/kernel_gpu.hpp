@@ -1,0 +1,115 @@
+// <devmem/kernel.hpp> on a GPU compiler (nvcc or hipcc): written once, because HIP kept CUDA's
+// kernel language (__global__, __shared__, __constant__, <<<>>>, __syncthreads, __threadfence).
+// The vendor's names come from kernel_cuda.hpp or kernel_hip.hpp, which include this file after
+// defining detail::KernelRuntime (the runtime calls) and detail::wave_sync() (the warp or
+// wavefront barrier).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <tuple>
+#include <utility>
+
+#define DEVMEM_KERNEL __global__
+#define DEVMEM_DEVICE __device__
+/// Defines a constant-memory array (once, at namespace scope; prefix `static` for internal
+/// linkage). Kernels read it directly; const_array_like fills it from the host.
+#define DEVMEM_CONSTANT_ARRAY(name, T, N) __constant__ T name[N]
+
+namespace devmem {
+namespace detail {
+
+inline constexpr std::string_view kKernelBackend = KernelRuntime::kBackend;
+
+template <class... Params, class Tuple, std::size_t... I>
+void launch_triple_chevron(const LaunchConfig& config, typename KernelRuntime::Stream stream,
+                           void (*kernel)(Params...), const Tuple& arguments,
+                           std::index_sequence<I...>) {
+  const dim3 grid(config.grid.x, config.grid.y, config.grid.z);
+  const dim3 block(config.block.x, config.block.y, config.block.z);
+  kernel<<<grid, block, config.shared_bytes, stream>>>(std::get<I>(arguments)...);
+}
+
+inline void check_kernel_runtime(typename KernelRuntime::Error status, const char* call) {
+  if (status != KernelRuntime::kSuccess) {
+    throw_launch_error(KernelRuntime::kBackend, call, static_cast<int>(status),
+                       KernelRuntime::error_name(status), KernelRuntime::error_string(status));
+  }
+}
+
+template <class... Params, class Tuple>
+void launch_on_backend(const PreparedLaunch& launch, const LaunchConfig& config,
+                       void (*kernel)(Params...), Tuple&& arguments,
+                       std::vector<std::shared_ptr<const void>> keep_alive) {
+  // Clear an earlier, unrelated error so that the check below reports this launch's.
+  static_cast<void>(KernelRuntime::last_error());
+  launch_triple_chevron(config,
+                        static_cast<typename KernelRuntime::Stream>(launch.stream.native_handle()),
+                        kernel, arguments, std::index_sequence_for<Params...>{});
+  check_kernel_runtime(KernelRuntime::last_error(), KernelRuntime::kLaunchCall);
+  keep_alive_until_complete(launch.stream, std::move(keep_alive));
+}
+
+template <class T, std::size_t N>
+void copy_to_constant(T (&symbol)[N], const void* values, std::size_t bytes) {
+  const auto status =
+      KernelRuntime::copy_to_symbol(static_cast<const void*>(&symbol), values, bytes);
+  if (status != KernelRuntime::kSuccess) {
+    static_cast<void>(KernelRuntime::last_error());  // not sticky: later calls must not see it
+  }
+  check_kernel_runtime(status, KernelRuntime::kToSymbolCall);
+}
+
+}  // namespace detail
+
+[[nodiscard]] __device__ inline Dim3 thread_idx() {
+  return {threadIdx.x, threadIdx.y, threadIdx.z};
+}
+[[nodiscard]] __device__ inline Dim3 block_idx() {
+  return {blockIdx.x, blockIdx.y, blockIdx.z};
+}
+[[nodiscard]] __device__ inline Dim3 block_dim() {
+  return {blockDim.x, blockDim.y, blockDim.z};
+}
+[[nodiscard]] __device__ inline Dim3 grid_dim() {
+  return {gridDim.x, gridDim.y, gridDim.z};
+}
+[[nodiscard]] __device__ inline std::int64_t global_id(int dim = 0) {
+  const unsigned block = dim == 0 ? blockIdx.x : (dim == 1 ? blockIdx.y : blockIdx.z);
+  const unsigned size = dim == 0 ? blockDim.x : (dim == 1 ? blockDim.y : blockDim.z);
+  const unsigned thread = dim == 0 ? threadIdx.x : (dim == 1 ? threadIdx.y : threadIdx.z);
+  return static_cast<std::int64_t>(block) * size + thread;
+}
+[[nodiscard]] __device__ inline int warp_size() {
+  return warpSize;
+}
+
+template <class T, std::size_t... N, class Tag = detail::SharedArrayDefaultTag>
+[[nodiscard]] __device__ SharedArray<T, N...> shared_array(Tag = {}) {
+  // One __shared__ variable per instantiation (type, shape, tag), per block.
+  __shared__ T storage[(N * ...)];
+  return SharedArray<T, N...>(storage);
+}
+template <class T>
+[[nodiscard]] __device__ T* dynamic_shared() {
+  // One untyped declaration: extern __shared__ arrays of different types would conflict.
+  extern __shared__ __attribute__((aligned(16))) unsigned char devmem_dynamic_shared_memory[];
+  return reinterpret_cast<T*>(devmem_dynamic_shared_memory);
+}
+
+__device__ inline void syncthreads() {
+  __syncthreads();
+}
+__device__ inline void barrier(FenceScope scope = FenceScope::Global) {
+  if (has_scope(scope, FenceScope::Global)) {
+    __threadfence();
+  } else {
+    __threadfence_block();
+  }
+  __syncthreads();
+}
+__device__ inline void wave_barrier() {
+  detail::wave_sync();
+}
+
+}  // namespace devmem
