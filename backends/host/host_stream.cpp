@@ -24,9 +24,20 @@ HostStream::~HostStream() {
   shutdown();
 }
 
+std::unique_lock<std::mutex> HostStream::lock_spinning() {
+  constexpr int kSpins = 256;
+  for (int i = 0; i < kSpins; ++i) {
+    if (mutex_.try_lock()) return std::unique_lock<std::mutex>(mutex_, std::adopt_lock);
+#if defined(__SSE2__)
+    _mm_pause();
+#endif
+  }
+  return std::unique_lock<std::mutex>(mutex_);
+}
+
 void HostStream::enqueue(Operation op) {
   {
-    const std::lock_guard lock(mutex_);
+    const std::unique_lock lock = lock_spinning();
     queue_.push_back(std::move(op));
     queued_.store(queue_.size(), std::memory_order_release);
   }
@@ -81,30 +92,35 @@ bool HostStream::spin_for_work() const noexcept {
 
 void HostStream::run() {
   t_running_stream = this;
-  std::unique_lock lock(mutex_);
+  std::unique_lock lock = lock_spinning();
   for (;;) {
     if (queue_.empty() && !stopping_) {
       lock.unlock();
       static_cast<void>(spin_for_work());
-      lock.lock();
+      lock = lock_spinning();
     }
     work_available_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and everything enqueued has run
-    Operation op = std::move(queue_.front());
-    queue_.pop_front();
-    queued_.store(queue_.size(), std::memory_order_relaxed);
+    // Take everything queued at once: the enqueuing thread and the worker then meet at the mutex
+    // once per batch instead of once per operation.
+    batch_.swap(queue_);
+    queued_.store(0, std::memory_order_relaxed);
     running_ = true;
     lock.unlock();
     std::exception_ptr failure;
-    try {
-      op();
-    } catch (...) {
-      failure = std::current_exception();
+    for (Operation& op : batch_) {
+      try {
+        op();
+      } catch (...) {
+        if (!failure) failure = std::current_exception();
+      }
+      // Destroy each operation before the next runs and before idle is reported: its captures
+      // (keep-alive references, event records) must be released by the time a waiter sees the
+      // work as complete.
+      op = nullptr;
     }
-    // Destroy the operation before reporting idle: its captures (keep-alive references, event
-    // records) must be released by the time a waiter sees the work as complete.
-    op = nullptr;
-    lock.lock();
+    batch_.clear();
+    lock = lock_spinning();
     running_ = false;
     if (failure && !error_) error_ = std::move(failure);
     if (queue_.empty()) became_idle_.notify_all();

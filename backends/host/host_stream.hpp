@@ -5,17 +5,63 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <deque>
+#include <cstddef>
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <new>
 #include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace devmem::host {
 
+/// One queued operation: a callable run once by a stream's worker. Small trivially copyable
+/// callables (a plain copy's pointers and size, an event record's pointer) are stored inline,
+/// everything else in a std::function. Inline storage matters because an operation is built on
+/// the enqueuing thread and destroyed on the worker: memory allocated on one thread and freed on
+/// another takes glibc's malloc through its locked arena path on every operation.
+class StreamOperation {
+ public:
+  StreamOperation() = default;
+  StreamOperation(std::nullptr_t) noexcept {}  // NOLINT: like std::function's
+  template <class F>
+  requires(std::is_invocable_r_v<void, std::decay_t<F>&> &&
+           !std::is_same_v<std::decay_t<F>, StreamOperation>)
+      StreamOperation(F&& f) {  // NOLINT: implicit, like std::function's
+    using Fn = std::decay_t<F>;
+    if constexpr (std::is_trivially_copyable_v<Fn> && sizeof(Fn) <= kInlineBytes &&
+                  alignof(Fn) <= alignof(std::max_align_t)) {
+      ::new (static_cast<void*>(inline_)) Fn(std::forward<F>(f));
+      run_inline_ = [](void* callable) { (*static_cast<Fn*>(callable))(); };
+    } else {
+      general_ = std::function<void()>(std::forward<F>(f));
+    }
+  }
+
+  void operator()() {
+    if (run_inline_ != nullptr) {
+      run_inline_(inline_);
+    } else {
+      general_();
+    }
+  }
+  [[nodiscard]] explicit operator bool() const noexcept {
+    return run_inline_ != nullptr || static_cast<bool>(general_);
+  }
+
+ private:
+  static constexpr std::size_t kInlineBytes = 32;
+  // Trivially copyable contents: the implicit copy and move of the bytes are correct.
+  alignas(std::max_align_t) std::byte inline_[kInlineBytes]{};
+  void (*run_inline_)(void*) = nullptr;
+  std::function<void()> general_;
+};
+
 class HostStream {
  public:
-  using Operation = std::function<void()>;
+  using Operation = StreamOperation;
 
   /// Starts the worker thread (std::system_error when the thread cannot be created).
   explicit HostStream(int device);
@@ -43,6 +89,10 @@ class HostStream {
 
  private:
   void run();
+  /// Locks mutex_, spinning briefly before blocking: the critical sections are a few
+  /// instructions, while a contended std::mutex sleeps in the kernel at once (a futex wait and
+  /// wake, tens of microseconds on a virtual machine).
+  [[nodiscard]] std::unique_lock<std::mutex> lock_spinning();
   /// Spins for a few microseconds until something is queued: a host thread that enqueues a run of
   /// small operations then never has to wake a sleeping worker (a futex wake and a context switch,
   /// several microseconds), like the spin-wait of a GPU runtime. True when work arrived.
@@ -53,9 +103,13 @@ class HostStream {
   std::mutex mutex_;
   std::condition_variable work_available_;  // the worker waits here for work or shutdown
   std::condition_variable became_idle_;     // wait_idle() waits here
-  std::deque<Operation> queue_;
+  // Vectors swapped between the two threads keep their capacity: after warm-up, queueing
+  // allocates nothing (memory freed on another thread than the one that allocated it is what
+  // glibc's malloc handles worst).
+  std::vector<Operation> queue_;
+  std::vector<Operation> batch_;        // owned by the worker: what it took off queue_ in one go
   std::atomic<std::size_t> queued_{0};  // queue_.size(), readable without the mutex (spinning)
-  bool running_ = false;                // the worker is executing an operation taken off the queue
+  bool running_ = false;                // the worker is executing operations taken off the queue
   bool stopping_ = false;               // shutdown() was called: exit once the queue is empty
   std::exception_ptr error_;
   std::thread worker_;  // declared last: it starts after the state it uses is constructed
