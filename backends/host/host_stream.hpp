@@ -96,7 +96,8 @@ class HostStream {
   /// Spins for a few microseconds until something is queued: a host thread that enqueues a run of
   /// small operations then never has to wake a sleeping worker (a futex wake and a context switch,
   /// several microseconds), like the spin-wait of a GPU runtime. True when work arrived.
-  [[nodiscard]] bool spin_for_work() const noexcept;
+  /// With `until_waited_for`, also gives up (false) as soon as a thread waits for the stream.
+  [[nodiscard]] bool spin_for_work(bool until_waited_for) const noexcept;
   [[nodiscard]] bool idle_locked() const noexcept { return queue_.empty() && !running_; }
 
   const int device_;
@@ -109,6 +110,7 @@ class HostStream {
   std::vector<Operation> queue_;
   std::vector<Operation> batch_;        // owned by the worker: what it took off queue_ in one go
   std::atomic<std::size_t> queued_{0};  // queue_.size(), readable without the mutex (spinning)
+  std::atomic<int> waiters_{0};         // threads in wait_idle() or idle(): report idle at once
   bool running_ = false;                // the worker is executing operations taken off the queue
   bool stopping_ = false;               // shutdown() was called: exit once the queue is empty
   std::exception_ptr error_;
