@@ -18,10 +18,10 @@
 namespace devmem::host {
 
 /// One queued operation: a callable run once by a stream's worker. Small trivially copyable
-/// callables (a plain copy's pointers and size, an event record's pointer) are stored inline,
-/// everything else in a std::function. Inline storage matters because an operation is built on
-/// the enqueuing thread and destroyed on the worker: memory allocated on one thread and freed on
-/// another takes glibc's malloc through its locked arena path on every operation.
+/// callables (a plain copy's or memset's pointers and size) are stored inline, everything else in
+/// a std::function. Inline storage matters because an operation is built on the enqueuing thread
+/// and destroyed on the worker: memory allocated on one thread and freed on another takes glibc's
+/// malloc through its locked arena path on every operation.
 class StreamOperation {
  public:
   StreamOperation() = default;
