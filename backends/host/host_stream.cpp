@@ -16,6 +16,21 @@ namespace {
 // own operations could never return.
 thread_local const HostStream* t_running_stream = nullptr;
 
+/// Counts the calling thread as waiting for the stream while alive: a worker that is spinning for
+/// more work before it reports idle reports it at once instead.
+class WaiterMark {
+ public:
+  explicit WaiterMark(std::atomic<int>& waiters) noexcept : waiters_(waiters) {
+    waiters_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  ~WaiterMark() { waiters_.fetch_sub(1, std::memory_order_acq_rel); }
+  WaiterMark(const WaiterMark&) = delete;
+  WaiterMark& operator=(const WaiterMark&) = delete;
+
+ private:
+  std::atomic<int>& waiters_;
+};
+
 }  // namespace
 
 HostStream::HostStream(int device) : device_(device), worker_([this] { run(); }) {}
@@ -50,24 +65,15 @@ void HostStream::wait_idle() {
         "host backend: an operation of a stream waited for that same stream (a host function "
         "called the backend, which host functions must not do)");
   }
-  // Tells a worker that is waiting for more work before reporting idle to report it now.
-  waiters_.fetch_add(1, std::memory_order_acq_rel);
-  {
-    std::unique_lock lock(mutex_);
-    became_idle_.wait(lock, [this] { return idle_locked(); });
-  }
-  waiters_.fetch_sub(1, std::memory_order_acq_rel);
+  const WaiterMark waiting(waiters_);
+  std::unique_lock lock(mutex_);
+  became_idle_.wait(lock, [this] { return idle_locked(); });
 }
 
 bool HostStream::idle() {
-  waiters_.fetch_add(1, std::memory_order_acq_rel);
-  bool result = false;
-  {
-    const std::lock_guard lock(mutex_);
-    result = idle_locked();
-  }
-  waiters_.fetch_sub(1, std::memory_order_acq_rel);
-  return result;
+  const WaiterMark waiting(waiters_);
+  const std::lock_guard lock(mutex_);
+  return idle_locked();
 }
 
 std::exception_ptr HostStream::take_error() {
