@@ -69,10 +69,17 @@ struct HipApi {
     return {hipMemGetInfo(free_bytes, total_bytes), "hipMemGetInfo"};
   }
   /// gcnArchName without its target features: "gfx90a:sramecc+:xnack-" -> "gfx90a".
-  static std::string architecture(const DeviceProp& prop) {
-    const std::string_view full(prop.gcnArchName,
-                                strnlen(prop.gcnArchName, sizeof prop.gcnArchName));
-    return std::string(full.substr(0, full.find(':')));
+  /// (A template, so that the branch for a runtime without gcnArchName is discarded.)
+  template <class Prop = DeviceProp>
+  static std::string architecture(const Prop& prop) {
+    if constexpr (requires { prop.gcnArchName; }) {
+      const std::string_view full(prop.gcnArchName,
+                                  strnlen(prop.gcnArchName, sizeof prop.gcnArchName));
+      return std::string(full.substr(0, full.find(':')));
+    } else {
+      // HIP-CPU (preset roc-hipcpu) has no gcnArchName: its device is the host processor.
+      return "cpu";
+    }
   }
   /// hipDeviceProp_t has no unifiedAddressing field and hipDeviceAttributeUnifiedAddressing is
   /// "CUDA only" in HIP 5.2: on ROCm every GPU agent shares HSA's flat 64-bit address space with

@@ -15,7 +15,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#if defined(__CUDACC__) || defined(__HIPCC__)
+// Not under HIP-CPU (__HIP_CPU_RT__), where device code is host code and __device__ is GCC's simd
+// attribute.
+#if (defined(__CUDACC__) || defined(__HIPCC__)) && !defined(__HIP_CPU_RT__)
 #define DEVMEM_HOST_DEVICE __host__ __device__
 #else
 #define DEVMEM_HOST_DEVICE

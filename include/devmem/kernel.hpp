@@ -235,9 +235,11 @@ auto convert_kernel_arguments(const PreparedLaunch& launch, std::index_sequence<
 }  // namespace detail
 }  // namespace devmem
 
-#if defined(__CUDACC__)
+// DEVMEM_HIPCPU_CUDA / DEVMEM_HIPCPU_ROC: set by the cuda-hipcpu / roc-hipcpu presets for kernel
+// sources that the host compiler builds against HIP-CPU (backends/hipcpu/).
+#if defined(__CUDACC__) || defined(DEVMEM_HIPCPU_CUDA)
 #include <devmem/detail/kernel_cuda.hpp>
-#elif defined(__HIPCC__)
+#elif defined(__HIPCC__) || defined(DEVMEM_HIPCPU_ROC)
 #include <devmem/detail/kernel_hip.hpp>
 #else
 #include <devmem/detail/kernel_host.hpp>

@@ -26,9 +26,15 @@ struct KernelRuntime {
   }
 };
 
+#if defined(__HIP_CPU_RT__)
+inline void wave_sync() {
+  __syncwarp();  // the cuda-hipcpu binding's: a block barrier
+}
+#else
 __device__ inline void wave_sync() {
   __syncwarp();
 }
+#endif
 
 }  // namespace devmem::detail
 

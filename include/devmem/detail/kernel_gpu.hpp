@@ -10,8 +10,19 @@
 #include <tuple>
 #include <utility>
 
+#if defined(__HIP_CPU_RT__)
+// HIP-CPU (presets cuda-hipcpu, roc-hipcpu): kernels and device functions are host functions run
+// on fibers. HIP-CPU's __global__ and __device__ expand to GCC's `simd` attribute (vector clones
+// of the function), which does not fit them (class-type parameters, fiber switches) and which g++
+// warns about, so they are left unmarked.
+#define DEVMEM_KERNEL
+#define DEVMEM_DEVICE
+#define DEVMEM_DETAIL_DEVICE
+#else
 #define DEVMEM_KERNEL __global__
 #define DEVMEM_DEVICE __device__
+#define DEVMEM_DETAIL_DEVICE __device__
+#endif
 /// Defines a constant-memory array (once, at namespace scope; prefix `static` for internal
 /// linkage). Kernels read it directly; const_array_like fills it from the host.
 #define DEVMEM_CONSTANT_ARRAY(name, T, N) __constant__ T name[N]
@@ -27,7 +38,12 @@ void launch_triple_chevron(const LaunchConfig& config, typename KernelRuntime::S
                            std::index_sequence<I...>) {
   const dim3 grid(config.grid.x, config.grid.y, config.grid.z);
   const dim3 block(config.block.x, config.block.y, config.block.z);
+#if defined(__HIP_CPU_RT__)
+  // g++ does not parse <<<>>>; HIP-CPU's launch macro enqueues the grid on the stream.
+  hipLaunchKernelGGL(kernel, grid, block, config.shared_bytes, stream, std::get<I>(arguments)...);
+#else
   kernel<<<grid, block, config.shared_bytes, stream>>>(std::get<I>(arguments)...);
+#endif
 }
 
 inline void check_kernel_runtime(typename KernelRuntime::Error status, const char* call) {
@@ -62,45 +78,56 @@ void copy_to_constant(T (&symbol)[N], const void* values, std::size_t bytes) {
 
 }  // namespace detail
 
-[[nodiscard]] __device__ inline Dim3 thread_idx() {
+[[nodiscard]] DEVMEM_DETAIL_DEVICE inline Dim3 thread_idx() {
   return {threadIdx.x, threadIdx.y, threadIdx.z};
 }
-[[nodiscard]] __device__ inline Dim3 block_idx() {
+[[nodiscard]] DEVMEM_DETAIL_DEVICE inline Dim3 block_idx() {
   return {blockIdx.x, blockIdx.y, blockIdx.z};
 }
-[[nodiscard]] __device__ inline Dim3 block_dim() {
+[[nodiscard]] DEVMEM_DETAIL_DEVICE inline Dim3 block_dim() {
   return {blockDim.x, blockDim.y, blockDim.z};
 }
-[[nodiscard]] __device__ inline Dim3 grid_dim() {
+[[nodiscard]] DEVMEM_DETAIL_DEVICE inline Dim3 grid_dim() {
   return {gridDim.x, gridDim.y, gridDim.z};
 }
-[[nodiscard]] __device__ inline std::int64_t global_id(int dim = 0) {
+[[nodiscard]] DEVMEM_DETAIL_DEVICE inline std::int64_t global_id(int dim = 0) {
   const unsigned block = dim == 0 ? blockIdx.x : (dim == 1 ? blockIdx.y : blockIdx.z);
   const unsigned size = dim == 0 ? blockDim.x : (dim == 1 ? blockDim.y : blockDim.z);
   const unsigned thread = dim == 0 ? threadIdx.x : (dim == 1 ? threadIdx.y : threadIdx.z);
   return static_cast<std::int64_t>(block) * size + thread;
 }
-[[nodiscard]] __device__ inline int warp_size() {
+[[nodiscard]] DEVMEM_DETAIL_DEVICE inline int warp_size() {
   return warpSize;
 }
 
 template <class T, std::size_t... N, class Tag = detail::SharedArrayDefaultTag>
-[[nodiscard]] __device__ SharedArray<T, N...> shared_array(Tag = {}) {
+[[nodiscard]] DEVMEM_DETAIL_DEVICE SharedArray<T, N...> shared_array(Tag = {}) {
   // One __shared__ variable per instantiation (type, shape, tag), per block.
   __shared__ T storage[(N * ...)];
   return SharedArray<T, N...>(storage);
 }
-template <class T>
-[[nodiscard]] __device__ T* dynamic_shared() {
-  // One untyped declaration: extern __shared__ arrays of different types would conflict.
+namespace detail {
+/// The block's dynamic shared memory, one untyped declaration for every element type (extern
+/// __shared__ arrays of different types would conflict).
+[[nodiscard]] DEVMEM_DETAIL_DEVICE inline unsigned char* dynamic_shared_bytes() {
+#if defined(__HIP_CPU_RT__)
+  HIP_DYNAMIC_SHARED(unsigned char, devmem_dynamic_shared_memory)  // HIP-CPU's scheme
+#else
   extern __shared__ __attribute__((aligned(16))) unsigned char devmem_dynamic_shared_memory[];
-  return reinterpret_cast<T*>(devmem_dynamic_shared_memory);
+#endif
+  return devmem_dynamic_shared_memory;
+}
+}  // namespace detail
+
+template <class T>
+[[nodiscard]] DEVMEM_DETAIL_DEVICE T* dynamic_shared() {
+  return reinterpret_cast<T*>(detail::dynamic_shared_bytes());
 }
 
-__device__ inline void syncthreads() {
+DEVMEM_DETAIL_DEVICE inline void syncthreads() {
   __syncthreads();
 }
-__device__ inline void barrier(FenceScope scope = FenceScope::Global) {
+DEVMEM_DETAIL_DEVICE inline void barrier(FenceScope scope = FenceScope::Global) {
   if (has_scope(scope, FenceScope::Global)) {
     __threadfence();
   } else {
@@ -108,7 +135,7 @@ __device__ inline void barrier(FenceScope scope = FenceScope::Global) {
   }
   __syncthreads();
 }
-__device__ inline void wave_barrier() {
+DEVMEM_DETAIL_DEVICE inline void wave_barrier() {
   detail::wave_sync();
 }
 

@@ -26,9 +26,17 @@ struct KernelRuntime {
   }
 };
 
+#if defined(__HIP_CPU_RT__)
+/// HIP-CPU has no wavefront barrier: the block barrier (every thread of the block, hence of the
+/// wavefront, arrives; wave_barrier's contract is that the whole wavefront calls it).
+inline void wave_sync() {
+  __syncthreads();
+}
+#else
 __device__ inline void wave_sync() {
   __builtin_amdgcn_wave_barrier();
 }
+#endif
 
 }  // namespace devmem::detail
 

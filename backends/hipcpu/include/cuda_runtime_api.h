@@ -1,0 +1,249 @@
+// <cuda_runtime_api.h> for the cuda-hipcpu preset: each CUDA runtime name that devmem's CUDA call
+// table (backends/cuda/cuda_api.hpp), the raw bench baseline and the CUDA kernel layer use, bound
+// to the HIP call of the same meaning, run by HIP-CPU (with devmem_hipcpu/hip_compat.hpp). So the
+// CUDA table's arguments, units, flags and stream handles run against a runtime devmem did not
+// write. HIP mirrors the CUDA runtime, so most names map one to one; where CUDA's contract differs
+// from HIP's, the binding adapts it and says so:
+// - cudaPointerGetAttributes reports ordinary pageable memory as cudaMemoryTypeUnregistered
+//   without an error (CUDA 11+), where HIP 5.2 fails with hipErrorInvalidValue;
+// - cudaDeviceProp has CUDA's fields that hipDeviceProp_t lacks (unifiedAddressing,
+//   sharedMemPerBlockOptin), filled with what HIP-CPU's platform has: one address space, no
+//   opt-in beyond the default shared-memory limit;
+// - cudaStreamLegacy is HIP's null stream, which is the legacy blocking stream.
+// Status values are HIP's (most equal CUDA's); the names the runtime reports are HIP's.
+// Not used by any production build.
+#pragma once
+
+#include <hip/hip_runtime_api.h>
+
+#include <cstddef>
+#include <cstring>
+
+using cudaError_t = hipError_t;
+using cudaStream_t = hipStream_t;
+using cudaEvent_t = hipEvent_t;
+using cudaMemcpyKind = hipMemcpyKind;
+using cudaMemcpy3DParms = hipMemcpy3DParms;
+using cudaPitchedPtr = hipPitchedPtr;
+using cudaExtent = hipExtent;
+using cudaPos = hipPos;
+using cudaHostFn_t = hipHostFn_t;
+using cudaFuncAttribute = hipFuncAttribute;
+
+inline constexpr cudaError_t cudaSuccess = hipSuccess;
+inline constexpr cudaError_t cudaErrorInvalidValue = hipErrorInvalidValue;
+inline constexpr cudaError_t cudaErrorMemoryAllocation = hipErrorOutOfMemory;
+inline constexpr cudaError_t cudaErrorCudartUnloading = hipErrorDeinitialized;
+inline constexpr cudaError_t cudaErrorInvalidPitchValue = hipErrorInvalidPitchValue;
+inline constexpr cudaError_t cudaErrorInvalidResourceHandle = hipErrorInvalidHandle;
+inline constexpr cudaError_t cudaErrorNotReady = hipErrorNotReady;
+inline constexpr cudaError_t cudaErrorHostMemoryAlreadyRegistered =
+    hipErrorHostMemoryAlreadyRegistered;
+inline constexpr cudaError_t cudaErrorHostMemoryNotRegistered = hipErrorHostMemoryNotRegistered;
+
+inline constexpr cudaMemcpyKind cudaMemcpyHostToHost = hipMemcpyHostToHost;
+inline constexpr cudaMemcpyKind cudaMemcpyHostToDevice = hipMemcpyHostToDevice;
+inline constexpr cudaMemcpyKind cudaMemcpyDeviceToHost = hipMemcpyDeviceToHost;
+inline constexpr cudaMemcpyKind cudaMemcpyDeviceToDevice = hipMemcpyDeviceToDevice;
+inline constexpr cudaMemcpyKind cudaMemcpyDefault = hipMemcpyDefault;
+
+inline constexpr unsigned cudaHostAllocDefault = hipHostMallocDefault;
+inline constexpr unsigned cudaHostAllocPortable = hipHostMallocPortable;
+inline constexpr unsigned cudaHostAllocMapped = hipHostMallocMapped;
+inline constexpr unsigned cudaHostAllocWriteCombined = hipHostMallocWriteCombined;
+inline constexpr unsigned cudaHostRegisterDefault = hipHostRegisterDefault;
+inline constexpr unsigned cudaHostRegisterPortable = hipHostRegisterPortable;
+inline constexpr unsigned cudaHostRegisterMapped = hipHostRegisterMapped;
+
+inline constexpr cudaFuncAttribute cudaFuncAttributeMaxDynamicSharedMemorySize =
+    hipFuncAttributeMaxDynamicSharedMemorySize;
+
+inline const cudaStream_t cudaStreamLegacy = nullptr;
+
+enum cudaMemoryType {
+  cudaMemoryTypeUnregistered = 0,
+  cudaMemoryTypeHost = 1,
+  cudaMemoryTypeDevice = 2,
+  cudaMemoryTypeManaged = 3,
+};
+
+struct cudaPointerAttributes {
+  cudaMemoryType type;
+  int device;
+  void* devicePointer;
+  void* hostPointer;
+};
+
+/// The cudaDeviceProp fields devmem reads, with CUDA's names and types.
+struct cudaDeviceProp {
+  char name[256];
+  std::size_t totalGlobalMem;
+  std::size_t sharedMemPerBlock;
+  std::size_t sharedMemPerBlockOptin;
+  int warpSize;
+  int maxThreadsPerBlock;
+  int maxThreadsDim[3];
+  int maxGridSize[3];
+  int major;
+  int minor;
+  int multiProcessorCount;
+  int canMapHostMemory;
+  int unifiedAddressing;
+};
+
+// ---- Devices ----
+inline cudaError_t cudaGetDeviceCount(int* count) {
+  return hipGetDeviceCount(count);
+}
+inline cudaError_t cudaGetDevice(int* device) {
+  return hipGetDevice(device);
+}
+inline cudaError_t cudaSetDevice(int device) {
+  return hipSetDevice(device);
+}
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (prop == nullptr) return hipErrorInvalidValue;
+  hipDeviceProp_t hip{};
+  const hipError_t status = hipGetDeviceProperties(&hip, device);
+  if (status != hipSuccess) return status;
+  *prop = cudaDeviceProp{};
+  std::memcpy(prop->name, hip.name, sizeof prop->name);
+  prop->totalGlobalMem = hip.totalGlobalMem;
+  prop->sharedMemPerBlock = hip.sharedMemPerBlock;
+  prop->sharedMemPerBlockOptin = hip.sharedMemPerBlock;
+  prop->warpSize = hip.warpSize;
+  prop->maxThreadsPerBlock = hip.maxThreadsPerBlock;
+  for (int d = 0; d < 3; ++d) {
+    prop->maxThreadsDim[d] = hip.maxThreadsDim[d];
+    prop->maxGridSize[d] = hip.maxGridSize[d];
+  }
+  prop->major = hip.major;
+  prop->minor = hip.minor;
+  prop->multiProcessorCount = hip.multiProcessorCount;
+  prop->canMapHostMemory = hip.canMapHostMemory;
+  prop->unifiedAddressing = 1;  // host and "device" share the process's address space
+  return hipSuccess;
+}
+inline cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
+  return hipMemGetInfo(free_bytes, total_bytes);
+}
+inline cudaError_t cudaFuncSetAttribute(const void* function, cudaFuncAttribute attribute,
+                                        int value) {
+  return hipFuncSetAttribute(function, attribute, value);
+}
+
+// ---- Memory ----
+inline cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
+  return hipMalloc(ptr, bytes);
+}
+inline cudaError_t cudaFree(void* ptr) {
+  return hipFree(ptr);
+}
+inline cudaError_t cudaHostAlloc(void** ptr, std::size_t bytes, unsigned flags) {
+  return hipHostMalloc(ptr, bytes, flags);
+}
+inline cudaError_t cudaFreeHost(void* ptr) {
+  return hipHostFree(ptr);
+}
+inline cudaError_t cudaHostRegister(void* ptr, std::size_t bytes, unsigned flags) {
+  return hipHostRegister(ptr, bytes, flags);
+}
+inline cudaError_t cudaHostUnregister(void* ptr) {
+  return hipHostUnregister(ptr);
+}
+inline cudaError_t cudaHostGetDevicePointer(void** device_ptr, void* host_ptr, unsigned flags) {
+  return hipHostGetDevicePointer(device_ptr, host_ptr, flags);
+}
+inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr) {
+  if (attributes == nullptr) return hipErrorInvalidValue;
+  *attributes = cudaPointerAttributes{};
+  hipPointerAttribute_t hip{};
+  const hipError_t status = hipPointerGetAttributes(&hip, ptr);
+  if (status == hipErrorInvalidValue && ptr != nullptr) {
+    static_cast<void>(hipGetLastError());  // CUDA reports no error for pageable memory
+    attributes->type = cudaMemoryTypeUnregistered;
+    attributes->device = -2;  // CUDA's value for unregistered memory
+    attributes->hostPointer = const_cast<void*>(ptr);
+    return cudaSuccess;
+  }
+  if (status != hipSuccess) return status;
+  attributes->type =
+      hip.memoryType == hipMemoryTypeDevice ? cudaMemoryTypeDevice : cudaMemoryTypeHost;
+  attributes->device = hip.device;
+  attributes->devicePointer = hip.devicePointer;
+  attributes->hostPointer = hip.hostPointer;
+  return cudaSuccess;
+}
+
+// ---- Streams and events ----
+inline cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+  return hipStreamCreate(stream);
+}
+inline cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  return hipStreamDestroy(stream);
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  return hipStreamSynchronize(stream);
+}
+inline cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  return hipStreamQuery(stream);
+}
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags) {
+  return hipStreamWaitEvent(stream, event, flags);
+}
+inline cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  return hipEventCreate(event);
+}
+inline cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  return hipEventDestroy(event);
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr) {
+  return hipEventRecord(event, stream);
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return hipEventSynchronize(event);
+}
+inline cudaError_t cudaEventQuery(cudaEvent_t event) {
+  return hipEventQuery(event);
+}
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  return hipEventElapsedTime(ms, start, end);
+}
+inline cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t function, void* user) {
+  return hipLaunchHostFunc(stream, function, user);
+}
+
+// ---- Copies ----
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes,
+                                   cudaMemcpyKind kind, cudaStream_t stream = nullptr) {
+  return hipMemcpyAsync(dst, src, bytes, kind, stream);
+}
+inline cudaError_t cudaMemcpy2DAsync(void* dst, std::size_t dst_pitch, const void* src,
+                                     std::size_t src_pitch, std::size_t width, std::size_t height,
+                                     cudaMemcpyKind kind, cudaStream_t stream = nullptr) {
+  return hipMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, kind, stream);
+}
+inline cudaError_t cudaMemcpy3DAsync(const cudaMemcpy3DParms* params,
+                                     cudaStream_t stream = nullptr) {
+  return hipMemcpy3DAsync(params, stream);
+}
+inline cudaError_t cudaMemsetAsync(void* dst, int value, std::size_t bytes,
+                                   cudaStream_t stream = nullptr) {
+  return hipMemsetAsync(dst, value, bytes, stream);
+}
+inline cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, std::size_t bytes,
+                                      std::size_t offset = 0,
+                                      cudaMemcpyKind kind = cudaMemcpyHostToDevice) {
+  return hipMemcpyToSymbol(symbol, src, bytes, offset, kind);
+}
+
+// ---- Errors ----
+inline cudaError_t cudaGetLastError() {
+  return hipGetLastError();
+}
+inline const char* cudaGetErrorName(cudaError_t status) {
+  return hipGetErrorName(status);
+}
+inline const char* cudaGetErrorString(cudaError_t status) {
+  return hipGetErrorString(status);
+}
