@@ -3,6 +3,8 @@
 #   scripts/install-deps.sh          host backend (default build and tests)
 #   scripts/install-deps.sh --roc    also the HIP/HSA toolchain for the `roc` preset
 #   scripts/install-deps.sh --fuzz   also clang and libFuzzer (compiler-rt) for the `fuzz` preset
+#   scripts/install-deps.sh --hipcpu also TBB for the `roc-hipcpu` and `cuda-hipcpu` presets (HIP-CPU
+#                                    itself is used in place: ../shared/third_party/hip-cpu)
 set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config catch2 libfmt-dev libdlpack-dev)
@@ -10,7 +12,8 @@ for arg in "$@"; do
   case "$arg" in
     --roc) packages+=(hipcc libamdhip64-dev libhsa-runtime-dev rocm-device-libs) ;;
     --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;
-    *) echo "install-deps.sh: unknown option '$arg' (known: --roc, --fuzz)" >&2; exit 2 ;;
+    --hipcpu) packages+=(libtbb-dev) ;;
+    *) echo "install-deps.sh: unknown option '$arg' (known: --roc, --fuzz, --hipcpu)" >&2; exit 2 ;;
   esac
 done
 
