@@ -112,8 +112,7 @@ TEST_CASE("hip_compat: pageable copies complete before the call returns") {
   REQUIRE(hipMalloc(&device, 4 * sizeof(int)) == hipSuccess);
   {
     std::vector<int> source{1, 2, 3, 4};
-    REQUIRE(hipMemcpyAsync(device, source.data(), 16, hipMemcpyHostToDevice, stream) ==
-            hipSuccess);
+    REQUIRE(hipMemcpyAsync(device, source.data(), 16, hipMemcpyHostToDevice, stream) == hipSuccess);
     source.assign(4, -1);  // the caller may reuse pageable memory at once
   }
   std::vector<int> out(4, 0);

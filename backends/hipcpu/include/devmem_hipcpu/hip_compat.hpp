@@ -51,14 +51,19 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <vector>
 #include <utility>
+#include <vector>
 
 // Defined in ROCm's enum, absent from HIP-CPU's (the value is ROCm's).
 inline constexpr hipError_t hipErrorInvalidPitchValue = static_cast<hipError_t>(12);
 
 // ROCm's pointer attributes (HIP 5.2 layout).
-enum hipMemoryType { hipMemoryTypeHost, hipMemoryTypeDevice, hipMemoryTypeArray, hipMemoryTypeUnified };
+enum hipMemoryType {
+  hipMemoryTypeHost,
+  hipMemoryTypeDevice,
+  hipMemoryTypeArray,
+  hipMemoryTypeUnified
+};
 struct hipPointerAttribute_t {
   hipMemoryType memoryType;
   int device;
@@ -110,8 +115,8 @@ namespace devmem::hipcpu {
 
 using Clock = std::chrono::steady_clock;
 
-// ---- Runtime state shared by libdevmem.so and the programs that launch kernels --------------------
-// (default visibility: one copy per process, like HIP-CPU's own Runtime)
+// ---- Runtime state shared by libdevmem.so and the programs that launch kernels
+// -------------------- (default visibility: one copy per process, like HIP-CPU's own Runtime)
 
 enum class MemoryKind { Device, PinnedHost, RegisteredHost };
 
@@ -340,6 +345,29 @@ inline hipError_t hipFuncSetAttribute(const void* function, hipFuncAttribute att
 
 // ---- Device memory ------------------------------------------------------------------------------
 
+/// Allocates `bytes` (> 0) aligned to `alignment` and records them; out of memory (HIP-CPU's own
+/// allocation returns success with a null pointer instead).
+inline hipError_t allocate_tracked(void** ptr, std::size_t bytes, std::size_t alignment,
+                                   MemoryKind kind, unsigned flags) {
+  const std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+  if (rounded < bytes) return hipErrorOutOfMemory;
+  void* const memory = std::aligned_alloc(alignment, rounded);
+  if (memory == nullptr) return hipErrorOutOfMemory;
+  State::get().insert({reinterpret_cast<std::uintptr_t>(memory), bytes, kind, flags});
+  *ptr = memory;
+  return hipSuccess;
+}
+
+/// Frees memory allocate_tracked returned as `kind`, after the device's work (ROCm's frees wait
+/// for it too); hipErrorInvalidValue for anything else.
+inline hipError_t free_tracked(void* ptr, MemoryKind kind) {
+  if (ptr == nullptr) return hipSuccess;
+  if (!State::get().erase(ptr, kind)) return hipErrorInvalidValue;
+  drain(nullptr);
+  std::free(ptr);
+  return hipSuccess;
+}
+
 /// ROCm's allocation granularity for device memory.
 inline constexpr std::size_t kDeviceAlignment = 256;
 
@@ -348,22 +376,12 @@ inline hipError_t hipMalloc(void** ptr, std::size_t bytes) {
   if (ptr == nullptr) return result(hipErrorInvalidValue);
   *ptr = nullptr;
   if (bytes == 0) return hipSuccess;
-  const std::size_t rounded = (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
-  if (rounded < bytes) return result(hipErrorOutOfMemory);
-  void* memory = std::aligned_alloc(kDeviceAlignment, rounded);
-  if (memory == nullptr) return result(hipErrorOutOfMemory);
-  State::get().insert({reinterpret_cast<std::uintptr_t>(memory), bytes, MemoryKind::Device, 0});
-  *ptr = memory;
-  return hipSuccess;
+  return result(allocate_tracked(ptr, bytes, kDeviceAlignment, MemoryKind::Device, 0));
 }
 
 inline hipError_t hipFree(void* ptr) {
   if (const hipError_t status = enter(); status != hipSuccess) return result(status);
-  if (ptr == nullptr) return hipSuccess;
-  if (!State::get().erase(ptr, MemoryKind::Device)) return result(hipErrorInvalidValue);
-  drain(nullptr);  // like ROCm's, after the device's work
-  std::free(ptr);
-  return hipSuccess;
+  return result(free_tracked(ptr, MemoryKind::Device));
 }
 
 // ---- Page-locked host memory --------------------------------------------------------------------
@@ -382,23 +400,12 @@ inline hipError_t hipHostMalloc(void** ptr, std::size_t bytes, unsigned flags) {
     return result(hipErrorInvalidValue);
   }
   if (bytes == 0) return hipSuccess;
-  const std::size_t rounded = (bytes + kPageSize - 1) / kPageSize * kPageSize;
-  if (rounded < bytes) return result(hipErrorOutOfMemory);
-  void* memory = std::aligned_alloc(kPageSize, rounded);
-  if (memory == nullptr) return result(hipErrorOutOfMemory);
-  State::get().insert({reinterpret_cast<std::uintptr_t>(memory), bytes, MemoryKind::PinnedHost,
-                       flags});
-  *ptr = memory;
-  return hipSuccess;
+  return result(allocate_tracked(ptr, bytes, kPageSize, MemoryKind::PinnedHost, flags));
 }
 
 inline hipError_t hipHostFree(void* ptr) {
   if (const hipError_t status = enter(); status != hipSuccess) return result(status);
-  if (ptr == nullptr) return hipSuccess;
-  if (!State::get().erase(ptr, MemoryKind::PinnedHost)) return result(hipErrorInvalidValue);
-  drain(nullptr);  // like ROCm's, after the device's work
-  std::free(ptr);
-  return hipSuccess;
+  return result(free_tracked(ptr, MemoryKind::PinnedHost));
 }
 
 inline hipError_t hipHostRegister(void* ptr, std::size_t bytes, unsigned flags) {
@@ -735,12 +742,12 @@ using devmem::hipcpu::hipStreamAddCallback;
 // HIP-CPU's launch macro, after the legacy stream ordering.
 #undef hipLaunchKernelGGL
 #define hipLaunchKernelGGL(kernel_name, num_blocks, dim_blocks, group_mem_bytes, stream, ...) \
-  do {                                                                                       \
-    if (::devmem::hipcpu::prepare_launch(stream)) {                                          \
-      ::hip::detail::launch(                                                                 \
-          num_blocks, dim_blocks, static_cast<std::uint32_t>(group_mem_bytes), stream,       \
-          [=](auto&&... xs) noexcept { kernel_name(std::forward<decltype(xs)>(xs)...); },    \
-          std::make_tuple(__VA_ARGS__));                                                     \
-      ::devmem::hipcpu::mark_enqueued(stream);                                               \
-    }                                                                                        \
+  do {                                                                                        \
+    if (::devmem::hipcpu::prepare_launch(stream)) {                                           \
+      ::hip::detail::launch(                                                                  \
+          num_blocks, dim_blocks, static_cast<std::uint32_t>(group_mem_bytes), stream,        \
+          [=](auto&&... xs) noexcept { kernel_name(std::forward<decltype(xs)>(xs)...); },     \
+          std::make_tuple(__VA_ARGS__));                                                      \
+      ::devmem::hipcpu::mark_enqueued(stream);                                                \
+    }                                                                                         \
   } while (false)

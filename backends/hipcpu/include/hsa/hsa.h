@@ -126,8 +126,7 @@ inline hsa_status_t hsa_iterate_agents(hsa_status_t (*callback)(hsa_agent_t agen
   return status == HSA_STATUS_INFO_BREAK ? HSA_STATUS_SUCCESS : status;
 }
 
-inline hsa_status_t hsa_agent_get_info(hsa_agent_t agent, hsa_agent_info_t attribute,
-                                       void* value) {
+inline hsa_status_t hsa_agent_get_info(hsa_agent_t agent, hsa_agent_info_t attribute, void* value) {
   if (!devmem::hipcpu::hsa::Runtime::get().initialized()) return HSA_STATUS_ERROR_NOT_INITIALIZED;
   if (agent.handle != devmem::hipcpu::hsa::kCpuAgent) return HSA_STATUS_ERROR_INVALID_AGENT;
   if (value == nullptr) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
