@@ -28,6 +28,7 @@ struct CudaApi {
   static constexpr Error kErrorNotReady = cudaErrorNotReady;
   static constexpr Error kErrorMemoryAllocation = cudaErrorMemoryAllocation;
   static constexpr Error kErrorInvalidPitchValue = cudaErrorInvalidPitchValue;
+  static constexpr Error kErrorRuntimeUnloading = cudaErrorCudartUnloading;
 
   static constexpr MemcpyKind kHostToHost = cudaMemcpyHostToHost;
   static constexpr MemcpyKind kHostToDevice = cudaMemcpyHostToDevice;

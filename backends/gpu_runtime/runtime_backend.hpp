@@ -8,10 +8,11 @@
 // What an `Api` traits struct provides (see cuda_api.hpp for a complete one):
 //   types       Error (the status enum), Stream, Event (opaque pointers), DeviceProp, MemcpyKind
 //   constants   kBackend ("cuda", "roc"); kSuccess, kErrorNotReady, kErrorMemoryAllocation,
-//               kErrorInvalidPitchValue; kHostToHost, kHostToDevice, kDeviceToHost,
-//               kDeviceToDevice, kMemcpyDefault; kHostAllocMapped / Portable / WriteCombined /
-//               Coherent / NonCoherent; kHostRegisterMapped / Portable; kMaxPitch (the largest
-//               pitch, row width or row count a 2-D/3-D copy call accepts)
+//               kErrorInvalidPitchValue, kErrorRuntimeUnloading (what every call returns once the
+//               runtime has been torn down at process exit); kHostToHost, kHostToDevice,
+//               kDeviceToHost, kDeviceToDevice, kMemcpyDefault; kHostAllocMapped / Portable /
+//               WriteCombined / Coherent / NonCoherent; kHostRegisterMapped / Portable; kMaxPitch
+//               (the largest pitch, row width or row count a 2-D/3-D copy call accepts)
 //   calls       static functions returning Status{vendor code, vendor function name}:
 //               getDeviceCount, getDevice, setDevice, getDeviceProperties, memGetInfo, malloc,
 //               free, hostAlloc, hostFree, hostRegister, hostUnregister, hostGetDevicePointer,
@@ -197,9 +198,8 @@ class RuntimeBackend : public Backend {
   }
 
   void deallocate(int device, void* ptr) override {
-    use_device("deallocate", device);
-    if (ptr == nullptr) return;
-    check(Api::free(ptr), "freeing device memory at {} on device {}", fmt::ptr(ptr), device);
+    if (!use_device_to_release("deallocate", device) || ptr == nullptr) return;
+    release(Api::free(ptr), "freeing device memory at {} on device {}", fmt::ptr(ptr), device);
   }
 
   // ---- Page-locked host memory ----------------------------------------------------------------
@@ -218,9 +218,8 @@ class RuntimeBackend : public Backend {
   }
 
   void host_deallocate(int device, void* ptr) override {
-    use_device("host_deallocate", device);
-    if (ptr == nullptr) return;
-    check(Api::hostFree(ptr), "freeing page-locked host memory at {}", fmt::ptr(ptr));
+    if (!use_device_to_release("host_deallocate", device) || ptr == nullptr) return;
+    release(Api::hostFree(ptr), "freeing page-locked host memory at {}", fmt::ptr(ptr));
   }
 
   void host_register(int device, void* ptr, std::size_t bytes, HostRegisterFlags flags) override {
@@ -233,8 +232,8 @@ class RuntimeBackend : public Backend {
   }
 
   void host_unregister(int device, void* ptr) override {
-    use_device("host_unregister", device);
-    check(Api::hostUnregister(ptr), "unregistering {}", fmt::ptr(ptr));
+    if (!use_device_to_release("host_unregister", device)) return;
+    release(Api::hostUnregister(ptr), "unregistering {}", fmt::ptr(ptr));
   }
 
   [[nodiscard]] void* mapped_device_pointer(int device, void* host_ptr) override {
@@ -255,9 +254,9 @@ class RuntimeBackend : public Backend {
   }
 
   void destroy_stream(int device, NativeStream stream) override {
-    use_device("destroy_stream", device);
-    check(Api::streamDestroy(native(stream)), "destroying stream {} of device {}", fmt::ptr(stream),
-          device);
+    if (!use_device_to_release("destroy_stream", device)) return;
+    release(Api::streamDestroy(native(stream)), "destroying stream {} of device {}",
+            fmt::ptr(stream), device);
   }
 
   void synchronize_stream(int device, NativeStream stream) override {
@@ -283,9 +282,9 @@ class RuntimeBackend : public Backend {
   }
 
   void destroy_event(int device, NativeEvent event) override {
-    use_device("destroy_event", device);
-    check(Api::eventDestroy(native_event(event)), "destroying event {} of device {}",
-          fmt::ptr(event), device);
+    if (!use_device_to_release("destroy_event", device)) return;
+    release(Api::eventDestroy(native_event(event)), "destroying event {} of device {}",
+            fmt::ptr(event), device);
   }
 
   void record_event(int device, NativeEvent event, NativeStream stream) override {
@@ -411,12 +410,32 @@ class RuntimeBackend : public Backend {
   /// Makes `device` the calling thread's current device (see the conventions above). An index out
   /// of range fails in setDevice with the runtime's invalid-device error.
   void use_device(const char* operation, int device) {
-    require_device(operation);
-    int current = -1;
-    check(Api::getDevice(&current), "{} on device {}", operation, device);
-    if (current == device) return;
-    check(Api::setDevice(device), "{}: making device {} current (device count {})", operation,
-          device, census().count);
+    static_cast<void>(select_device(operation, device, /*releasing=*/false));
+  }
+
+  /// use_device for a release (free, unregister, destroy): false when the runtime has already been
+  /// torn down (see release).
+  [[nodiscard]] bool use_device_to_release(const char* operation, int device) {
+    return select_device(operation, device, /*releasing=*/true);
+  }
+
+  /// Like check, for the call that releases a resource. At process exit, arrays, streams and
+  /// events held by static objects and the deferred-free queue are released after the runtime
+  /// has been torn down, and every call answers kErrorRuntimeUnloading (CUDA's
+  /// cudaErrorCudartUnloading, HIP's hipErrorDeinitialized): the runtime has already released
+  /// everything it held for the process, so there is nothing left to do and nothing to report.
+  /// Any other failure throws as usual.
+  template <class... Args>
+  void release(ApiStatus status, fmt::format_string<Args...> context, Args&&... args) {
+    if (runtime_unloaded(status)) return;
+    check(status, context, std::forward<Args>(args)...);
+  }
+
+  /// True (and the last error cleared) when `status` says the runtime has been torn down.
+  [[nodiscard]] static bool runtime_unloaded(ApiStatus status) noexcept {
+    if (status.code != Api::kErrorRuntimeUnloading) return false;
+    clear_last_error();
+    return true;
   }
 
   /// Throws BackendError unless `status` is success.
@@ -499,6 +518,21 @@ class RuntimeBackend : public Backend {
       census_ = std::move(result);
     });
     return census_;
+  }
+
+  /// use_device; when `releasing`, returns false instead of throwing if the runtime has been torn
+  /// down.
+  bool select_device(const char* operation, int device, bool releasing) {
+    require_device(operation);
+    int current = -1;
+    const ApiStatus got = Api::getDevice(&current);
+    if (releasing && runtime_unloaded(got)) return false;
+    check(got, "{} on device {}", operation, device);
+    if (current == device) return true;
+    const ApiStatus set = Api::setDevice(device);
+    if (releasing && runtime_unloaded(set)) return false;
+    check(set, "{}: making device {} current (device count {})", operation, device, census().count);
+    return true;
   }
 
   [[noreturn]] void raise_out_of_memory(ApiStatus status, int device, std::size_t bytes,

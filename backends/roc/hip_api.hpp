@@ -30,6 +30,8 @@ struct HipApi {
   static constexpr Error kErrorNotReady = hipErrorNotReady;
   static constexpr Error kErrorMemoryAllocation = hipErrorOutOfMemory;
   static constexpr Error kErrorInvalidPitchValue = hipErrorInvalidPitchValue;
+  /// What HIP answers once it has been torn down at process exit.
+  static constexpr Error kErrorRuntimeUnloading = hipErrorDeinitialized;
 
   static constexpr MemcpyKind kHostToHost = hipMemcpyHostToHost;
   static constexpr MemcpyKind kHostToDevice = hipMemcpyHostToDevice;

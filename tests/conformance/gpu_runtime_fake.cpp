@@ -9,6 +9,7 @@
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
+#include "../common/stderr_capture.hpp"
 #include "backends/gpu_runtime/runtime_backend.hpp"
 
 #include <devmem/backend.hpp>
@@ -51,6 +52,7 @@ enum FakeError : int {
   kOk = 0,
   kInvalidValue = 1,
   kOutOfMemory = 2,
+  kUnloading = 4,  // the runtime has been torn down (process exit)
   kInvalidPitch = 12,
   kNoDevice = 100,
   kInvalidDevice = 101,
@@ -68,6 +70,7 @@ struct FakeState {
   int clears = 0;        // getLastError calls
   std::vector<std::string> calls;
   std::map<std::string, FakeError> fail;  // function -> error to return (once)
+  bool unloaded = false;                  // torn down: every call fails with kUnloading
   FakeStream legacy{-1};
   std::vector<std::pair<void (*)(void*), void*>> host_functions;
   std::vector<unsigned> host_alloc_flags;
@@ -115,6 +118,7 @@ struct FakeApi {
   static constexpr Error kErrorNotReady = kNotReady;
   static constexpr Error kErrorMemoryAllocation = kOutOfMemory;
   static constexpr Error kErrorInvalidPitchValue = kInvalidPitch;
+  static constexpr Error kErrorRuntimeUnloading = kUnloading;
   static constexpr MemcpyKind kHostToHost = kH2H;
   static constexpr MemcpyKind kHostToDevice = kH2D;
   static constexpr MemcpyKind kDeviceToHost = kD2H;
@@ -132,6 +136,10 @@ struct FakeApi {
   /// Records the call; returns the error it was told to fail with (once), else success.
   static S call(const char* function, std::string args = {}) {
     g_state->calls.push_back(std::string(function) + "(" + args + ")");
+    if (g_state->unloaded) {
+      g_state->last_error = kUnloading;
+      return {kUnloading, function};
+    }
     const auto it = g_state->fail.find(function);
     if (it == g_state->fail.end()) return {kOk, function};
     const FakeError error = it->second;
@@ -371,6 +379,8 @@ struct FakeApi {
         return "fakeErrorInvalidValue";
       case kOutOfMemory:
         return "fakeErrorMemoryAllocation";
+      case kUnloading:
+        return "fakeErrorRuntimeUnloading";
       case kInvalidPitch:
         return "fakeErrorInvalidPitchValue";
       case kNoDevice:
@@ -1155,4 +1165,51 @@ TEST_CASE("gpu_runtime: allocation calls reporting out of memory give OutOfMemor
     CHECK(f.state.last_error == kOk);
     CHECK(f.state.live_blocks == 0);
   }
+}
+
+TEST_CASE("gpu_runtime: releases after the runtime's teardown at exit are silent") {
+  // Arrays, streams and events held by static objects are released at process exit, after the
+  // vendor runtime has been torn down (cudaErrorCudartUnloading, hipErrorDeinitialized).
+  Fixture f;
+  void* device = f.backend.allocate(1, 64);
+  void* pinned = f.backend.host_allocate(1, 64, HostAllocFlags::Mapped);
+  std::vector<char> registered(64);
+  f.backend.host_register(1, registered.data(), registered.size(), HostRegisterFlags::Mapped);
+  const NativeStream stream = f.backend.create_stream(1);
+  const devmem::NativeEvent event = f.backend.create_event(1);
+  f.state.unloaded = true;
+  f.state.current = 0;  // the releases must not even need the device switch to work
+  {
+    test_support::StderrCapture stderr_capture;
+    CHECK_NOTHROW(f.backend.deallocate(1, device));
+    CHECK_NOTHROW(f.backend.host_deallocate(1, pinned));
+    CHECK_NOTHROW(f.backend.host_unregister(1, registered.data()));
+    CHECK_NOTHROW(f.backend.destroy_stream(1, stream));
+    CHECK_NOTHROW(f.backend.destroy_event(1, event));
+    CHECK(stderr_capture.finish().empty());
+  }
+  CHECK(f.state.last_error == kOk);  // cleared after each: nothing for the next call to report
+  // Anything else than a release still reports the torn-down runtime.
+  CHECK_THROWS_AS((void)f.backend.allocate(1, 64), devmem::BackendError);
+  CHECK_THROWS_WITH((void)f.backend.allocate(1, 64),
+                    Catch::Matchers::StartsWith(
+                        "fake fakeGetDevice: fakeErrorRuntimeUnloading (4); allocate on device 1"));
+  // The runtime freed everything at its teardown; the fake leaves that to the test.
+  f.state.unloaded = false;
+  std::free(device);
+  std::free(pinned);
+  delete static_cast<FakeStream*>(stream);
+  delete static_cast<FakeEvent*>(event);
+}
+
+TEST_CASE("gpu_runtime: a release that fails for another reason still throws") {
+  Fixture f;
+  void* device = f.backend.allocate(0, 64);
+  f.state.fail["fakeFree"] = kInvalidValue;
+  CHECK_THROWS_AS(f.backend.deallocate(0, device), devmem::BackendError);
+  f.state.fail["fakeFree"] = kInvalidValue;
+  CHECK_THROWS_WITH(f.backend.deallocate(0, device),
+                    Catch::Matchers::StartsWith("fake fakeFree: fakeErrorInvalidValue (1): "
+                                                "invalid argument; freeing device memory at"));
+  f.backend.deallocate(0, device);
 }
