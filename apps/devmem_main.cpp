@@ -60,9 +60,10 @@ int info() {
     fmt::print("  memory: {} free of {}\n", human_bytes(m.free), human_bytes(m.total));
     fmt::print(
         "  multiprocessors: {}, warp size: {}, max threads per block: {}, shared memory "
-        "per block: {}\n",
+        "per block: {} ({} with opt-in)\n",
         p.multiprocessor_count, p.warp_size, p.max_threads_per_block,
-        human_bytes(p.max_shared_memory_per_block));
+        human_bytes(p.max_shared_memory_per_block),
+        human_bytes(p.max_shared_memory_per_block_optin));
     fmt::print("  {}\n",
                probe("pinned host memory", [] { (void)devmem::pinned_array<float>({1024}); }));
     fmt::print("  {}\n", probe("mapped host memory",

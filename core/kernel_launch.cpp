@@ -60,14 +60,16 @@ PreparedLaunch launch_prepare(const LaunchConfig& config, std::string_view compi
         kernel_name, describe(config.block), config.block.volume(), device, props.name,
         props.max_threads_per_block));
   }
-  if (static_cast<std::int64_t>(config.shared_bytes) > props.max_shared_memory_per_block) {
+  if (static_cast<std::int64_t>(config.shared_bytes) > props.max_shared_memory_per_block_optin) {
     throw InvalidArgument(fmt::format(
         "devmem::launch({}): {} bytes of dynamic shared memory requested; device {} ({}) allows "
-        "at most {} bytes per block",
-        kernel_name, config.shared_bytes, device, props.name, props.max_shared_memory_per_block));
+        "at most {} bytes per block (the opt-in limit; {} without it)",
+        kernel_name, config.shared_bytes, device, props.name,
+        props.max_shared_memory_per_block_optin, props.max_shared_memory_per_block));
   }
   context->backend().make_current(device);
-  return PreparedLaunch{std::move(stream), device};
+  return PreparedLaunch{std::move(stream), device,
+                        static_cast<std::size_t>(props.max_shared_memory_per_block)};
 }
 
 void launch_check_array(const PreparedLaunch& launch, const DeviceArray& array,

@@ -66,6 +66,10 @@ struct CudaApi {
     return "sm_" + std::to_string(prop.major) + std::to_string(prop.minor);
   }
   static bool unifiedAddressing(const DeviceProp& prop) { return prop.unifiedAddressing != 0; }
+  /// What a kernel may use after cudaFuncSetAttribute(MaxDynamicSharedMemorySize).
+  static std::size_t sharedMemPerBlockOptin(const DeviceProp& prop) {
+    return prop.sharedMemPerBlockOptin;
+  }
 
   // ---- Memory ----
   static S malloc(void** ptr, std::size_t bytes) { return {cudaMalloc(ptr, bytes), "cudaMalloc"}; }

@@ -23,7 +23,8 @@
 //               ordinary pageable memory, neither page-locked nor device/managed memory)
 //   utilities   getLastError (clears the runtime's last-error state), errorName, errorString,
 //               defaultStream (the handle of the legacy default stream), architecture(prop),
-//               unifiedAddressing(prop)
+//               unifiedAddressing(prop), sharedMemPerBlockOptin(prop) (the per-block shared
+//               memory after a kernel's opt-in)
 // Pairing every call with its name keeps the name next to the call, so an error always names the
 // vendor function that really failed.
 //
@@ -164,6 +165,8 @@ class RuntimeBackend : public Backend {
     out.warp_size = prop.warpSize;
     out.max_threads_per_block = prop.maxThreadsPerBlock;
     out.max_shared_memory_per_block = clamp_to_int64(prop.sharedMemPerBlock);
+    out.max_shared_memory_per_block_optin = clamp_to_int64(
+        std::max(Api::sharedMemPerBlockOptin(prop), std::size_t{prop.sharedMemPerBlock}));
     for (std::size_t d = 0; d < 3; ++d) {
       out.max_block_dim[d] = prop.maxThreadsDim[d];
       out.max_grid_dim[d] = prop.maxGridSize[d];

@@ -306,7 +306,9 @@ DeviceProperties HostBackend::properties(int device) {
   props.total_memory = detail::effective_capacity();
   props.warp_size = 32;
   props.max_threads_per_block = 1024;
+  // An H100's limits: 48 KiB per block, 227 KiB once the kernel opts in (devmem::launch does).
   props.max_shared_memory_per_block = 48 * 1024;
+  props.max_shared_memory_per_block_optin = 227 * 1024;
   props.multiprocessor_count = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   props.can_map_host_memory = true;
   props.unified_addressing = true;

@@ -604,11 +604,16 @@ void run_kernel(const PreparedLaunch& launch, const LaunchConfig& config,
                     context->backend_name()));
   }
   const DeviceProperties& props = context->state().properties();
+  // Like a GPU launch through devmem: more dynamic shared memory than the default limit opts the
+  // kernel in to the larger one.
+  const std::int64_t shared_limit =
+      static_cast<std::int64_t>(config.shared_bytes) > props.max_shared_memory_per_block
+          ? props.max_shared_memory_per_block_optin
+          : props.max_shared_memory_per_block;
   auto grid = std::make_shared<const KernelGrid>(
       KernelGrid{config.grid, config.block, config.shared_bytes,
-                 static_cast<std::size_t>(props.max_shared_memory_per_block),
-                 static_cast<unsigned>(props.warp_size), launch.device,
-                 std::make_shared<const std::function<void()>>(std::move(body))});
+                 static_cast<std::size_t>(shared_limit), static_cast<unsigned>(props.warp_size),
+                 launch.device, std::make_shared<const std::function<void()>>(std::move(body))});
   backend->launch_kernel(launch.device, launch.stream.native_handle(),
                          [grid] { execute_grid(*grid); });
 }

@@ -87,6 +87,16 @@ struct HipApi {
   /// "CUDA only" in HIP 5.2: on ROCm every GPU agent shares HSA's flat 64-bit address space with
   /// the host (an HSA requirement), so host and device pointers never collide.
   static bool unifiedAddressing(const DeviceProp& /*prop*/) { return true; }
+  /// AMD GPUs have no opt-in beyond sharedMemPerBlock (the 64 KiB LDS of MI250/MI300); ROCm 6
+  /// reports that as sharedMemPerBlockOptin, HIP 5.2 has no such field.
+  template <class Prop = DeviceProp>
+  static std::size_t sharedMemPerBlockOptin(const Prop& prop) {
+    if constexpr (requires { prop.sharedMemPerBlockOptin; }) {
+      return prop.sharedMemPerBlockOptin;
+    } else {
+      return prop.sharedMemPerBlock;
+    }
+  }
 
   // ---- Memory ----
   static S malloc(void** ptr, std::size_t bytes) { return {hipMalloc(ptr, bytes), "hipMalloc"}; }

@@ -67,7 +67,12 @@ struct DeviceProperties {
   int warp_size = 32;
   int max_threads_per_block = 1024;
   std::int64_t max_shared_memory_per_block = 48 * 1024;
-  std::array<int, 3> max_block_dim{1024, 1024, 64};                      // threads per block, x y z
+  /// The most shared memory (static + dynamic) a block may use once its kernel opts in, which
+  /// devmem::launch does when a launch asks for more dynamic shared memory than
+  /// max_shared_memory_per_block (CUDA: sharedMemPerBlockOptin, 227 KiB on an H100). Equal to
+  /// max_shared_memory_per_block on devices without an opt-in (AMD GPUs: 64 KiB).
+  std::int64_t max_shared_memory_per_block_optin = 227 * 1024;
+  std::array<int, 3> max_block_dim{1024, 1024, 64};                    // threads per block, x y z
   std::array<std::int64_t, 3> max_grid_dim{2147483647, 65535, 65535};  // blocks per grid, x y z
   int multiprocessor_count = 1;
   bool can_map_host_memory = true;
@@ -104,7 +109,8 @@ class DEVMEM_API Backend {
   virtual void deallocate(int device, void* ptr) = 0;
 
   // Page-locked host memory and registration of existing host memory.
-  [[nodiscard]] virtual void* host_allocate(int device, std::size_t bytes, HostAllocFlags flags) = 0;
+  [[nodiscard]] virtual void* host_allocate(int device, std::size_t bytes,
+                                            HostAllocFlags flags) = 0;
   virtual void host_deallocate(int device, void* ptr) = 0;
   virtual void host_register(int device, void* ptr, std::size_t bytes, HostRegisterFlags flags) = 0;
   virtual void host_unregister(int device, void* ptr) = 0;

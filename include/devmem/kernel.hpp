@@ -157,6 +157,8 @@ struct SharedArrayDefaultTag {};
 struct PreparedLaunch {
   Stream stream;  // the resolved stream (never unspecified)
   int device = 0;
+  /// Dynamic shared memory a kernel may use without opting in (above it, the GPU layers opt in).
+  std::size_t default_shared_limit = 0;
 };
 
 /// Resolves the stream, checks that the active backend is `compiled_for` and that the grid, block

@@ -197,6 +197,9 @@ struct FakeApi {
     return "fake_" + std::to_string(prop.major) + std::to_string(prop.minor);
   }
   static bool unifiedAddressing(const DeviceProp&) { return true; }
+  static std::size_t sharedMemPerBlockOptin(const DeviceProp& prop) {
+    return 2 * prop.sharedMemPerBlock;
+  }
 
   static S malloc(void** ptr, std::size_t bytes) {
     S s = call("fakeMalloc", std::to_string(bytes));
@@ -509,6 +512,7 @@ TEST_CASE("gpu_runtime: properties") {
   CHECK(p.warp_size == 64);
   CHECK(p.max_threads_per_block == 1024);
   CHECK(p.max_shared_memory_per_block == 65536);
+  CHECK(p.max_shared_memory_per_block_optin == 131072);
   CHECK(p.multiprocessor_count == 7);
   CHECK(p.can_map_host_memory);
   CHECK(p.unified_addressing);

@@ -129,6 +129,20 @@ DEVMEM_KERNEL void reverse_with_dynamic_shared(ArrayView<double, 1> values) {
   values[t] = staging[n - 1 - t];
 }
 
+/// Fills all of its block's `words` 32-bit words of dynamic shared memory with a pattern, then each
+/// thread sums a block-stride slice of the words in reverse order into out[block][thread].
+DEVMEM_KERNEL void sum_large_dynamic_shared(ArrayView<unsigned, 2> out, unsigned words) {
+  unsigned* const shared = devmem::dynamic_shared<unsigned>();
+  const unsigned t = devmem::thread_idx().x;
+  const unsigned n = devmem::block_dim().x;
+  const unsigned block = devmem::block_idx().x;
+  for (unsigned i = t; i < words; i += n) shared[i] = i * 3u + block;
+  devmem::syncthreads();
+  unsigned sum = 0;
+  for (unsigned i = t; i < words; i += n) sum += shared[words - 1u - i];
+  out(block, t) = sum;
+}
+
 DEVMEM_KERNEL void record_coordinates(ArrayView<long long, 3> out) {
   const Dim3 g = devmem::grid_dim();
   const Dim3 b = devmem::block_dim();
@@ -369,6 +383,36 @@ TEST_CASE("kernels: dynamic shared memory", "[kernels]") {
   CHECK(got == host);
 }
 
+TEST_CASE("kernels: 100 KiB of dynamic shared memory, beyond the default limit", "[kernels]") {
+  // 48 KiB is every device's default per-block limit; an H100 gives up to 227 KiB to a kernel that
+  // opts in, which devmem::launch does. Devices without that much (AMD GPUs: 64 KiB) refuse it.
+  const devmem::Stream s = devmem::stream();
+  const auto props = devmem::current_context()->properties();
+  constexpr unsigned kWords = 100 * 1024 / sizeof(unsigned);
+  constexpr unsigned kBlocks = 3;
+  constexpr unsigned kThreads = 128;
+  const DeviceArray out = devmem::device_array<unsigned>({kBlocks, kThreads}, Order::C, s);
+  const std::size_t bytes = kWords * sizeof(unsigned);
+  if (props.max_shared_memory_per_block_optin < static_cast<int64_t>(bytes)) {
+    CHECK_THROWS_MATCHES(
+        devmem::launch({kBlocks, kThreads, bytes, s}, sum_large_dynamic_shared, out, kWords),
+        devmem::InvalidArgument,
+        MessageContains("allows at most " +
+                        std::to_string(props.max_shared_memory_per_block_optin) +
+                        " bytes per block (the opt-in limit"));
+    return;
+  }
+  devmem::launch({kBlocks, kThreads, bytes, s}, sum_large_dynamic_shared, out, kWords);
+  const std::vector<unsigned> got = out.to_vector<unsigned>(s);
+  for (unsigned block = 0; block < kBlocks; ++block) {
+    for (unsigned t = 0; t < kThreads; ++t) {
+      unsigned expected = 0;
+      for (unsigned i = t; i < kWords; i += kThreads) expected += (kWords - 1u - i) * 3u + block;
+      REQUIRE(got[block * kThreads + t] == expected);
+    }
+  }
+}
+
 TEST_CASE("kernels: thread, block and grid coordinates in 3 dimensions", "[kernels]") {
   const Dim3 grid(3, 2, 2);
   const Dim3 block(4, 5, 2);
@@ -461,16 +505,19 @@ TEST_CASE("kernels: launch errors are clear and enqueue nothing", "[kernels]") {
         MessageContains("devmem::launch(kernel): block (64, 32, 1) has 2048 threads; device 0"));
     // One more than the device's z limit (CUDA: 64; ROCm and HIP-CPU: 1024).
     const auto z = static_cast<unsigned>(props.max_block_dim[2]) + 1;
-    CHECK_THROWS_MATCHES(devmem::launch({1, Dim3(1, 1, z), 0, s}, fill_iota, ints, 0),
-                         devmem::InvalidArgument,
-                         MessageContains("block (1, 1, " + std::to_string(z) +
-                                         ") exceeds the limit of device 0"));
+    CHECK_THROWS_MATCHES(
+        devmem::launch({1, Dim3(1, 1, z), 0, s}, fill_iota, ints, 0), devmem::InvalidArgument,
+        MessageContains("block (1, 1, " + std::to_string(z) + ") exceeds the limit of device 0"));
   }
   SECTION("dynamic shared memory over the limit") {
-    const auto too_much = static_cast<std::size_t>(props.max_shared_memory_per_block) + 1;
+    const auto too_much = static_cast<std::size_t>(props.max_shared_memory_per_block_optin) + 1;
     CHECK_THROWS_MATCHES(
         devmem::launch({1, 64, too_much, s}, fill_iota, ints, 0), devmem::InvalidArgument,
-        MessageContains(std::to_string(too_much) + " bytes of dynamic shared memory requested"));
+        MessageContains(std::to_string(too_much) +
+                        " bytes of dynamic shared memory requested; device 0 (" + props.name +
+                        ") allows at most " + std::to_string(too_much - 1) +
+                        " bytes per block (the opt-in limit; " +
+                        std::to_string(props.max_shared_memory_per_block) + " without it)"));
   }
   SECTION("an empty grid or block") {
     CHECK_THROWS_MATCHES(

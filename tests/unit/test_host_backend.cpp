@@ -390,6 +390,7 @@ TEST_CASE("host backend: device properties and memory info", "[host_backend]") {
   CHECK(props.warp_size == 32);
   CHECK(props.max_threads_per_block == 1024);
   CHECK(props.max_shared_memory_per_block == 48 * 1024);
+  CHECK(props.max_shared_memory_per_block_optin == 227 * 1024);  // an H100's
   CHECK(props.multiprocessor_count >= 1);
   CHECK(props.can_map_host_memory);
   CHECK(props.unified_addressing);

@@ -16,11 +16,16 @@ struct KernelRuntime {
   static constexpr std::string_view kBackend = "cuda";
   static constexpr Error kSuccess = cudaSuccess;
   static constexpr const char* kLaunchCall = "cudaLaunchKernel";
+  static constexpr const char* kFuncAttributeCall = "cudaFuncSetAttribute";
   static constexpr const char* kToSymbolCall = "cudaMemcpyToSymbol";
 
   static Error last_error() { return cudaGetLastError(); }
   static const char* error_name(Error status) { return cudaGetErrorName(status); }
   static const char* error_string(Error status) { return cudaGetErrorString(status); }
+  static Error opt_in_dynamic_shared(const void* kernel, std::size_t bytes) {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(bytes));
+  }
   static Error copy_to_symbol(const void* symbol, const void* values, std::size_t bytes) {
     return cudaMemcpyToSymbol(symbol, values, bytes);
   }

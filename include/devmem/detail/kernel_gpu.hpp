@@ -59,6 +59,16 @@ void launch_on_backend(const PreparedLaunch& launch, const LaunchConfig& config,
                        std::vector<std::shared_ptr<const void>> keep_alive) {
   // Clear an earlier, unrelated error so that the check below reports this launch's.
   static_cast<void>(KernelRuntime::last_error());
+  if (config.shared_bytes > launch.default_shared_limit) {
+    // More than the default per-block limit: the kernel must opt in (launch_prepare checked the
+    // opt-in limit).
+    const auto status = KernelRuntime::opt_in_dynamic_shared(reinterpret_cast<const void*>(kernel),
+                                                             config.shared_bytes);
+    if (status != KernelRuntime::kSuccess) {
+      static_cast<void>(KernelRuntime::last_error());  // not sticky: later calls must not see it
+    }
+    check_kernel_runtime(status, KernelRuntime::kFuncAttributeCall);
+  }
   launch_triple_chevron(config,
                         static_cast<typename KernelRuntime::Stream>(launch.stream.native_handle()),
                         kernel, arguments, std::index_sequence_for<Params...>{});

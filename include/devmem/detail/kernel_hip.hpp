@@ -16,11 +16,16 @@ struct KernelRuntime {
   static constexpr std::string_view kBackend = "roc";
   static constexpr Error kSuccess = hipSuccess;
   static constexpr const char* kLaunchCall = "hipLaunchKernel";
+  static constexpr const char* kFuncAttributeCall = "hipFuncSetAttribute";
   static constexpr const char* kToSymbolCall = "hipMemcpyToSymbol";
 
   static Error last_error() { return hipGetLastError(); }
   static const char* error_name(Error status) { return hipGetErrorName(status); }
   static const char* error_string(Error status) { return hipGetErrorString(status); }
+  static Error opt_in_dynamic_shared(const void* kernel, std::size_t bytes) {
+    return hipFuncSetAttribute(kernel, hipFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(bytes));
+  }
   static Error copy_to_symbol(const void* symbol, const void* values, std::size_t bytes) {
     return hipMemcpyToSymbol(symbol, values, bytes);
   }
