@@ -11,9 +11,10 @@
 //   (hipErrorHostMemoryNotRegistered, 713), hipPointerGetAttributes (hipErrorInvalidValue for
 //   memory HIP neither allocated nor registered), hipHostGetDevicePointer of pageable memory;
 // - out of memory reported as hipErrorOutOfMemory (HIP-CPU returns success and a null pointer);
-// - copies from or to pageable host memory complete before the call returns (ROCm copies pageable
-//   memory synchronously; HIP-CPU would read the source later, after the caller may have reused
-//   it);
+// - copies from or to pageable host memory complete before the call returns (the vendors'
+//   documented behaviour: the source of a pageable H2D copy is staged before the call returns, a
+//   D2H copy into pageable memory has completed; HIP-CPU would read the source later, after the
+//   caller may have reused it);
 // - the null stream is the legacy blocking stream: work enqueued on it starts after all earlier
 //   work of the device, and work enqueued on another stream starts after earlier null-stream work
 //   (HIP-CPU runs the null stream concurrently with the others). This is emulated on the host
