@@ -775,6 +775,33 @@ TEST_CASE("kernels: the simulator enforces the shared-memory limit", "[kernels][
   CHECK(out.to_vector<int>()[0] == 1);
 }
 
+TEST_CASE("kernels: after the opt-in, static and dynamic shared memory share the opt-in limit",
+          "[kernels][host-only]") {
+  // More than 48 KiB of dynamic shared memory opts the kernel in (as on an H100): its static shared
+  // arrays then fit in what the opt-in limit leaves, and no more.
+  const auto props = devmem::current_context()->properties();
+  const auto optin = static_cast<std::size_t>(props.max_shared_memory_per_block_optin);
+  REQUIRE(optin == 232448);
+  const devmem::Stream s = devmem::stream();
+  const DeviceArray out = devmem::device_array<int>({4}, Order::C, s);
+  devmem::launch({1, 4, 100 * 1024, s}, too_much_static_shared, out);  // 102400 + 40000 fit
+  CHECK(out.to_vector<int>(s)[0] == 1);
+  const std::size_t dynamic = optin - 40000 + 1;  // one byte too many with the 40000 static bytes
+  try {
+    devmem::launch({1, 4, dynamic, s}, too_much_static_shared, out);
+    s.synchronize();
+    FAIL("launch did not report the shared memory");
+  } catch (const devmem::BackendError& e) {
+    CHECK(e.code_name() == "LaunchOutOfResources");
+    CHECK_THAT(std::string(e.what()),
+               Catch::Matchers::Contains(
+                   "block (0, 0, 0) needs more shared memory than device 0 has: 40000 bytes of "
+                   "shared arrays after " +
+                   std::to_string(dynamic) +
+                   " bytes of dynamic shared memory (232448 bytes at most per block)"));
+  }
+}
+
 TEST_CASE("kernels: launch is asynchronous on its stream and keeps arrays alive",
           "[kernels][host-only]") {
   const MemoryStateGuard memory_guard;
