@@ -115,7 +115,9 @@ std::vector<void*> register_all(Context& ctx, const std::vector<HostArray>& arra
         done.push_back(nullptr);
         continue;
       }
-      ctx.backend().host_register(ctx.device(), r.begin, r.bytes, flags);
+      // The device only reads a read-only array: say so, where the runtime can use it.
+      ctx.backend().host_register(ctx.device(), r.begin, r.bytes,
+                                  a.is_readonly() ? flags | HostRegisterFlags::ReadOnly : flags);
       done.push_back(r.begin);
     }
   } catch (...) {

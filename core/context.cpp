@@ -405,7 +405,8 @@ Context::Context(Backend& backend, int device)
 
 Context::~Context() = default;
 
-DeviceProperties Context::properties() const { return backend_->properties(device_); }
+// Read once per context (the device cannot change): launches and copies ask for it often.
+DeviceProperties Context::properties() const { return state_->properties(); }
 MemoryInfo Context::memory_info() const { return backend_->memory_info(device_); }
 Stream Context::default_stream() const {
   return detail::StreamState::wrap(state_->default_stream);

@@ -9,7 +9,10 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <limits>
 #include <string>
+#include <string_view>
 
 namespace devmem::detail {
 namespace {
@@ -34,10 +37,25 @@ void check_dims(std::string_view kernel, const char* what, const Dim3& dims,
   }
 }
 
+/// True when `architectures` (";"- or ","-separated --offload-arch entries, each possibly with
+/// target features: "gfx90a:xnack+") has code for `architecture` ("gfx90a").
+bool has_code_for(std::string_view architectures, std::string_view architecture) {
+  while (!architectures.empty()) {
+    const std::size_t end = architectures.find_first_of(";,");
+    std::string_view entry = architectures.substr(0, end);
+    entry = entry.substr(0, entry.find(':'));
+    if (entry == architecture) return true;
+    if (end == std::string_view::npos) break;
+    architectures.remove_prefix(end + 1);
+  }
+  return false;
+}
+
 }  // namespace
 
 PreparedLaunch launch_prepare(const LaunchConfig& config, std::string_view compiled_for,
-                              std::string_view kernel_name) {
+                              std::string_view kernel_name,
+                              std::string_view compiled_architectures) {
   const std::string active = backend_name();
   if (active != compiled_for) {
     throw InvalidArgument(fmt::format(
@@ -67,6 +85,29 @@ PreparedLaunch launch_prepare(const LaunchConfig& config, std::string_view compi
         kernel_name, config.shared_bytes, device, props.name,
         props.max_shared_memory_per_block_optin, props.max_shared_memory_per_block));
   }
+  if (active == "roc") {
+    // An AMD dispatch packet holds the grid's size in work-items, grid * block per dimension, in
+    // 32 bits: HIP refuses (or, in some versions, truncates) anything larger.
+    for (int d = 0; d < 3; ++d) {
+      const std::uint64_t items = std::uint64_t{config.grid[d]} * config.block[d];
+      if (items > std::numeric_limits<std::uint32_t>::max()) {
+        throw InvalidArgument(fmt::format(
+            "devmem::launch({}): grid {} of blocks {} has {} threads along axis {}; AMD GPUs "
+            "dispatch at most 2^32 - 1 = {} per axis (grid * block)",
+            kernel_name, describe(config.grid), describe(config.block), items, d,
+            std::numeric_limits<std::uint32_t>::max()));
+      }
+    }
+  }
+  if (!compiled_architectures.empty() &&
+      !has_code_for(compiled_architectures, props.architecture)) {
+    throw InvalidArgument(fmt::format(
+        "devmem::launch({}): the kernel has no code for device {} ({}, {}): it was compiled for "
+        "{}; rebuild with the device's architecture in CMAKE_HIP_ARCHITECTURES (e.g. "
+        "-DCMAKE_HIP_ARCHITECTURES=\"{};{}\", with a HIP that can target it)",
+        kernel_name, device, props.name, props.architecture, compiled_architectures,
+        compiled_architectures, props.architecture));
+  }
   context->backend().make_current(device);
   return PreparedLaunch{std::move(stream), device,
                         static_cast<std::size_t>(props.max_shared_memory_per_block)};
@@ -80,6 +121,12 @@ void launch_check_array(const PreparedLaunch& launch, const DeviceArray& array,
         "devmem::launch: argument {} is an array on device {}, but the kernel runs on device {}",
         argument_index, array_context->device(), launch.device));
   }
+}
+
+int constant_memory_device() {
+  const std::shared_ptr<Context> context = current_context();
+  context->backend().make_current(context->device());
+  return context->device();
 }
 
 void keep_alive_until_complete(const Stream& stream,

@@ -44,6 +44,9 @@ struct CudaApi {
   static constexpr unsigned kHostAllocNonCoherent = 0;
   static constexpr unsigned kHostRegisterMapped = cudaHostRegisterMapped;
   static constexpr unsigned kHostRegisterPortable = cudaHostRegisterPortable;
+  static constexpr unsigned kHostRegisterReadOnly = cudaHostRegisterReadOnly;
+  static constexpr unsigned kEventDisableTiming = cudaEventDisableTiming;
+  static constexpr unsigned kEventBlockingSync = cudaEventBlockingSync;
 
   // cudaMemcpy2D/3D reject pitches above cudaDevAttrMaxPitch, which is INT_MAX on every current
   // GPU; larger ones are copied row by row (and a smaller device limit falls back the same way
@@ -108,6 +111,9 @@ struct CudaApi {
     return {cudaStreamWaitEvent(stream, event, flags), "cudaStreamWaitEvent"};
   }
   static S eventCreate(Event* event) { return {cudaEventCreate(event), "cudaEventCreate"}; }
+  static S eventCreateWithFlags(Event* event, unsigned flags) {
+    return {cudaEventCreateWithFlags(event, flags), "cudaEventCreateWithFlags"};
+  }
   static S eventDestroy(Event event) { return {cudaEventDestroy(event), "cudaEventDestroy"}; }
   static S eventRecord(Event event, Stream stream) {
     return {cudaEventRecord(event, stream), "cudaEventRecord"};

@@ -11,16 +11,17 @@
 //               kErrorInvalidPitchValue, kErrorRuntimeUnloading (what every call returns once the
 //               runtime has been torn down at process exit); kHostToHost, kHostToDevice,
 //               kDeviceToHost, kDeviceToDevice, kMemcpyDefault; kHostAllocMapped / Portable /
-//               WriteCombined / Coherent / NonCoherent; kHostRegisterMapped / Portable; kMaxPitch
-//               (the largest pitch, row width or row count a 2-D/3-D copy call accepts)
+//               WriteCombined / Coherent / NonCoherent; kHostRegisterMapped / Portable / ReadOnly
+//               (0: none); kEventDisableTiming / BlockingSync; kMaxPitch (the largest pitch, row
+//               width or row count a 2-D/3-D copy call accepts)
 //   calls       static functions returning Status{vendor code, vendor function name}:
 //               getDeviceCount, getDevice, setDevice, getDeviceProperties, memGetInfo, malloc,
 //               free, hostAlloc, hostFree, hostRegister, hostUnregister, hostGetDevicePointer,
 //               streamCreate, streamDestroy, streamSynchronize, streamQuery, streamWaitEvent,
-//               eventCreate, eventDestroy, eventRecord, eventSynchronize, eventQuery,
-//               eventElapsedTime, memcpyAsync, memcpy2DAsync, memcpy3DAsync, memsetAsync,
-//               launchHostFunc<Fn>, isPageable(const void*, bool*) (whether host memory is
-//               ordinary pageable memory, neither page-locked nor device/managed memory)
+//               eventCreate, eventCreateWithFlags, eventDestroy, eventRecord, eventSynchronize,
+//               eventQuery, eventElapsedTime, memcpyAsync, memcpy2DAsync, memcpy3DAsync,
+//               memsetAsync, launchHostFunc<Fn>, isPageable(const void*, bool*) (whether host
+//               memory is ordinary pageable memory, neither page-locked nor device/managed memory)
 //   utilities   getLastError (clears the runtime's last-error state), errorName, errorString,
 //               defaultStream (the handle of the legacy default stream), architecture(prop),
 //               unifiedAddressing(prop), sharedMemPerBlockOptin(prop) (the per-block shared
@@ -64,9 +65,11 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -106,6 +109,32 @@ inline std::int64_t clamp_to_int64(std::size_t value) noexcept {
   constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
   return value > static_cast<std::size_t>(kMax) ? kMax : static_cast<std::int64_t>(value);
 }
+
+/// Whether the process has begun to exit. watch() registers, once, an std::atexit handler that
+/// sets the flag; it is called right after the vendor runtime has initialised (the device
+/// census), so the handler runs before the runtime's own teardown, which was registered earlier
+/// (exit handlers run in reverse order). Releases after that point (of arrays, streams, events
+/// and staging buffers held by static objects, and of the deferred-free queue) call nothing: on
+/// ROCm, hipFree/hipStreamDestroy/hipEventDestroy after HIP's teardown are a use-after-free
+/// inside HIP, and on CUDA they fail with cudaErrorCudartUnloading; the process's memory and
+/// handles go back to the system with the process anyway.
+class ProcessExit {
+ public:
+  [[nodiscard]] static bool begun() noexcept { return flag().load(std::memory_order_acquire); }
+  static void watch() noexcept {
+    static const bool registered = std::atexit(&mark) == 0;
+    static_cast<void>(registered);
+  }
+  static void mark() noexcept { flag().store(true, std::memory_order_release); }
+  /// For tests that simulate the exit in a running process.
+  static void reset_for_testing() noexcept { flag().store(false, std::memory_order_release); }
+
+ private:
+  static std::atomic<bool>& flag() noexcept {
+    static std::atomic<bool> exiting{false};
+    return exiting;
+  }
+};
 
 template <class Api>
 class RuntimeBackend : public Backend {
@@ -201,7 +230,8 @@ class RuntimeBackend : public Backend {
   }
 
   void deallocate(int device, void* ptr) override {
-    if (!use_device_to_release("deallocate", device) || ptr == nullptr) return;
+    const ReleaseDevice releasing = use_device_to_release("deallocate", device);
+    if (!releasing || ptr == nullptr) return;
     release(Api::free(ptr), "freeing device memory at {} on device {}", fmt::ptr(ptr), device);
   }
 
@@ -221,7 +251,8 @@ class RuntimeBackend : public Backend {
   }
 
   void host_deallocate(int device, void* ptr) override {
-    if (!use_device_to_release("host_deallocate", device) || ptr == nullptr) return;
+    const ReleaseDevice releasing = use_device_to_release("host_deallocate", device);
+    if (!releasing || ptr == nullptr) return;
     release(Api::hostFree(ptr), "freeing page-locked host memory at {}", fmt::ptr(ptr));
   }
 
@@ -230,12 +261,23 @@ class RuntimeBackend : public Backend {
     unsigned native = 0;
     if (has_flag(flags, HostRegisterFlags::Mapped)) native |= Api::kHostRegisterMapped;
     if (has_flag(flags, HostRegisterFlags::Portable)) native |= Api::kHostRegisterPortable;
+    if (has_flag(flags, HostRegisterFlags::ReadOnly) && Api::kHostRegisterReadOnly != 0) {
+      // Read-only registration is a hint the device may not take (CUDA: only where
+      // cudaDevAttrHostRegisterReadOnlySupported): if it is refused, the memory is registered
+      // without it; an error that has nothing to do with it comes back from that second call.
+      if (Api::hostRegister(ptr, bytes, native | Api::kHostRegisterReadOnly).code ==
+          Api::kSuccess) {
+        return;
+      }
+      clear_last_error();
+    }
     check(Api::hostRegister(ptr, bytes, native), "registering {} ({} bytes, {}) for device {}",
           fmt::ptr(ptr), bytes, describe(flags), device);
   }
 
   void host_unregister(int device, void* ptr) override {
-    if (!use_device_to_release("host_unregister", device)) return;
+    const ReleaseDevice releasing = use_device_to_release("host_unregister", device);
+    if (!releasing) return;
     release(Api::hostUnregister(ptr), "unregistering {}", fmt::ptr(ptr));
   }
 
@@ -257,7 +299,8 @@ class RuntimeBackend : public Backend {
   }
 
   void destroy_stream(int device, NativeStream stream) override {
-    if (!use_device_to_release("destroy_stream", device)) return;
+    const ReleaseDevice releasing = use_device_to_release("destroy_stream", device);
+    if (!releasing) return;
     release(Api::streamDestroy(native(stream)), "destroying stream {} of device {}",
             fmt::ptr(stream), device);
   }
@@ -285,7 +328,8 @@ class RuntimeBackend : public Backend {
   }
 
   void destroy_event(int device, NativeEvent event) override {
-    if (!use_device_to_release("destroy_event", device)) return;
+    const ReleaseDevice releasing = use_device_to_release("destroy_event", device);
+    if (!releasing) return;
     release(Api::eventDestroy(native_event(event)), "destroying event {} of device {}",
             fmt::ptr(event), device);
   }
@@ -416,10 +460,34 @@ class RuntimeBackend : public Backend {
     static_cast<void>(select_device(operation, device, /*releasing=*/false));
   }
 
-  /// use_device for a release (free, unregister, destroy): false when the runtime has already been
-  /// torn down (see release).
-  [[nodiscard]] bool use_device_to_release(const char* operation, int device) {
-    return select_device(operation, device, /*releasing=*/true);
+  /// Makes a release's device current for the release only: releases run in destructors, at
+  /// points the caller did not choose, so the caller's current device is restored afterwards.
+  /// Inactive (the release must call nothing) once the process has begun to exit (ProcessExit)
+  /// or when the runtime has already been torn down (see release).
+  class ReleaseDevice {
+   public:
+    ReleaseDevice(RuntimeBackend& backend, const char* operation, int device) {
+      if (ProcessExit::begun()) return;
+      int previous = -1;
+      active_ = backend.select_device(operation, device, /*releasing=*/true, &previous);
+      if (active_ && previous != device) previous_ = previous;
+    }
+    ReleaseDevice(const ReleaseDevice&) = delete;
+    ReleaseDevice& operator=(const ReleaseDevice&) = delete;
+    ~ReleaseDevice() {
+      // Best effort: a failure to switch back is not the release's failure.
+      if (previous_ && Api::setDevice(*previous_).code != Api::kSuccess) clear_last_error();
+    }
+    [[nodiscard]] explicit operator bool() const noexcept { return active_; }
+
+   private:
+    bool active_ = false;
+    std::optional<int> previous_;
+  };
+
+  /// A ReleaseDevice for `device` (see there).
+  [[nodiscard]] ReleaseDevice use_device_to_release(const char* operation, int device) {
+    return ReleaseDevice(*this, operation, device);
   }
 
   /// Like check, for the call that releases a resource. At process exit, arrays, streams and
@@ -517,6 +585,7 @@ class RuntimeBackend : public Backend {
         result.reason = explain_no_device(fmt::format("{} reports 0 devices", status.function));
       } else {
         result.count = count;
+        ProcessExit::watch();  // after the runtime's initialisation: see ProcessExit
       }
       census_ = std::move(result);
     });
@@ -525,12 +594,13 @@ class RuntimeBackend : public Backend {
 
   /// use_device; when `releasing`, returns false instead of throwing if the runtime has been torn
   /// down.
-  bool select_device(const char* operation, int device, bool releasing) {
+  bool select_device(const char* operation, int device, bool releasing, int* previous = nullptr) {
     require_device(operation);
     int current = -1;
     const ApiStatus got = Api::getDevice(&current);
     if (releasing && runtime_unloaded(got)) return false;
     check(got, "{} on device {}", operation, device);
+    if (previous != nullptr) *previous = current;
     if (current == device) return true;
     const ApiStatus set = Api::setDevice(device);
     if (releasing && runtime_unloaded(set)) return false;
@@ -695,10 +765,11 @@ class RuntimeBackend : public Backend {
   }
 
   static std::string describe(HostRegisterFlags flags) {
-    if (has_flag(flags, HostRegisterFlags::Mapped)) {
-      return has_flag(flags, HostRegisterFlags::Portable) ? "mapped|portable" : "mapped";
-    }
-    return has_flag(flags, HostRegisterFlags::Portable) ? "portable" : "pinned";
+    std::string out = has_flag(flags, HostRegisterFlags::Mapped) ? "mapped" : "";
+    if (has_flag(flags, HostRegisterFlags::Portable)) out += out.empty() ? "portable" : "|portable";
+    if (out.empty()) out = "pinned";
+    if (has_flag(flags, HostRegisterFlags::ReadOnly)) out += "|read-only";
+    return out;
   }
 
   static std::string describe(NativeStream stream) {
@@ -747,8 +818,9 @@ class RuntimeBackend : public Backend {
     StagingBuffer(const StagingBuffer&) = delete;
     StagingBuffer& operator=(const StagingBuffer&) = delete;
     ~StagingBuffer() {
+      if (ProcessExit::begun()) return;  // the runtime may be gone: see ProcessExit
       // Never free memory a DMA may still use; errors are ignored (nothing can be done about them
-      // in a destructor, and the runtime may be shutting down).
+      // in a destructor).
       if (in_flight) static_cast<void>(Api::eventSynchronize(done));
       if (done != VendorEvent{}) static_cast<void>(Api::eventDestroy(done));
       if (host != nullptr) static_cast<void>(Api::hostFree(host));
@@ -818,7 +890,11 @@ class RuntimeBackend : public Backend {
       }
       check(status, "allocating a {} page-locked staging buffer for device {}", format_bytes(chunk),
             device);
-      check(Api::eventCreate(&buffer.done), "creating a staging event on device {}", device);
+      // No timing (cheaper records), and a waiting host thread sleeps instead of spinning on a
+      // core for up to a whole chunk's DMA.
+      check(Api::eventCreateWithFlags(&buffer.done,
+                                      Api::kEventDisableTiming | Api::kEventBlockingSync),
+            "creating a staging event on device {}", device);
     }
     return pipeline;
   }

@@ -54,6 +54,13 @@ struct HipApi {
   static constexpr unsigned kHostAllocNonCoherent = hipHostMallocNonCoherent;
   static constexpr unsigned kHostRegisterMapped = hipHostRegisterMapped;
   static constexpr unsigned kHostRegisterPortable = hipHostRegisterPortable;
+#if defined(hipHostRegisterReadOnly)
+  static constexpr unsigned kHostRegisterReadOnly = hipHostRegisterReadOnly;  // ROCm 6
+#else
+  static constexpr unsigned kHostRegisterReadOnly = 0;  // HIP 5.2 has no read-only registration
+#endif
+  static constexpr unsigned kEventDisableTiming = hipEventDisableTiming;
+  static constexpr unsigned kEventBlockingSync = hipEventBlockingSync;
 
   // HIP 5.2 turns 2-D and 3-D copies into a HIP_MEMCPY3D descriptor whose pitches, heights and
   // widths are `unsigned int`: anything larger would be truncated silently, so larger copies go
@@ -112,19 +119,39 @@ struct HipApi {
   static S hostGetDevicePointer(void** device_ptr, void* host_ptr, unsigned flags) {
     return {hipHostGetDevicePointer(device_ptr, host_ptr, flags), "hipHostGetDevicePointer"};
   }
-  /// Ordinary pageable host memory. HIP 5.2 reports memory it neither allocated nor registered as
-  /// hipErrorInvalidValue (and records it as the last error): that answer means pageable.
+  /// Ordinary pageable host memory (see pageableAnswer).
   static S isPageable(const void* ptr, bool* pageable) {
     hipPointerAttribute_t attributes{};
     const hipError_t status = hipPointerGetAttributes(&attributes, ptr);
-    if (status == hipErrorInvalidValue) {
-      static_cast<void>(hipGetLastError());
-      *pageable = true;
-      return {hipSuccess, "hipPointerGetAttributes"};
+    if (!pageableAnswer(status, attributes, pageable)) {
+      return {status, "hipPointerGetAttributes"};
     }
-    *pageable = false;  // device, managed or page-locked host memory
-    return {status, "hipPointerGetAttributes"};
+    if (status != hipSuccess) static_cast<void>(hipGetLastError());  // the answer, not a failure
+    return {hipSuccess, "hipPointerGetAttributes"};
   }
+  /// Reads hipPointerGetAttributes' answer for memory that may be ordinary pageable memory; false
+  /// when the answer is a real failure. The two ROCm ABIs answer differently for memory HIP
+  /// neither allocated nor registered:
+  /// - ROCm 5 (field memoryType): hipErrorInvalidValue, recorded as the last error;
+  /// - ROCm >= 6 (field type): success, with type hipMemoryTypeUnregistered (0), like CUDA 11+.
+  /// Reading only the error would take ROCm 6's answer for "not pageable" and silently stop
+  /// staging large pageable copies. (A template over the struct, so that whichever field the
+  /// compiled-against ABI lacks is never named.)
+  template <class Attributes>
+  static bool pageableAnswer(hipError_t status, const Attributes& attributes, bool* pageable) {
+    *pageable = false;
+    if (status == hipErrorInvalidValue) {
+      *pageable = true;
+      return true;
+    }
+    if (status != hipSuccess) return false;
+    if constexpr (requires { attributes.type; }) {
+      *pageable = static_cast<int>(attributes.type) == kMemoryTypeUnregistered;
+    }
+    return true;  // ROCm 5 answered with a memory type: device, managed or page-locked memory
+  }
+  /// ROCm 6's hipMemoryTypeUnregistered (absent from ROCm 5's enum).
+  static constexpr int kMemoryTypeUnregistered = 0;
 
   // ---- Streams and events ----
   /// HIP's null stream is the blocking default stream (legacy semantics).
@@ -139,6 +166,9 @@ struct HipApi {
     return {hipStreamWaitEvent(stream, event, flags), "hipStreamWaitEvent"};
   }
   static S eventCreate(Event* event) { return {hipEventCreate(event), "hipEventCreate"}; }
+  static S eventCreateWithFlags(Event* event, unsigned flags) {
+    return {hipEventCreateWithFlags(event, flags), "hipEventCreateWithFlags"};
+  }
   static S eventDestroy(Event event) { return {hipEventDestroy(event), "hipEventDestroy"}; }
   static S eventRecord(Event event, Stream stream) {
     return {hipEventRecord(event, stream), "hipEventRecord"};

@@ -254,7 +254,8 @@ class RocBackend final : public gpu_runtime::RuntimeBackend<HipApi> {
   /// The hint is withdrawn first (hsa_memory_deregister), then HIP unregisters the memory; a
   /// failure of the former is reported after the latter has run.
   void host_unregister(int device, void* ptr) override {
-    if (!use_device_to_release("host_unregister", device)) return;
+    const ReleaseDevice releasing = use_device_to_release("host_unregister", device);
+    if (!releasing) return;
     std::optional<std::size_t> hinted;
     {
       const std::lock_guard lock(hints_mutex_);

@@ -41,6 +41,9 @@ enum class HostRegisterFlags : unsigned {
   None = 0,
   Mapped = 1u << 0,
   Portable = 1u << 1,
+  /// The device only reads the memory (a read-only host array): cudaHostRegisterReadOnly /
+  /// hipHostRegisterReadOnly (ROCm 6) where the runtime and device take it, else ignored.
+  ReadOnly = 1u << 2,
 };
 
 template <class E>

@@ -163,10 +163,16 @@ struct PreparedLaunch {
 
 /// Resolves the stream, checks that the active backend is `compiled_for` and that the grid, block
 /// and dynamic shared memory fit the device (InvalidArgument naming the values otherwise), and
-/// makes the device current on this thread.
-[[nodiscard]] DEVMEM_API PreparedLaunch launch_prepare(const LaunchConfig& config,
-                                                       std::string_view compiled_for,
-                                                       std::string_view kernel_name);
+/// makes the device current on this thread. `compiled_architectures` (";"- or ","-separated,
+/// e.g. "gfx90a,gfx1030"; empty: not known) lists the GPU architectures the kernel has code for: a
+/// device of another architecture is refused with InvalidArgument naming both, instead of the
+/// runtime's abort at code-object load.
+[[nodiscard]] DEVMEM_API PreparedLaunch
+launch_prepare(const LaunchConfig& config, std::string_view compiled_for,
+               std::string_view kernel_name, std::string_view compiled_architectures = {});
+/// The device whose constant memory const_array_like fills: the current context's (made current
+/// on this thread by the library).
+[[nodiscard]] DEVMEM_API int constant_memory_device();
 /// InvalidArgument unless every array passed to a launch is on the launch's device.
 DEVMEM_API void launch_check_array(const PreparedLaunch& launch, const DeviceArray& array,
                                    std::size_t argument_index);
@@ -264,8 +270,8 @@ void launch(const LaunchConfig& config, void (*kernel)(Params...), Args&&... arg
   static_assert((!std::is_reference_v<Params> && ...),
                 "devmem::launch: kernel parameters are passed by value (as on a GPU)");
   if (kernel == nullptr) throw InvalidArgument("devmem::launch: the kernel is a null pointer");
-  const detail::PreparedLaunch prepared =
-      detail::launch_prepare(config, detail::kKernelBackend, "kernel");
+  const detail::PreparedLaunch prepared = detail::launch_prepare(
+      config, detail::kKernelBackend, "kernel", detail::kKernelArchitectures);
   auto keep_alive = detail::launch_keep_alive(args...);
   auto arguments = detail::convert_kernel_arguments<Params...>(
       prepared, std::index_sequence_for<Args...>{}, std::forward<Args>(args)...);
@@ -286,7 +292,8 @@ void const_array_like(T (&symbol)[N], const Values& values) {
   static_assert(std::is_same_v<Value, std::remove_cv_t<T>>,
                 "const_array_like: the values' element type must be the constant array's");
   detail::check_constant_size("const_array_like", N, static_cast<std::size_t>(std::size(values)));
-  detail::copy_to_constant(symbol, std::data(values), N * sizeof(T));
+  detail::copy_to_constant(symbol, detail::constant_memory_device(), std::data(values),
+                           N * sizeof(T));
 }
 /// The same from a host array (dtype and size checked).
 template <class T, std::size_t N>
@@ -294,7 +301,7 @@ void const_array_like(T (&symbol)[N], const HostArray& values) {
   detail::check_dtype(dtype_of<std::remove_cv_t<T>>(), values.dtype(), "const_array_like");
   detail::check_constant_size("const_array_like", N, static_cast<std::size_t>(values.size()));
   const HostArray dense = values.is_c_contiguous() ? values : values.copy(Order::C);
-  detail::copy_to_constant(symbol, dense.data(), N * sizeof(T));
+  detail::copy_to_constant(symbol, detail::constant_memory_device(), dense.data(), N * sizeof(T));
 }
 
 }  // namespace devmem

@@ -75,6 +75,7 @@ struct FakeState {
   std::vector<std::pair<void (*)(void*), void*>> host_functions;
   std::vector<unsigned> host_alloc_flags;
   std::vector<unsigned> host_register_flags;
+  std::vector<unsigned> event_flags;  // eventCreateWithFlags
   std::vector<int> copy_kinds;
   std::vector<FakeStream*> copy_streams;
   std::size_t free_bytes = std::size_t{1} << 30;
@@ -131,6 +132,9 @@ struct FakeApi {
   static constexpr unsigned kHostAllocNonCoherent = 0x200;
   static constexpr unsigned kHostRegisterMapped = 0x2;
   static constexpr unsigned kHostRegisterPortable = 0x1;
+  static constexpr unsigned kHostRegisterReadOnly = 0x8;
+  static constexpr unsigned kEventBlockingSync = 0x1;
+  static constexpr unsigned kEventDisableTiming = 0x2;
   static constexpr std::size_t kMaxPitch = 1u << 20;
 
   /// Records the call; returns the error it was told to fail with (once), else success.
@@ -276,6 +280,13 @@ struct FakeApi {
   }
   static S streamQuery(Stream) { return call("fakeStreamQuery"); }
   static S streamWaitEvent(Stream, Event, unsigned) { return call("fakeStreamWaitEvent"); }
+  static S eventCreateWithFlags(Event* event, unsigned flags) {
+    g_state->event_flags.push_back(flags);
+    S s = call("fakeEventCreateWithFlags");
+    *event = s.code == kOk ? new FakeEvent{} : nullptr;
+    if (s.code == kOk) ++g_state->live_events;
+    return s;
+  }
   static S eventCreate(Event* event) {
     S s = call("fakeEventCreate");
     *event = s.code == kOk ? new FakeEvent{} : nullptr;
@@ -1014,6 +1025,10 @@ TEST_CASE("gpu_runtime: large pageable copies are staged chunk by chunk, exactly
   // One pipeline (two page-locked buffers and two events) served every copy.
   CHECK(f.count("fakeHostAlloc") == 2);
   CHECK(f.count("fakeEventCreate") == 2);
+  // Staging events neither time nor spin: DisableTiming | BlockingSync.
+  CHECK(f.state.event_flags ==
+        std::vector<unsigned>{FakeApi::kEventDisableTiming | FakeApi::kEventBlockingSync,
+                              FakeApi::kEventDisableTiming | FakeApi::kEventBlockingSync});
   f.backend->deallocate(0, device);
   f.backend->destroy_stream(0, s);
   f.backend.reset();
@@ -1081,6 +1096,18 @@ TEST_CASE("gpu_runtime: staging errors propagate, leak nothing, and the next cop
     REQUIRE_THROWS_AS(
         f.backend->copy(0, device.data(), source.data(), 1000, CopyKind::HostToDevice, s),
         devmem::BackendError);
+  }
+  SECTION("a failing staging event creation") {
+    f.state.fail["fakeEventCreateWithFlags"] = kInvalidValue;
+    REQUIRE_THROWS_MATCHES(
+        f.backend->copy(0, device.data(), source.data(), 1000, CopyKind::HostToDevice, s),
+        devmem::BackendError,
+        Catch::Matchers::Predicate<devmem::BackendError>(
+            [](const devmem::BackendError& e) {
+              return e.function() == "fakeEventCreateWithFlags";
+            },
+            "names the vendor call"));
+    CHECK(f.state.last_error == kOk);
   }
   SECTION("no page-locked memory for staging: the copy goes unstaged") {
     f.state.fail["fakeHostAlloc"] = kOutOfMemory;
@@ -1204,6 +1231,103 @@ TEST_CASE("gpu_runtime: releases after the runtime's teardown at exit are silent
   std::free(pinned);
   delete static_cast<FakeStream*>(stream);
   delete static_cast<FakeEvent*>(event);
+}
+
+TEST_CASE("gpu_runtime: once the process has begun to exit, releases call nothing") {
+  // ProcessExit's atexit handler runs before the vendor runtime's teardown: from then on a release
+  // (of a static object's array, stream or event) must not reach the runtime at all, because
+  // HIP's calls after its teardown are a use-after-free inside HIP, not a clean error.
+  Fixture f;
+  void* device = f.backend.allocate(1, 64);
+  void* pinned = f.backend.host_allocate(1, 64, HostAllocFlags::Mapped);
+  std::vector<char> registered(64);
+  f.backend.host_register(1, registered.data(), registered.size(), HostRegisterFlags::Mapped);
+  const NativeStream stream = f.backend.create_stream(1);
+  const devmem::NativeEvent event = f.backend.create_event(1);
+  const std::size_t calls_before = f.state.calls.size();
+  devmem::gpu_runtime::ProcessExit::mark();
+  CHECK_NOTHROW(f.backend.deallocate(1, device));
+  CHECK_NOTHROW(f.backend.host_deallocate(1, pinned));
+  CHECK_NOTHROW(f.backend.host_unregister(1, registered.data()));
+  CHECK_NOTHROW(f.backend.destroy_stream(1, stream));
+  CHECK_NOTHROW(f.backend.destroy_event(1, event));
+  devmem::gpu_runtime::ProcessExit::reset_for_testing();
+  CHECK(f.state.calls.size() == calls_before);  // not even a device query
+  // The process would hand everything back; the fake test does it itself.
+  f.backend.deallocate(1, device);
+  f.backend.host_deallocate(1, pinned);
+  f.backend.host_unregister(1, registered.data());
+  f.backend.destroy_stream(1, stream);
+  f.backend.destroy_event(1, event);
+  CHECK(f.state.live_blocks == 0);
+  CHECK(f.state.live_streams == 0);
+  CHECK(f.state.live_events == 0);
+}
+
+TEST_CASE("gpu_runtime: read-only registration, and its fallback where it is refused") {
+  Fixture f;
+  std::vector<char> memory(64);
+  f.backend.host_register(0, memory.data(), 64,
+                          HostRegisterFlags::Mapped | HostRegisterFlags::ReadOnly);
+  CHECK(f.state.host_register_flags ==
+        std::vector<unsigned>{FakeApi::kHostRegisterMapped | FakeApi::kHostRegisterReadOnly});
+  f.backend.host_unregister(0, memory.data());
+  f.state.host_register_flags.clear();
+  SECTION("a device without read-only registration: registered without it, no error left") {
+    f.state.fail["fakeHostRegister"] = kInvalidValue;
+    f.backend.host_register(0, memory.data(), 64, HostRegisterFlags::ReadOnly);
+    CHECK(f.state.host_register_flags == std::vector<unsigned>{FakeApi::kHostRegisterReadOnly, 0u});
+    CHECK(f.state.last_error == kOk);
+    f.backend.host_unregister(0, memory.data());
+  }
+}
+
+TEST_CASE("gpu_runtime: a release restores the caller's current device") {
+  // Releases run in destructors, wherever the last reference goes: they must not leave another
+  // device current behind the application's back.
+  Fixture f;
+  void* on_1 = f.backend.allocate(1, 64);
+  const NativeStream stream_1 = f.backend.create_stream(1);
+  const devmem::NativeEvent event_1 = f.backend.create_event(1);
+  void* pinned_1 = f.backend.host_allocate(1, 64, HostAllocFlags::None);
+  f.backend.make_current(0);
+  const auto released_on_1_then_back = [&f](const char* release_call) {
+    const auto at =
+        std::find_if(f.state.calls.begin(), f.state.calls.end(),
+                     [&](const std::string& c) { return c.rfind(release_call, 0) == 0; });
+    REQUIRE(at != f.state.calls.end());
+    REQUIRE(at != f.state.calls.begin());
+    CHECK(*(at - 1) == "fakeSetDevice(1)");
+    REQUIRE(at + 1 != f.state.calls.end());
+    CHECK(*(at + 1) == "fakeSetDevice(0)");
+    CHECK(f.state.current == 0);
+    f.state.calls.clear();
+  };
+  f.state.calls.clear();
+  f.backend.deallocate(1, on_1);
+  released_on_1_then_back("fakeFree");
+  f.backend.destroy_stream(1, stream_1);
+  released_on_1_then_back("fakeStreamDestroy");
+  f.backend.destroy_event(1, event_1);
+  released_on_1_then_back("fakeEventDestroy");
+  f.backend.host_deallocate(1, pinned_1);
+  released_on_1_then_back("fakeHostFree");
+  SECTION("a release on the current device switches nothing") {
+    void* on_0 = f.backend.allocate(0, 64);
+    f.state.calls.clear();
+    f.backend.deallocate(0, on_0);
+    CHECK(f.state.calls == std::vector<std::string>{"fakeGetDevice()", "fakeFree()"});
+  }
+  SECTION("a failed switch to the release's device throws; nothing is released or switched") {
+    void* again = f.backend.allocate(1, 64);
+    f.backend.make_current(0);
+    f.state.fail["fakeSetDevice"] = kInvalidValue;
+    CHECK_THROWS_AS(f.backend.deallocate(1, again), devmem::BackendError);
+    CHECK(f.state.current == 0);
+    f.backend.deallocate(1, again);  // the memory is still there to free
+    CHECK(f.state.current == 0);
+  }
+  CHECK(f.state.live_blocks == 0);
 }
 
 TEST_CASE("gpu_runtime: a release that fails for another reason still throws") {

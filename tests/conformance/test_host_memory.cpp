@@ -476,6 +476,14 @@ TEST_CASE("pinned: a scope that page-locks existing host arrays", "[host][pinned
     }
     CHECK(a.kind() == HostMemoryKind::Pageable);
   }
+  SECTION("a read-only array is registered read-only where the runtime can, and still copies") {
+    const HostArray readonly =
+        HostArray::view(static_cast<const void*>(a.data()), Shape{512}, f8());
+    REQUIRE(readonly.is_readonly());
+    const devmem::PinnedScope scope = devmem::pinned(readonly);
+    const DeviceArray d = devmem::to_device(readonly);
+    CHECK(d.to_vector<double>() == iota_vec(512));
+  }
   SECTION("pinning the same array twice in a row works (numba#3508)") {
     for (int i = 0; i < 3; ++i) {
       const devmem::PinnedScope scope = devmem::pinned(a);

@@ -551,6 +551,31 @@ TEST_CASE("kernels: launch errors are clear and enqueue nothing", "[kernels]") {
         MessageContains("devmem::launch(k): the kernel was compiled for the '" + other +
                         "' backend but the active backend is '" + devmem::backend_name() + "'"));
   }
+  SECTION("a device of an architecture the kernel has no code for") {
+    const std::string arch = devmem::current_context()->properties().architecture;
+    CHECK_THROWS_MATCHES(
+        (void)devmem::detail::launch_prepare({1, 1, 0, s}, devmem::backend_name(), "k",
+                                             "gfx90a:xnack+,gfx1030"),
+        devmem::InvalidArgument,
+        MessageContains("devmem::launch(k): the kernel has no code for device 0 (") &&
+            MessageContains(arch + "): it was compiled for gfx90a:xnack+,gfx1030; rebuild with "
+                                   "the device's architecture in CMAKE_HIP_ARCHITECTURES"));
+    // An entry with target features matches the device's architecture.
+    CHECK_NOTHROW((void)devmem::detail::launch_prepare({1, 1, 0, s}, devmem::backend_name(), "k",
+                                                       "gfx90a;" + arch + ":xnack-"));
+  }
+  if (devmem::backend_name() == "roc") {
+    SECTION("more than 2^32 - 1 work-items along an axis (an AMD dispatch packet's limit)") {
+      const unsigned block = static_cast<unsigned>(std::min(props.max_threads_per_block, 1024));
+      const auto grid = static_cast<unsigned>((std::uint64_t{1} << 32) / block);
+      REQUIRE(static_cast<std::int64_t>(grid) <= props.max_grid_dim[0]);
+      CHECK_THROWS_MATCHES(
+          devmem::launch({{grid, 1, 1}, {block, 1, 1}, 0, s}, fill_iota, ints, 0),
+          devmem::InvalidArgument,
+          MessageContains(" has 4294967296 threads along axis 0; AMD GPUs dispatch at most "
+                          "2^32 - 1 = 4294967295 per axis (grid * block)"));
+    }
+  }
   // Nothing was enqueued: the array still holds the fill.
   CHECK(ints.to_vector<int>(s) == std::vector<int>(64, 5));
   // And the stream still works.
@@ -604,6 +629,60 @@ TEST_CASE("kernels: arrays and the launch must be on one device",
   CHECK(on_device_1.to_vector<int>()[7] == 8);
   devmem::select_device(original);
 }
+
+#if defined(__CUDACC__) || defined(__HIPCC__) || defined(DEVMEM_HIPCPU_CUDA) || \
+    defined(DEVMEM_HIPCPU_ROC)
+// ---- The GPU kernel layer and the vendor runtime the kernel's translation unit calls ----------
+
+TEST_CASE("kernels: a launch neither reports nor swallows an earlier, unrelated runtime error",
+          "[kernels][errors]") {
+  using devmem::detail::KernelRuntime;
+  const devmem::Stream s = devmem::stream();
+  const DeviceArray out = devmem::device_array<int>({64}, Order::C, s);
+  // The application's own failed call, left for it to read with cudaGetLastError/hipGetLastError.
+  const auto earlier = KernelRuntime::opt_in_dynamic_shared(nullptr, 1);
+  REQUIRE(earlier != KernelRuntime::kSuccess);
+  devmem::launch({1, 64, 0, s}, fill_iota, out, 7);  // not reported as this launch's failure
+  CHECK(out.to_vector<int>(s)[63] == 70);
+#if !defined(__HIPCC__)
+  // Still there for the application (ROCm versions differ on whether later successful calls
+  // overwrite the last error, so this is checked on CUDA and HIP-CPU only).
+  CHECK(KernelRuntime::last_error() == earlier);
+  CHECK(KernelRuntime::last_error() == KernelRuntime::kSuccess);
+#else
+  static_cast<void>(KernelRuntime::last_error());
+#endif
+}
+
+TEST_CASE(
+    "kernels: launches and constant memory use devmem's device, whatever the kernel's "
+    "runtime has current",
+    "[kernels][multi-device]") {
+  using devmem::detail::KernelRuntime;
+  std::vector<float> table(kLutSize);
+  for (int i = 0; i < kLutSize; ++i)
+    table[static_cast<std::size_t>(i)] = 3.0f * static_cast<float>(i) + 1.0f;
+  const std::vector<int> keys{0, 1, 2, 15, 16, 33};
+  const int original = devmem::current_device();
+  const int target = devmem::device_count() - 1;  // device 1 of two; device 0 of one
+  devmem::select_device(target);
+  // Someone (a library, the application) makes another device current in the kernel's runtime.
+  const int other = 0;  // with one device, the same one: the calls are still exercised
+  REQUIRE(KernelRuntime::set_device(other) == KernelRuntime::kSuccess);
+  devmem::const_array_like(conformance_lut, table);
+  int current = -1;
+  REQUIRE(KernelRuntime::get_device(&current) == KernelRuntime::kSuccess);
+  CHECK(current == target);  // constant memory was written on devmem's device
+  const DeviceArray dkeys = devmem::to_device(keys);
+  const DeviceArray out = devmem::device_array<float>({6});
+  REQUIRE(KernelRuntime::set_device(other) == KernelRuntime::kSuccess);
+  devmem::launch({1, 32}, lookup, dkeys, out);
+  REQUIRE(KernelRuntime::get_device(&current) == KernelRuntime::kSuccess);
+  CHECK(current == target);
+  CHECK(out.to_vector<float>() == std::vector<float>{1.0f, 4.0f, 7.0f, 46.0f, 1.0f, 4.0f});
+  devmem::select_device(original);
+}
+#endif
 
 // ---- What the host simulator detects (device code cannot throw or share host atomics) ----------
 #if !defined(__CUDACC__) && !defined(__HIPCC__)

@@ -54,6 +54,11 @@ inline constexpr unsigned cudaHostAllocWriteCombined = hipHostMallocWriteCombine
 inline constexpr unsigned cudaHostRegisterDefault = hipHostRegisterDefault;
 inline constexpr unsigned cudaHostRegisterPortable = hipHostRegisterPortable;
 inline constexpr unsigned cudaHostRegisterMapped = hipHostRegisterMapped;
+// HIP-CPU has no read-only registration: a flag the binding's hipHostRegister refuses, so that
+// devmem's fallback (register without it) runs.
+inline constexpr unsigned cudaHostRegisterReadOnly = 0x08;
+inline constexpr unsigned cudaEventDisableTiming = hipEventDisableTiming;
+inline constexpr unsigned cudaEventBlockingSync = hipEventBlockingSync;
 
 inline constexpr cudaFuncAttribute cudaFuncAttributeMaxDynamicSharedMemorySize =
     hipFuncAttributeMaxDynamicSharedMemorySize;
@@ -193,6 +198,9 @@ inline cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, u
 }
 inline cudaError_t cudaEventCreate(cudaEvent_t* event) {
   return hipEventCreate(event);
+}
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
+  return hipEventCreateWithFlags(event, flags);
 }
 inline cudaError_t cudaEventDestroy(cudaEvent_t event) {
   return hipEventDestroy(event);

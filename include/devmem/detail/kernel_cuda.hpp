@@ -18,8 +18,27 @@ struct KernelRuntime {
   static constexpr const char* kLaunchCall = "cudaLaunchKernel";
   static constexpr const char* kFuncAttributeCall = "cudaFuncSetAttribute";
   static constexpr const char* kToSymbolCall = "cudaMemcpyToSymbol";
+  static constexpr const char* kGetDeviceCall = "cudaGetDevice";
+  static constexpr const char* kSetDeviceCall = "cudaSetDevice";
+  /// Not checked before a launch: the `cuda` preset also embeds PTX, which the driver compiles for
+  /// newer GPUs, and an older GPU gets the runtime's own clear cudaErrorNoKernelImageForDevice.
+  static constexpr std::string_view kArchitectures = {};
 
   static Error last_error() { return cudaGetLastError(); }
+  static Error get_device(int* device) { return cudaGetDevice(device); }
+  static Error set_device(int device) { return cudaSetDevice(device); }
+  /// devmem's default stream (a null handle) is the legacy default stream, as in the rest of
+  /// devmem: a 0 handle would be the per-thread stream in code compiled with
+  /// --default-stream per-thread.
+  static Stream stream(void* handle) {
+    return handle == nullptr ? cudaStreamLegacy : static_cast<Stream>(handle);
+  }
+#if !defined(__HIP_CPU_RT__)
+  static Error launch_kernel(const void* kernel, dim3 grid, dim3 block, void** parameters,
+                             std::size_t shared_bytes, Stream stream) {
+    return cudaLaunchKernel(kernel, grid, block, parameters, shared_bytes, stream);
+  }
+#endif
   static const char* error_name(Error status) { return cudaGetErrorName(status); }
   static const char* error_string(Error status) { return cudaGetErrorString(status); }
   static Error opt_in_dynamic_shared(const void* kernel, std::size_t bytes) {

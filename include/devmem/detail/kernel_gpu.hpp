@@ -31,59 +31,78 @@ namespace devmem {
 namespace detail {
 
 inline constexpr std::string_view kKernelBackend = KernelRuntime::kBackend;
-
-template <class... Params, class Tuple, std::size_t... I>
-void launch_triple_chevron(const LaunchConfig& config, typename KernelRuntime::Stream stream,
-                           void (*kernel)(Params...), const Tuple& arguments,
-                           std::index_sequence<I...>) {
-  const dim3 grid(config.grid.x, config.grid.y, config.grid.z);
-  const dim3 block(config.block.x, config.block.y, config.block.z);
-#if defined(__HIP_CPU_RT__)
-  // g++ does not parse <<<>>>; HIP-CPU's launch macro enqueues the grid on the stream.
-  hipLaunchKernelGGL(kernel, grid, block, config.shared_bytes, stream, std::get<I>(arguments)...);
-#else
-  kernel<<<grid, block, config.shared_bytes, stream>>>(std::get<I>(arguments)...);
-#endif
-}
+inline constexpr std::string_view kKernelArchitectures = KernelRuntime::kArchitectures;
 
 inline void check_kernel_runtime(typename KernelRuntime::Error status, const char* call) {
   if (status != KernelRuntime::kSuccess) {
+    // The failure is this call's: it must not linger as the thread's last error for the next,
+    // unrelated call to find (a sticky error stays whatever is done).
+    static_cast<void>(KernelRuntime::last_error());
     throw_launch_error(KernelRuntime::kBackend, call, static_cast<int>(status),
                        KernelRuntime::error_name(status), KernelRuntime::error_string(status));
   }
+}
+
+/// Makes `device` current in the runtime this translation unit calls. That is not necessarily the
+/// runtime instance libdevmem selected the device in: a CUDA target linked with the static cudart
+/// has its own copy, with its own per-thread current device, and a kernel launched there without
+/// this runs on that copy's device (device 0 unless the caller chose another).
+inline void use_kernel_device(int device) {
+  int current = -1;
+  check_kernel_runtime(KernelRuntime::get_device(&current), KernelRuntime::kGetDeviceCall);
+  if (current != device) {
+    check_kernel_runtime(KernelRuntime::set_device(device), KernelRuntime::kSetDeviceCall);
+  }
+}
+
+/// Enqueues the kernel; returns this launch's own status (never an earlier error the thread's
+/// last-error state may hold, which a triple-chevron launch followed by get-last-error would take
+/// for its own, and clear).
+template <class... Params, class Tuple, std::size_t... I>
+typename KernelRuntime::Error enqueue_kernel(const LaunchConfig& config,
+                                             typename KernelRuntime::Stream stream,
+                                             void (*kernel)(Params...), Tuple& arguments,
+                                             std::index_sequence<I...>) {
+  const dim3 grid(config.grid.x, config.grid.y, config.grid.z);
+  const dim3 block(config.block.x, config.block.y, config.block.z);
+#if defined(__HIP_CPU_RT__)
+  return ::devmem::hipcpu::launch_kernel(kernel, grid, block, config.shared_bytes, stream,
+                                         std::get<I>(arguments)...);
+#else
+  // The runtime copies each parameter from these addresses; the trailing null keeps the array
+  // non-empty for kernels without parameters.
+  void* parameters[] = {static_cast<void*>(&std::get<I>(arguments))..., nullptr};
+  return KernelRuntime::launch_kernel(reinterpret_cast<const void*>(kernel), grid, block,
+                                      parameters, config.shared_bytes, stream);
+#endif
 }
 
 template <class... Params, class Tuple>
 void launch_on_backend(const PreparedLaunch& launch, const LaunchConfig& config,
                        void (*kernel)(Params...), Tuple&& arguments,
                        std::vector<std::shared_ptr<const void>> keep_alive) {
-  // Clear an earlier, unrelated error so that the check below reports this launch's.
-  static_cast<void>(KernelRuntime::last_error());
+  use_kernel_device(launch.device);
   if (config.shared_bytes > launch.default_shared_limit) {
     // More than the default per-block limit: the kernel must opt in (launch_prepare checked the
     // opt-in limit).
-    const auto status = KernelRuntime::opt_in_dynamic_shared(reinterpret_cast<const void*>(kernel),
-                                                             config.shared_bytes);
-    if (status != KernelRuntime::kSuccess) {
-      static_cast<void>(KernelRuntime::last_error());  // not sticky: later calls must not see it
-    }
-    check_kernel_runtime(status, KernelRuntime::kFuncAttributeCall);
+    check_kernel_runtime(KernelRuntime::opt_in_dynamic_shared(reinterpret_cast<const void*>(kernel),
+                                                              config.shared_bytes),
+                         KernelRuntime::kFuncAttributeCall);
   }
-  launch_triple_chevron(config,
-                        static_cast<typename KernelRuntime::Stream>(launch.stream.native_handle()),
-                        kernel, arguments, std::index_sequence_for<Params...>{});
-  check_kernel_runtime(KernelRuntime::last_error(), KernelRuntime::kLaunchCall);
+  check_kernel_runtime(enqueue_kernel(config, KernelRuntime::stream(launch.stream.native_handle()),
+                                      kernel, arguments, std::index_sequence_for<Params...>{}),
+                       KernelRuntime::kLaunchCall);
   keep_alive_until_complete(launch.stream, std::move(keep_alive));
 }
 
 template <class T, std::size_t N>
-void copy_to_constant(T (&symbol)[N], const void* values, std::size_t bytes) {
-  const auto status =
-      KernelRuntime::copy_to_symbol(static_cast<const void*>(&symbol), values, bytes);
-  if (status != KernelRuntime::kSuccess) {
-    static_cast<void>(KernelRuntime::last_error());  // not sticky: later calls must not see it
-  }
-  check_kernel_runtime(status, KernelRuntime::kToSymbolCall);
+void copy_to_constant(T (&symbol)[N], int device, const void* values, std::size_t bytes) {
+  // Constant memory is per device: the copy goes to the current device of this translation
+  // unit's runtime, which must be the context's (see use_kernel_device).
+  use_kernel_device(device);
+  check_kernel_runtime(
+      KernelRuntime::copy_to_symbol(static_cast<const void*>(&symbol), values, bytes),
+      KernelRuntime::kToSymbolCall);
 }
 
 }  // namespace detail

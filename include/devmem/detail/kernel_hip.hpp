@@ -18,8 +18,27 @@ struct KernelRuntime {
   static constexpr const char* kLaunchCall = "hipLaunchKernel";
   static constexpr const char* kFuncAttributeCall = "hipFuncSetAttribute";
   static constexpr const char* kToSymbolCall = "hipMemcpyToSymbol";
+  static constexpr const char* kGetDeviceCall = "hipGetDevice";
+  static constexpr const char* kSetDeviceCall = "hipSetDevice";
+#if defined(DEVMEM_HIP_ARCHITECTURES)
+  /// The --offload-arch list this source was compiled with (devmem_target_hip_sources defines
+  /// it): HIP has no code object for other GPUs, and no PTX-like fallback.
+  static constexpr std::string_view kArchitectures = DEVMEM_HIP_ARCHITECTURES;
+#else
+  static constexpr std::string_view kArchitectures = {};
+#endif
 
   static Error last_error() { return hipGetLastError(); }
+  static Error get_device(int* device) { return hipGetDevice(device); }
+  static Error set_device(int device) { return hipSetDevice(device); }
+  /// HIP's null stream is the legacy blocking default stream.
+  static Stream stream(void* handle) { return static_cast<Stream>(handle); }
+#if !defined(__HIP_CPU_RT__)
+  static Error launch_kernel(const void* kernel, dim3 grid, dim3 block, void** parameters,
+                             std::size_t shared_bytes, Stream stream) {
+    return hipLaunchKernel(kernel, grid, block, parameters, shared_bytes, stream);
+  }
+#endif
   static const char* error_name(Error status) { return hipGetErrorName(status); }
   static const char* error_string(Error status) { return hipGetErrorString(status); }
   static Error opt_in_dynamic_shared(const void* kernel, std::size_t bytes) {
@@ -38,8 +57,14 @@ inline void wave_sync() {
   __syncthreads();
 }
 #else
+/// __builtin_amdgcn_wave_barrier only keeps the compiler from moving code across it: it orders no
+/// memory. Wavefront-scope release and acquire fences around it make the lanes' earlier writes
+/// (shared and global) visible to the lanes' later reads, what __syncwarp guarantees on CUDA and
+/// what HIP's own __syncwarp does.
 __device__ inline void wave_sync() {
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
   __builtin_amdgcn_wave_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
 }
 #endif
 

@@ -16,6 +16,7 @@ namespace devmem {
 namespace detail {
 
 inline constexpr std::string_view kKernelBackend = "host";
+inline constexpr std::string_view kKernelArchitectures = {};  // the host runs any kernel
 
 namespace sim {
 
@@ -78,8 +79,8 @@ void launch_on_backend(const PreparedLaunch& launch, const LaunchConfig& config,
 }
 
 template <class T, std::size_t N>
-void copy_to_constant(T (&symbol)[N], const void* values, std::size_t bytes) {
-  sim::prepare_constant_update();
+void copy_to_constant(T (&symbol)[N], int /*device*/, const void* values, std::size_t bytes) {
+  sim::prepare_constant_update();  // one constant memory for every simulated device
   std::memcpy(static_cast<void*>(symbol), values, bytes);
 }
 

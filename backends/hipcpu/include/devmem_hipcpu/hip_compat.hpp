@@ -704,11 +704,37 @@ inline const char* hipGetErrorString(hipError_t status) noexcept {
   return false;
 }
 
+/// ROCm's signature (`unsigned` flags; HIP-CPU takes its enum), with ROCm's validation.
+inline hipError_t hipEventCreateWithFlags(hipEvent_t* event, unsigned flags) {
+  constexpr unsigned kKnown = hipEventBlockingSync | hipEventDisableTiming | hipEventInterprocess |
+                              hipEventReleaseToDevice | hipEventReleaseToSystem;
+  if (const hipError_t status = enter(); status != hipSuccess) return result(status);
+  if (event == nullptr || (flags & ~kKnown) != 0) return result(hipErrorInvalidValue);
+  return result(::hipEventCreateWithFlags(event, static_cast<hipEventFlags>(flags)));
+}
+
+/// hipLaunchKernelGGL as a call that returns the launch's status (like hipLaunchKernel), for the
+/// kernel layer: a refused launch also leaves its error as the thread's last error, as HIP does.
+template <class... Params, class... Args>
+[[nodiscard]] hipError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block,
+                                       std::size_t shared_bytes, hipStream_t stream,
+                                       const Args&... args) {
+  const hipError_t status = enter_enqueue(stream);
+  if (status != hipSuccess) return result(status);
+  ::hip::detail::launch(
+      grid, block, static_cast<std::uint32_t>(shared_bytes), stream,
+      [=](auto&&... xs) noexcept { kernel(std::forward<decltype(xs)>(xs)...); },
+      std::make_tuple(args...));
+  mark_enqueued(stream);
+  return hipSuccess;
+}
+
 }  // namespace devmem::hipcpu
 
 #pragma GCC visibility pop
 
 // Names HIP-CPU lacks.
+using devmem::hipcpu::hipEventCreateWithFlags;  // an overload next to HIP-CPU's
 using devmem::hipcpu::hipEventQuery;
 using devmem::hipcpu::hipFuncSetAttribute;
 using devmem::hipcpu::hipLaunchHostFunc;
