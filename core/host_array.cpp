@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <cstring>
+#include <string>
 
 namespace devmem {
 
@@ -50,7 +52,9 @@ void check_dtype(const DType& expected, const DType& actual, const char* operati
   }
 }
 
-void check_view(const DType& expected, std::size_t rank, const DType& dtype, int ndim) {
+void check_view(const DType& expected, std::size_t rank, const DType& dtype, const Layout& layout,
+                const void* data) {
+  const int ndim = layout.ndim();
   if (!(expected == dtype)) {
     throw InvalidArgument(fmt::format("DeviceArray::view<{}, {}>: the array's dtype is {}, not {}",
                                       expected.name(), rank, dtype.name(), expected.name()));
@@ -58,6 +62,32 @@ void check_view(const DType& expected, std::size_t rank, const DType& dtype, int
   if (static_cast<std::size_t>(ndim) != rank) {
     throw InvalidArgument(fmt::format("DeviceArray::view<{}, {}>: the array has {} dimension{}, not {}",
                                       expected.name(), rank, ndim, ndim == 1 ? "" : "s", rank));
+  }
+  // No element of an empty array is ever accessed, so its layout cannot fault.
+  if (layout.size() == 0) return;
+  const std::string operation = fmt::format("DeviceArray::view<{}, {}>", expected.name(), rank);
+  check_pointer_alignment(operation.c_str(), "data pointer", data, expected);
+  check_stride_alignment(operation.c_str(), layout, expected);
+}
+
+void check_pointer_alignment(const char* operation, const char* what, const void* pointer,
+                             const DType& dtype) {
+  if (reinterpret_cast<std::uintptr_t>(pointer) % static_cast<std::uintptr_t>(dtype.alignment()) !=
+      0) {
+    throw InvalidArgument(fmt::format("{}: {} {} is not aligned to {} bytes for dtype {}",
+                                      operation, what, fmt::ptr(pointer), dtype.alignment(),
+                                      dtype.name()));
+  }
+}
+
+void check_stride_alignment(const char* operation, const Layout& layout, const DType& dtype) {
+  for (std::size_t k = 0; k < layout.shape.size(); ++k) {
+    // A stride is only ever applied to an axis with a second element.
+    if (layout.shape[k] > 1 && layout.strides[k] % dtype.alignment() != 0) {
+      throw InvalidArgument(fmt::format(
+          "{}: byte stride {} of axis {} is not a multiple of the alignment {} of dtype {}",
+          operation, layout.strides[k], k, dtype.alignment(), dtype.name()));
+    }
   }
 }
 

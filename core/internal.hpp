@@ -24,6 +24,11 @@ namespace devmem::detail {
 /// Writes an error that cannot be thrown (destructors, background release) to stderr.
 void report_error(std::string_view what) noexcept;
 
+/// Throws InvalidArgument ("<operation>: byte stride S of axis K is not a multiple of the
+/// alignment A of dtype D") when an axis longer than 1 has a stride that would put its second
+/// element off the dtype's alignment: a typed access there faults on a GPU.
+void check_stride_alignment(const char* operation, const Layout& layout, const DType& dtype);
+
 /// Device-addressable memory: a device allocation owned by devmem, or memory owned by someone
 /// else (mapped host memory, foreign memory) kept alive by `keep_alive`.
 struct DeviceMemory {

@@ -337,6 +337,8 @@ DeviceArray as_device_array(const ArrayInterface& iface, std::shared_ptr<const v
     detail::throw_invalid(op, "data pointer {} is not aligned to {} bytes for dtype {}",
                           pointer_text(element0), dtype.alignment(), dtype.name());
   }
+  // Byte strides are the producer's choice: an aligned element 0 says nothing about the others.
+  if (size > 0) detail::check_stride_alignment(op, layout, dtype);
   if (size > 0) check_address_range(op, reinterpret_cast<std::uintptr_t>(element0), layout);
 
   const std::shared_ptr<Context> context = current_context();
@@ -482,6 +484,8 @@ DeviceArray from_dlpack(DLManagedTensor* tensor) {
                           "dtype {}",
                           pointer_text(element0), dtype->alignment(), dtype->name());
   }
+  // No stride check: DLPack strides count elements, so every byte stride is a multiple of the
+  // itemsize, which DType keeps a multiple of the alignment. Element 0 decides alone.
   if (size > 0) check_address_range(op, reinterpret_cast<std::uintptr_t>(element0), layout);
   return view_foreign(context_for_device(t.device.device_id), element0, std::move(layout), *dtype,
                       std::move(owner), Stream{});

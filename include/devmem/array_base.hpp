@@ -100,6 +100,10 @@ namespace detail {
                                                              const char* operation);
 /// Throws InvalidArgument unless `actual == expected`, naming the operation and both dtypes.
 DEVMEM_API void check_dtype(const DType& expected, const DType& actual, const char* operation);
+/// Throws InvalidArgument ("<operation>: <what> 0x... is not aligned to A bytes for dtype D")
+/// unless `pointer` is a multiple of `dtype`'s alignment.
+DEVMEM_API void check_pointer_alignment(const char* operation, const char* what,
+                                        const void* pointer, const DType& dtype);
 }  // namespace detail
 
 template <class Derived>

@@ -1,7 +1,8 @@
 // ArrayView<T, Rank>: what a kernel receives for a device array. A trivially copyable strided
 // view (pointer, shape, byte strides) that device code indexes directly; it owns nothing and
 // checks nothing, like a raw pointer on the GPU. Make one with DeviceArray::view<T, Rank>(),
-// which checks the dtype and the rank, or pass a DeviceArray straight to devmem::launch.
+// which checks the dtype, the rank and the alignment of the data pointer and strides, or pass a
+// DeviceArray straight to devmem::launch.
 //
 // Usable from host code, CUDA device code (nvcc), HIP device code (hipcc) and kernels simulated
 // by the host backend. The view stays valid while the array's memory is alive; the launch keeps

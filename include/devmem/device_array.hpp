@@ -34,9 +34,12 @@ struct ArrayInterface;  // <devmem/interop.hpp>
 
 namespace detail {
 struct DeviceMemory;
-/// Throws InvalidArgument unless an array of `dtype` with `ndim` dimensions can be viewed as
-/// ArrayView<`expected`, `rank`> (the message names both).
-DEVMEM_API void check_view(const DType& expected, std::size_t rank, const DType& dtype, int ndim);
+/// Throws InvalidArgument unless an array of `dtype` with `layout` whose element 0 is at `data`
+/// can be viewed as ArrayView<`expected`, `rank`>: same dtype, `rank` dimensions, and (when it has
+/// elements) `data` and every stride of an axis longer than 1 multiples of the alignment. The
+/// message names the view and the offending values.
+DEVMEM_API void check_view(const DType& expected, std::size_t rank, const DType& dtype,
+                           const Layout& layout, const void* data);
 }  // namespace detail
 
 class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
@@ -125,12 +128,17 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
   // Kernel side (<devmem/kernel.hpp>).
   using ArrayBase<DeviceArray>::view;
   /// The view a kernel indexes: element type `T` (const for read-only) and `Rank` dimensions.
-  /// Throws InvalidArgument when dtype_of<T>() is not the array's dtype or Rank is not ndim().
+  /// Throws InvalidArgument when dtype_of<T>() is not the array's dtype, Rank is not ndim(), or,
+  /// for an array with elements, data() is not a multiple of alignof(T) or the byte stride of an
+  /// axis longer than 1 is not ("DeviceArray::view<float32, 2>: byte stride 6 of axis 0 is not a
+  /// multiple of the alignment 4 of dtype float32"). A GPU faults on a misaligned typed access;
+  /// such layouts come from odd strides given to device_array or an import, or from view(DType).
+  /// Copies of a misaligned array work (they move bytes); only the typed view is refused.
   /// The view does not keep the memory alive (devmem::launch does, for arrays passed to it).
   template <class T, std::size_t Rank>
     requires Element<std::remove_const_t<T>>
   [[nodiscard]] ArrayView<T, Rank> view() const {
-    detail::check_view(dtype_of<std::remove_const_t<T>>(), Rank, dtype_, ndim());
+    detail::check_view(dtype_of<std::remove_const_t<T>>(), Rank, dtype_, layout_, data());
     return ArrayView<T, Rank>(static_cast<T*>(data()), layout_.shape.data(),
                               layout_.strides.data());
   }

@@ -19,7 +19,8 @@ class DEVMEM_API Error : public std::runtime_error {
 };
 
 /// A caller error: bad shape, strides, order, dtype, section, size mismatch, non-contiguous data
-/// where contiguity is required, an object from another context, a scope used twice.
+/// where contiguity is required, memory misaligned for a typed access, an object from another
+/// context, a scope used twice.
 class DEVMEM_API InvalidArgument : public Error {
  public:
   using Error::Error;

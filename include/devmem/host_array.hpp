@@ -88,18 +88,24 @@ class DEVMEM_API HostArray : public ArrayBase<HostArray> {
   [[nodiscard]] bool is_readonly() const noexcept;
   /// Address of element (0, ..., 0).
   [[nodiscard]] void* data() const noexcept;
-  /// Typed address of element (0, ..., 0); InvalidArgument when T is not the dtype.
+  /// Typed address of element (0, ..., 0); InvalidArgument when T is not the dtype, or when the
+  /// array has elements and that address is not a multiple of alignof(T) (a view of user memory
+  /// or a view(DType) may be misaligned; a T* to it would be undefined behaviour).
   template <Element T>
   [[nodiscard]] T* data_as() const {
     detail::check_dtype(dtype_of<T>(), dtype_, "data_as");
+    if (size() != 0) detail::check_pointer_alignment("data_as", "data pointer", data(), dtype_);
     return static_cast<T*>(data());
   }
-  /// Reference to one element (bounds- and dtype-checked).
+  /// Reference to one element (bounds- and dtype-checked; InvalidArgument when its address is
+  /// not a multiple of alignof(T), for the reason data_as() gives).
   template <Element T, std::integral... I>
   [[nodiscard]] T& at(I... indices) const {
     detail::check_dtype(dtype_of<T>(), dtype_, "at");
     const std::array<std::int64_t, sizeof...(I)> idx{static_cast<std::int64_t>(indices)...};
-    return *reinterpret_cast<T*>(base() + checked_offset(idx, "at"));
+    std::byte* const element = base() + checked_offset(idx, "at");
+    detail::check_pointer_alignment("at", "element address", element, dtype_);
+    return *reinterpret_cast<T*>(element);
   }
   /// Sets every element to `value` (dtype-checked).
   template <Element T>

@@ -118,7 +118,10 @@ struct ArrayInterface {
 /// InvalidArgument ("as_device_array: ...") for: a version other than 3 (or 2 without a stream),
 /// a mask, a read-only buffer (devmem device arrays are writable), an unknown typestr, a strides
 /// count that is not the ndim, a negative dimension, stream 0, a null pointer with elements, a
-/// pointer misaligned for the dtype, an extent that overflows.
+/// pointer misaligned for the dtype, a byte stride of an axis longer than 1 that is not a
+/// multiple of the dtype's alignment ("as_device_array: byte stride 12 of axis 1 is not a
+/// multiple of the alignment 8 of dtype float64": a GPU faults on such elements), an extent that
+/// overflows. Arrays with no elements are not checked for alignment.
 [[nodiscard]] DEVMEM_API DeviceArray as_device_array(const ArrayInterface& iface,
                                                      std::shared_ptr<const void> owner = {},
                                                      bool sync = true);
@@ -166,7 +169,8 @@ requires std::copy_constructible<T>
 /// InvalidArgument ("from_dlpack: ...") for: a null tensor, a device type that is not the active
 /// backend's, a device_id that does not exist, an unsupported dtype, lanes != 1, a negative ndim
 /// or dimension, a null shape with ndim > 0, a null pointer with elements, a pointer misaligned
-/// for the dtype, strides or an extent that overflow.
+/// for the dtype (data + byte_offset; the strides count elements, so they cannot misalign the
+/// others), strides or an extent that overflow.
 [[nodiscard]] DEVMEM_API DeviceArray from_dlpack(DLManagedTensor* tensor);
 
 }  // namespace devmem

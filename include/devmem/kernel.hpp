@@ -260,9 +260,10 @@ auto convert_kernel_arguments(const PreparedLaunch& launch, std::index_sequence<
 namespace devmem {
 
 /// Launches `kernel` with `config` on the stream's device: a DeviceArray argument becomes the
-/// kernel's ArrayView parameter (dtype and rank checked) and is kept alive until the kernel has
-/// run; every other argument is copied. Asynchronous on its stream. Throws InvalidArgument for a
-/// bad configuration or argument, BackendError when the vendor rejects the launch.
+/// kernel's ArrayView parameter (dtype, rank and alignment checked as by DeviceArray::view) and
+/// is kept alive until the kernel has run; every other argument is copied. Asynchronous on its
+/// stream. Throws InvalidArgument for a bad configuration or argument, BackendError when the
+/// vendor rejects the launch.
 template <class... Params, class... Args>
 void launch(const LaunchConfig& config, void (*kernel)(Params...), Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args),

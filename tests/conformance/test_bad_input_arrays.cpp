@@ -112,6 +112,70 @@ TEST_CASE("bad input, arrays: shape changes", "[bad-input][views]") {
                          Message("copy: order must be 'C', 'F' or 'A', got 'X'"));
 }
 
+TEST_CASE("bad input, arrays: typed views of misaligned layouts", "[bad-input][views]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  const devmem::MemoryStatistics before = ctx->device_statistics();
+  {
+    // Odd strides given at allocation: element 0 is aligned, element 1 is not.
+    const DeviceArray odd = devmem::device_array(Shape{3}, f8(), Strides{12});
+    const DeviceArray odd_inner = devmem::device_array(Shape{2, 3}, f4(), Strides{20, 6});
+    // view(DType) follows NumPy, which allows unaligned arrays: bytes 1..8 of each row as floats.
+    const DeviceArray shifted = devmem::device_array(Shape{2, 12}, u1()).slice(1, 1, 9).view(f4());
+    REQUIRE(shifted.shape() == Shape{2, 2});
+    const DeviceArray rows_of_six =
+        devmem::device_array(Shape{3, 6}, u1()).slice(1, 0, 4).view(i4());
+    REQUIRE(rows_of_six.strides() == Strides{6, 4});
+    // A record whose alignment (4) is below its itemsize (12): a "|V12" import has alignment 1,
+    // so odd strides pass the import; the C++ type's dtype brings the alignment back.
+    struct Record {
+      std::int32_t a, b, c;
+    };
+    const DeviceArray storage = devmem::device_array(Shape{64}, u1());
+    devmem::ArrayInterface iface;
+    iface.shape = {3};
+    iface.strides = {14};
+    iface.typestr = "|V12";
+    iface.data.pointer = storage.data();
+    const DeviceArray records =
+        devmem::as_device_array(iface, storage.memory()).view(devmem::dtype_of<Record>());
+    const devmem::MemoryStatistics allocated = ctx->device_statistics();
+
+    REQUIRE_THROWS_MATCHES(((void)odd.view<double, 1>()), InvalidArgument,
+                           Message("DeviceArray::view<float64, 1>: byte stride 12 of axis 0 is not "
+                                   "a multiple of the alignment 8 of dtype float64"));
+    REQUIRE_THROWS_MATCHES(((void)odd_inner.view<const float, 2>()), InvalidArgument,
+                           Message("DeviceArray::view<float32, 2>: byte stride 6 of axis 1 is not "
+                                   "a multiple of the alignment 4 of dtype float32"));
+    REQUIRE_THROWS_MATCHES(
+        ((void)shifted.view<float, 2>()), InvalidArgument,
+        Message("DeviceArray::view<float32, 2>: data pointer " + pointer_text(shifted.data()) +
+                " is not aligned to 4 bytes for dtype float32"));
+    REQUIRE_THROWS_MATCHES(((void)rows_of_six.view<std::int32_t, 2>()), InvalidArgument,
+                           Message("DeviceArray::view<int32, 2>: byte stride 6 of axis 0 is not a "
+                                   "multiple of the alignment 4 of dtype int32"));
+    REQUIRE_THROWS_MATCHES(((void)records.view<Record, 1>()), InvalidArgument,
+                           Message("DeviceArray::view<V12, 1>: byte stride 14 of axis 0 is not a "
+                                   "multiple of the alignment 4 of dtype V12"));
+    // The dtype and rank are checked first.
+    REQUIRE_THROWS_MATCHES(((void)odd.view<float, 1>()), InvalidArgument,
+                           Message("DeviceArray::view<float32, 1>: the array's dtype is float64, "
+                                   "not float32"));
+
+    // The refusals allocated nothing, and the arrays still work for copies, which move bytes.
+    const devmem::MemoryStatistics after_views = ctx->device_statistics();
+    CHECK(after_views.current_count == allocated.current_count);
+    CHECK(after_views.total_count == allocated.total_count);
+    odd.fill(2.5);
+    CHECK(odd.to_vector<double>() == std::vector<double>(3, 2.5));
+  }
+  ctx->synchronize();
+  ctx->flush_deallocations();
+  const devmem::MemoryStatistics after = ctx->device_statistics();
+  CHECK(after.current_count == before.current_count);
+  CHECK(after.current_bytes == before.current_bytes);
+}
+
 TEST_CASE("bad input, arrays: streams and arrays of another device",
           "[bad-input][streams][multi-device]") {
   const int count = devmem::device_count();

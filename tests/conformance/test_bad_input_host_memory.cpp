@@ -36,6 +36,28 @@ TEST_CASE("bad input, host memory: host array views", "[bad-input][host]") {
                                  "address space (use mapped_array() or a mapped() scope)"));
 }
 
+TEST_CASE("bad input, host memory: typed access to misaligned host views", "[bad-input][host]") {
+  // Host views accept any address and strides (copies move bytes); only typed access is refused.
+  alignas(8) std::array<unsigned char, 64> bytes{};
+  const HostArray shifted = HostArray::view(static_cast<void*>(bytes.data() + 2), Shape{3}, f4());
+  REQUIRE_THROWS_MATCHES(shifted.data_as<float>(), InvalidArgument,
+                         Message("data_as: data pointer " + pointer_text(bytes.data() + 2) +
+                                 " is not aligned to 4 bytes for dtype float32"));
+  REQUIRE_THROWS_MATCHES(shifted.at<float>(1), InvalidArgument,
+                         Message("at: element address " + pointer_text(bytes.data() + 6) +
+                                 " is not aligned to 4 bytes for dtype float32"));
+  // Element 0 aligned, element 1 not: at() checks the element it hands out.
+  const HostArray odd = HostArray::view(static_cast<void*>(bytes.data()), Shape{3}, f8(), {12});
+  CHECK(odd.data_as<double>() == static_cast<void*>(bytes.data()));
+  CHECK(odd.at<double>(2) == 0.0);
+  REQUIRE_THROWS_MATCHES(odd.at<double>(1), InvalidArgument,
+                         Message("at: element address " + pointer_text(bytes.data() + 12) +
+                                 " is not aligned to 8 bytes for dtype float64"));
+  // An empty view hands out no element, so its misaligned pointer is harmless.
+  CHECK(HostArray::view(static_cast<void*>(bytes.data() + 1), Shape{0}, f8()).data_as<double>() ==
+        static_cast<void*>(bytes.data() + 1));
+}
+
 TEST_CASE("bad input, host memory: memory that is already page-locked", "[bad-input][host]") {
   const HostArray pinned = devmem::pinned_array<double>(Shape{4});
   REQUIRE_THROWS_MATCHES(devmem::pinned(pinned), InvalidArgument,

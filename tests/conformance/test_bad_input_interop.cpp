@@ -109,6 +109,21 @@ TEST_CASE("bad input, interop: array interfaces", "[bad-input][interop]") {
   REQUIRE_THROWS_MATCHES(devmem::as_device_array(bad), InvalidArgument,
                          Message(op + "data pointer " + pointer_text(bad.data.pointer) +
                                  " is not aligned to 8 bytes for dtype float64"));
+  // An aligned element 0 is not enough: every other element is reached through the strides.
+  bad = interface_of(d);
+  bad.strides = {20, 8};
+  REQUIRE_THROWS_MATCHES(devmem::as_device_array(bad), InvalidArgument,
+                         Message(op + "byte stride 20 of axis 0 is not a multiple of the alignment "
+                                      "8 of dtype float64"));
+  bad = interface_of(d);
+  bad.shape = {2, 2};
+  bad.strides = {-24, 12};
+  bad.data.pointer = static_cast<std::byte*>(d.data()) + 24;
+  const auto owner = std::make_shared<int>(0);
+  REQUIRE_THROWS_MATCHES(devmem::as_device_array(bad, owner), InvalidArgument,
+                         Message(op + "byte stride 12 of axis 1 is not a multiple of the alignment "
+                                      "8 of dtype float64"));
+  CHECK(owner.use_count() == 1);  // the rejected import kept no reference to the owner
   // Found by fuzz/fuzz_array_interface: element 0 near address 0 with a negative stride puts
   // the first byte below address 0 (the view's base pointer wrapped around).
   bad = interface_of(d);

@@ -378,6 +378,42 @@ TEST_CASE("as_device_array: size-0 arrays with a null pointer", "[interop][cai]"
   CHECK(device_values(view).empty());
 }
 
+TEST_CASE("as_device_array: strides need only be multiples of the dtype's alignment",
+          "[interop][cai]") {
+  const DeviceArray d = iota_device({3, 4});
+  ArrayInterface iface = d.array_interface();
+  iface.stream.reset();
+  SECTION("negative strides") {
+    iface.strides = {-32, -8};
+    iface.data.pointer = byte_ptr(d.data()) + 88;
+    const DeviceArray view = devmem::as_device_array(iface);
+    CHECK(device_values(view) == std::vector<double>{11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0});
+    CHECK(view.view<double, 2>().stride(0) == -32);
+  }
+  SECTION("an axis of length 1 takes any stride") {
+    iface.shape = {1, 4};
+    iface.strides = {3, 8};
+    const DeviceArray view = devmem::as_device_array(iface);
+    CHECK(device_values(view) == std::vector<double>{0, 1, 2, 3});
+    CHECK(view.view<double, 2>().stride(0) == 3);
+  }
+  SECTION("no elements: odd strides and a misaligned pointer are never dereferenced") {
+    iface.shape = {0, 4};
+    iface.strides = {3, 12};
+    iface.data.pointer = byte_ptr(d.data()) + 1;
+    const DeviceArray view = devmem::as_device_array(iface);
+    CHECK(view.size() == 0);
+    CHECK(view.view<double, 2>().size() == 0);
+  }
+  SECTION("the alignment, not the itemsize: complex64 aligns to 4") {
+    iface.typestr = "<c8";
+    iface.shape = {3};
+    iface.strides = {12};
+    const DeviceArray view = devmem::as_device_array(iface);
+    CHECK(view.view<std::complex<float>, 1>().stride(0) == 12);
+  }
+}
+
 TEST_CASE("as_device_array: the view uses devmem's own stream when given it",
           "[interop][cai][stream]") {
   const devmem::Stream s = devmem::stream();

@@ -493,6 +493,38 @@ TEST_CASE("kernels: DeviceArray::view checks dtype and rank", "[kernels]") {
   CHECK(scalar.size() == 1);
 }
 
+TEST_CASE("kernels: DeviceArray::view accepts aligned layouts of any sign and shape", "[kernels]") {
+  SECTION("negative strides") {
+    const DeviceArray d = devmem::device_array<int>({8});
+    const DeviceArray reversed = d.slice(0, std::nullopt, std::nullopt, -1);
+    const ArrayView<int, 1> v = reversed.view<int, 1>();
+    CHECK(v.stride(0) == -4);
+    CHECK(v.data() == reversed.data());
+    devmem::launch({1, 8}, fill_iota, reversed, 0);
+    CHECK(d.to_vector<int>() == std::vector<int>{7, 6, 5, 4, 3, 2, 1, 0});
+  }
+  SECTION("an axis of length 1 with an odd stride") {
+    const DeviceArray row = devmem::device_array(Shape{1, 3}, f8(), Strides{5, 8});
+    CHECK(row.view<double, 2>().stride(0) == 5);
+    row.fill(1.0);
+    devmem::launch({Dim3(1, 1), Dim3(4, 4)}, add_to_view, row, 1.5);
+    CHECK(row.to_vector<double>() == std::vector<double>(3, 2.5));
+    const DeviceArray one = devmem::device_array(Shape{1}, i4(), Strides{3});
+    devmem::launch({1, 4}, fill_iota, one, 7);
+    CHECK(one.to_vector<int>() == std::vector<int>{7});
+  }
+  SECTION("no elements: odd strides and a misaligned element 0 are never dereferenced") {
+    const DeviceArray none = devmem::device_array(Shape{0, 3}, f8(), Strides{5, 8});
+    CHECK(none.view<double, 2>().size() == 0);
+    devmem::launch({Dim3(1, 1), Dim3(4, 4)}, add_to_view, none, 1.0);
+    const DeviceArray shifted = devmem::device_array(Shape{2, 12}, u1()).slice(1, 1, 9).view(f4());
+    const DeviceArray empty = shifted.slice(0, 0, 0);
+    REQUIRE(empty.data() == shifted.data());
+    CHECK(empty.view<float, 2>().size() == 0);
+  }
+  devmem::default_stream().synchronize();
+}
+
 TEST_CASE("kernels: launch errors are clear and enqueue nothing", "[kernels]") {
   const devmem::Stream s = devmem::stream();
   const DeviceArray ints = devmem::device_array<int>({64}, Order::C, s);
@@ -538,6 +570,13 @@ TEST_CASE("kernels: launch errors are clear and enqueue nothing", "[kernels]") {
                          devmem::InvalidArgument,
                          Catch::Matchers::Message("DeviceArray::view<int32, 1>: the array has 2 "
                                                   "dimensions, not 1"));
+  }
+  SECTION("a misaligned array") {
+    const DeviceArray odd = devmem::device_array(Shape{64}, i4(), Strides{6}, Order::C, s);
+    CHECK_THROWS_MATCHES(devmem::launch({1, 64, 0, s}, fill_iota, odd, 0), devmem::InvalidArgument,
+                         Catch::Matchers::Message("DeviceArray::view<int32, 1>: byte stride 6 of "
+                                                  "axis 0 is not a multiple of the alignment 4 "
+                                                  "of dtype int32"));
   }
   SECTION("a null kernel") {
     void (*no_kernel)(ArrayView<int, 1>, int) = nullptr;
