@@ -58,6 +58,17 @@ HostArray DeviceArray::copy_to_host(const Stream& stream) const {
   return out;
 }
 
+void DeviceArray::record_use(const Stream& stream) const {
+  const std::shared_ptr<detail::StreamState>& state = detail::StreamState::of(stream);
+  if (!state) {
+    throw InvalidArgument(
+        "DeviceArray::record_use: the stream is unspecified (pass the stream that the untracked "
+        "work runs on)");
+  }
+  if (!memory_) return;  // no elements, no memory to keep
+  state->context->state().retire_after(*state, {memory_});
+}
+
 void DeviceArray::copy_to_host(const HostArray& destination, const Stream& stream) const {
   const auto ctx_holder = context_of(*this);
   Context& ctx = *ctx_holder;

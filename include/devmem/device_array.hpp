@@ -149,6 +149,16 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
   /// A DLPack tensor viewing this array; its deleter keeps the array alive until it is called.
   [[nodiscard]] DLManagedTensor* to_dlpack() const;
 
+  /// States that work devmem does not see uses this array's memory on `stream`: a kernel of the
+  /// application's own on data() or a view<T, Rank>(), a consumer of array_interface() or
+  /// to_dlpack() working on its stream. The memory is then not released (freed, or handed back to
+  /// a memory manager's pool for another array) before the work enqueued on `stream` up to this
+  /// call has completed, even if every DeviceArray viewing it is destroyed first. This is the
+  /// stream-ordered rule every manager follows for devmem's own operations (copies, fills,
+  /// launch), which record their uses themselves. Throws InvalidArgument for an unspecified
+  /// stream. Thread safe.
+  void record_use(const Stream& stream) const;
+
   /// The memory this array views (for core/).
   [[nodiscard]] const std::shared_ptr<detail::DeviceMemory>& memory() const noexcept {
     return memory_;

@@ -427,6 +427,45 @@ TEST_CASE("pool: a released block is reused for the same size class", "[memory-m
   CHECK(pool->cached_bytes() == 0);
 }
 
+TEST_CASE("pool: record_use keeps a block from reuse until the stream's work is done",
+          "[memory-manager][pool]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  const auto pool = use_pool_manager();
+  const devmem::Stream s = devmem::stream();
+  void* first = nullptr;
+  {
+    StreamGate gate(s);  // the application's own work on `s`, still running
+    {
+      const DeviceArray a = devmem::device_array(Shape{1000}, u1());
+      first = a.data();
+      a.record_use(s);  // e.g. a kernel of its own on a.data(), enqueued on s
+    }
+    ctx->flush_deallocations();
+    CHECK(pool->cached_bytes() == 0);  // not back in the pool while s may still use it
+    {
+      const DeviceArray b = devmem::device_array(Shape{1000}, u1());
+      CHECK(b.data() != first);
+    }
+    gate.open();
+    s.synchronize();
+    CHECK_FALSE(gate.timed_out());
+  }
+  ctx->flush_deallocations();
+  CHECK(pool->cached_bytes() == 2048);  // both blocks are back once the work is done
+  const DeviceArray c = devmem::device_array(Shape{1000}, u1());
+  CHECK(pool->statistics().hits == 1);
+
+  SECTION("an unspecified stream is refused; an empty array has nothing to keep") {
+    CHECK_THROWS_MATCHES(c.record_use(devmem::Stream{}), devmem::InvalidArgument,
+                         Catch::Matchers::Message(
+                             "DeviceArray::record_use: the stream is unspecified (pass the stream "
+                             "that the untracked work runs on)"));
+    const DeviceArray empty = devmem::device_array(Shape{0}, u1());
+    CHECK_NOTHROW(empty.record_use(s));
+  }
+}
+
 TEST_CASE("pool: trim returns cached memory to the device", "[memory-manager][pool][host-only]") {
   const MemoryStateGuard mem;
   const HostControlsGuard host;
