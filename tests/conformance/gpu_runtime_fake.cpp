@@ -1198,25 +1198,44 @@ TEST_CASE("gpu_runtime: allocation calls reporting out of memory give OutOfMemor
   }
 }
 
+namespace {
+
+/// One of each releasable resource on device 1, for the tests of releases at process exit.
+struct HeldOnDevice1 {
+  FakeBackend& backend;
+  void* device = backend.allocate(1, 64);
+  void* pinned = backend.host_allocate(1, 64, HostAllocFlags::Mapped);
+  std::vector<char> registered = std::vector<char>(64);
+  NativeStream stream = nullptr;
+  devmem::NativeEvent event = nullptr;
+
+  explicit HeldOnDevice1(FakeBackend& b) : backend(b) {
+    backend.host_register(1, registered.data(), registered.size(), HostRegisterFlags::Mapped);
+    stream = backend.create_stream(1);
+    event = backend.create_event(1);
+  }
+  /// Releases everything; none of the releases may throw.
+  void release_all() {
+    CHECK_NOTHROW(backend.deallocate(1, device));
+    CHECK_NOTHROW(backend.host_deallocate(1, pinned));
+    CHECK_NOTHROW(backend.host_unregister(1, registered.data()));
+    CHECK_NOTHROW(backend.destroy_stream(1, stream));
+    CHECK_NOTHROW(backend.destroy_event(1, event));
+  }
+};
+
+}  // namespace
+
 TEST_CASE("gpu_runtime: releases after the runtime's teardown at exit are silent") {
   // Arrays, streams and events held by static objects are released at process exit, after the
   // vendor runtime has been torn down (cudaErrorCudartUnloading, hipErrorDeinitialized).
   Fixture f;
-  void* device = f.backend.allocate(1, 64);
-  void* pinned = f.backend.host_allocate(1, 64, HostAllocFlags::Mapped);
-  std::vector<char> registered(64);
-  f.backend.host_register(1, registered.data(), registered.size(), HostRegisterFlags::Mapped);
-  const NativeStream stream = f.backend.create_stream(1);
-  const devmem::NativeEvent event = f.backend.create_event(1);
+  HeldOnDevice1 held(f.backend);
   f.state.unloaded = true;
   f.state.current = 0;  // the releases must not even need the device switch to work
   {
     test_support::StderrCapture stderr_capture;
-    CHECK_NOTHROW(f.backend.deallocate(1, device));
-    CHECK_NOTHROW(f.backend.host_deallocate(1, pinned));
-    CHECK_NOTHROW(f.backend.host_unregister(1, registered.data()));
-    CHECK_NOTHROW(f.backend.destroy_stream(1, stream));
-    CHECK_NOTHROW(f.backend.destroy_event(1, event));
+    held.release_all();
     CHECK(stderr_capture.finish().empty());
   }
   CHECK(f.state.last_error == kOk);  // cleared after each: nothing for the next call to report
@@ -1227,10 +1246,10 @@ TEST_CASE("gpu_runtime: releases after the runtime's teardown at exit are silent
                         "fake fakeGetDevice: fakeErrorRuntimeUnloading (4); allocate on device 1"));
   // The runtime freed everything at its teardown; the fake leaves that to the test.
   f.state.unloaded = false;
-  std::free(device);
-  std::free(pinned);
-  delete static_cast<FakeStream*>(stream);
-  delete static_cast<FakeEvent*>(event);
+  std::free(held.device);
+  std::free(held.pinned);
+  delete static_cast<FakeStream*>(held.stream);
+  delete static_cast<FakeEvent*>(held.event);
 }
 
 TEST_CASE("gpu_runtime: once the process has begun to exit, releases call nothing") {
@@ -1238,27 +1257,14 @@ TEST_CASE("gpu_runtime: once the process has begun to exit, releases call nothin
   // (of a static object's array, stream or event) must not reach the runtime at all, because
   // HIP's calls after its teardown are a use-after-free inside HIP, not a clean error.
   Fixture f;
-  void* device = f.backend.allocate(1, 64);
-  void* pinned = f.backend.host_allocate(1, 64, HostAllocFlags::Mapped);
-  std::vector<char> registered(64);
-  f.backend.host_register(1, registered.data(), registered.size(), HostRegisterFlags::Mapped);
-  const NativeStream stream = f.backend.create_stream(1);
-  const devmem::NativeEvent event = f.backend.create_event(1);
+  HeldOnDevice1 held(f.backend);
   const std::size_t calls_before = f.state.calls.size();
   devmem::gpu_runtime::ProcessExit::mark();
-  CHECK_NOTHROW(f.backend.deallocate(1, device));
-  CHECK_NOTHROW(f.backend.host_deallocate(1, pinned));
-  CHECK_NOTHROW(f.backend.host_unregister(1, registered.data()));
-  CHECK_NOTHROW(f.backend.destroy_stream(1, stream));
-  CHECK_NOTHROW(f.backend.destroy_event(1, event));
+  held.release_all();
   devmem::gpu_runtime::ProcessExit::reset_for_testing();
   CHECK(f.state.calls.size() == calls_before);  // not even a device query
   // The process would hand everything back; the fake test does it itself.
-  f.backend.deallocate(1, device);
-  f.backend.host_deallocate(1, pinned);
-  f.backend.host_unregister(1, registered.data());
-  f.backend.destroy_stream(1, stream);
-  f.backend.destroy_event(1, event);
+  held.release_all();
   CHECK(f.state.live_blocks == 0);
   CHECK(f.state.live_streams == 0);
   CHECK(f.state.live_events == 0);
