@@ -95,6 +95,22 @@ Range range_of(const HostArray& a) {
   return Range{base + e.begin, static_cast<std::size_t>(e.bytes())};
 }
 
+// Waits for the copies and kernels devmem enqueued that still use the arrays' host bytes, or (by
+// identity) `objects`: memory unregistered under a running DMA or kernel faults the device (CUDA:
+// a sticky illegal-address error; ROCm: the VM-fault handler aborts the process).
+void wait_for_uses(Context& ctx, const std::vector<HostArray>& arrays,
+                   std::vector<const void*> objects = {}) {
+  std::vector<detail::HostSpan> spans;
+  for (const HostArray& a : arrays) {
+    if (a.memory()) objects.push_back(a.memory().get());
+    const Range r = range_of(a);
+    if (r.bytes == 0) continue;
+    const auto* begin = static_cast<const std::byte*>(r.begin);
+    spans.push_back({begin, begin + r.bytes});
+  }
+  ctx.state().wait_for_host_uses(spans, objects);
+}
+
 void check_registrable(const HostArray& a, std::size_t i, const char* operation) {
   if (a.kind() != HostMemoryKind::Pageable) {
     throw InvalidArgument(
@@ -173,13 +189,22 @@ PinnedScope::PinnedScope(PinnedScope&& other) noexcept
 
 void PinnedScope::close() {
   if (registered_.empty()) return;
+  wait_for_uses(*context_, arrays_);
   // Ranges that fail stay in registered_: the destructor tries them once more.
   if (auto error = unregister_all(*context_, registered_)) std::rethrow_exception(error);
 }
 
 PinnedScope::~PinnedScope() {
   if (registered_.empty()) return;
-  // Immediate, never deferred: the same memory may be pinned again right after (numba#3508).
+  try {
+    wait_for_uses(*context_, arrays_);
+  } catch (const std::exception& e) {
+    detail::report_error(fmt::format(
+        "{} scope exit: waiting for work that uses the memory failed ({}); unregistering anyway",
+        operation_, e.what()));
+  }
+  // Immediate once that work is done, never deferred: the same memory may be pinned again right
+  // after (numba#3508).
   if (auto error = unregister_all(*context_, registered_)) {
     try {
       std::rethrow_exception(error);
@@ -228,6 +253,32 @@ MappedScope::MappedScope(std::vector<HostArray> arrays, const MapOptions& option
   }
 }
 
+void MappedScope::wait_for_views() const {
+  if (views_.empty()) return;
+  // Kernels hold the views' device memory objects (not host spans): look for those too.
+  std::vector<const void*> objects;
+  for (const DeviceArray& view : views_) {
+    if (view.memory()) objects.push_back(view.memory().get());
+  }
+  // Every view has a memory object (made by the constructor), which holds the scope's context.
+  wait_for_uses(*views_.front().memory()->context, pins_.arrays(), std::move(objects));
+}
+
+void MappedScope::close() {
+  wait_for_views();
+  pins_.close();
+}
+
+MappedScope::~MappedScope() {
+  try {
+    wait_for_views();
+  } catch (const std::exception& e) {
+    detail::report_error(fmt::format(
+        "mapped scope exit: waiting for work that uses the memory failed ({}); unmapping anyway",
+        e.what()));
+  }
+}
+
 MappedScope mapped(std::vector<HostArray> arrays, const MapOptions& options) {
   return MappedScope(std::move(arrays), options);
 }
@@ -240,6 +291,7 @@ void register_host(std::span<const HostArray> arrays) {
 
 void deregister_host(std::span<const HostArray> arrays) {
   auto ctx = current_context();
+  wait_for_uses(*ctx, std::vector<HostArray>(arrays.begin(), arrays.end()));
   std::vector<void*> ranges;
   for (const HostArray& a : arrays) {
     const Range r = range_of(a);

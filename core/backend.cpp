@@ -21,6 +21,30 @@ Backend::~Backend() = default;
 
 void Backend::make_current(int /*device*/) {}
 
+int Backend::pointer_device(const void* /*ptr*/) {
+  return -1;
+}
+
+bool Backend::supports_async_allocation(int /*device*/) {
+  return false;
+}
+
+void* Backend::allocate_async(int device, std::size_t bytes, NativeStream /*stream*/) {
+  throw InvalidArgument(fmt::format(
+      "{} allocate_async: device {} has no stream-ordered allocator (asked for {} bytes)", name(),
+      device, bytes));
+}
+
+void Backend::deallocate_async(int device, void* ptr, NativeStream /*stream*/) {
+  throw InvalidArgument(
+      fmt::format("{} deallocate_async: device {} has no stream-ordered allocator (freeing {})",
+                  name(), device, ptr));
+}
+
+bool Backend::is_capturing(int /*device*/, NativeStream /*stream*/) {
+  return false;
+}
+
 void Backend::copy_strided(int device, void* dst, const void* src, const layout::CopyPlan& plan,
                            CopyKind kind, NativeStream stream) {
   auto* const dst0 = static_cast<std::byte*>(dst);

@@ -8,12 +8,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
-#include <cstdlib>
-#include <iterator>
-#include <cstring>
-#include <utility>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <iterator>
+#include <utility>
 
 namespace devmem {
 namespace detail {
@@ -98,8 +98,8 @@ void* ContextState::allocate_with_retry(Allocate&& allocate, const char* operati
       throw OutOfMemory(
           fmt::format("{}: out of {} allocating {} bytes ({}) on device {} ({} free of {}, after "
                       "flushing pending deallocations): {}",
-                      operation, what, bytes, human_bytes(bytes), device(),
-                      human_bytes(info.free), human_bytes(info.total), e.what()),
+                      operation, what, bytes, human_bytes(bytes), device(), human_bytes(info.free),
+                      human_bytes(info.total), e.what()),
           bytes);
     }
   }
@@ -127,11 +127,11 @@ void ContextState::Counters::add(std::int64_t bytes) noexcept {
   const std::int64_t now_count = current_count.fetch_add(1) + 1;
   total_bytes.fetch_add(bytes);
   total_count.fetch_add(1);
-  for (std::int64_t peak = peak_bytes.load(); now_bytes > peak &&
-                                              !peak_bytes.compare_exchange_weak(peak, now_bytes);) {
+  for (std::int64_t peak = peak_bytes.load();
+       now_bytes > peak && !peak_bytes.compare_exchange_weak(peak, now_bytes);) {
   }
-  for (std::int64_t peak = peak_count.load(); now_count > peak &&
-                                              !peak_count.compare_exchange_weak(peak, now_count);) {
+  for (std::int64_t peak = peak_count.load();
+       now_count > peak && !peak_count.compare_exchange_weak(peak, now_count);) {
   }
 }
 
@@ -141,7 +141,7 @@ void ContextState::Counters::remove(std::int64_t bytes) noexcept {
 }
 
 MemoryStatistics ContextState::Counters::snapshot() const noexcept {
-  return MemoryStatistics{current_bytes.load(), peak_bytes.load(),    total_bytes.load(),
+  return MemoryStatistics{current_bytes.load(), peak_bytes.load(), total_bytes.load(),
                           current_count.load(), peak_count.load(), total_count.load()};
 }
 
@@ -153,9 +153,9 @@ std::shared_ptr<MemoryManager> ContextState::manager() const {
 void ContextState::set_manager(std::shared_ptr<MemoryManager> manager) {
   if (!manager) throw InvalidArgument("set_memory_manager: the manager is null");
   if (&manager->context() != &self) {
-    throw InvalidArgument(fmt::format(
-        "set_memory_manager: manager '{}' was made for device {}, not for device {}",
-        manager->name(), manager->context().device(), device()));
+    throw InvalidArgument(
+        fmt::format("set_memory_manager: manager '{}' was made for device {}, not for device {}",
+                    manager->name(), manager->context().device(), device()));
   }
   if (manager->interface_version() != MemoryManager::kInterfaceVersion) {
     throw InvalidArgument(fmt::format(
@@ -170,14 +170,14 @@ void ContextState::set_manager(std::shared_ptr<MemoryManager> manager) {
 
 void ContextState::set_config(const DeallocationConfig& new_config) {
   if (new_config.max_pending_count < 0) {
-    throw InvalidArgument(fmt::format(
-        "set_deallocation_config: max_pending_count must not be negative, got {}",
-        new_config.max_pending_count));
+    throw InvalidArgument(
+        fmt::format("set_deallocation_config: max_pending_count must not be negative, got {}",
+                    new_config.max_pending_count));
   }
   if (!(new_config.max_pending_ratio >= 0.0 && new_config.max_pending_ratio <= 1.0)) {
-    throw InvalidArgument(fmt::format(
-        "set_deallocation_config: max_pending_ratio must be from 0 to 1, got {}",
-        new_config.max_pending_ratio));
+    throw InvalidArgument(
+        fmt::format("set_deallocation_config: max_pending_ratio must be from 0 to 1, got {}",
+                    new_config.max_pending_ratio));
   }
   const std::int64_t limit = byte_limit(new_config, *manager());
   std::lock_guard lock(queue_mutex);
@@ -185,8 +185,7 @@ void ContextState::set_config(const DeallocationConfig& new_config) {
   max_pending_bytes = limit;
 }
 
-std::shared_ptr<DeviceMemory> ContextState::allocate_device(std::int64_t bytes,
-                                                            NativeStream stream,
+std::shared_ptr<DeviceMemory> ContextState::allocate_device(std::int64_t bytes, NativeStream stream,
                                                             const char* operation) {
   auto memory = std::make_shared<DeviceMemory>();
   memory->context = shared();
@@ -216,8 +215,8 @@ std::shared_ptr<HostMemory> ContextState::allocate_host(std::int64_t bytes, Host
   collect_retired();
   auto mgr = manager();
   const auto size = static_cast<std::size_t>(bytes);
-  void* ptr = allocate_with_retry([&] { return mgr->host_allocate(size, flags); }, operation,
-                                  bytes, "page-locked host memory");
+  void* ptr = allocate_with_retry([&] { return mgr->host_allocate(size, flags); }, operation, bytes,
+                                  "page-locked host memory");
   memory->ptr = static_cast<std::byte*>(ptr);
   memory->owned = true;
   memory->manager = std::move(mgr);
@@ -281,10 +280,10 @@ void ContextState::flush(bool implicit) {
     } catch (const std::exception& e) {
       // The failed item is dropped: its state is unknown and freeing it twice would be worse.
       // Everything after it goes back to the front of the queue for the next flush.
-      const std::string message =
-          fmt::format("freeing {} of {} ({} bytes) failed; {} later deallocation(s) stay queued: {}",
-                      it->host ? "page-locked host memory" : "device memory", it->ptr, it->bytes,
-                      std::distance(std::next(it), batch.end()), e.what());
+      const std::string message = fmt::format(
+          "freeing {} of {} ({} bytes) failed; {} later deallocation(s) stay queued: {}",
+          it->host ? "page-locked host memory" : "device memory", it->ptr, it->bytes,
+          std::distance(std::next(it), batch.end()), e.what());
       {
         std::lock_guard lock(queue_mutex);
         for (auto rest = batch.rbegin(); rest.base() != std::next(it); ++rest) {
@@ -322,28 +321,169 @@ std::vector<std::shared_ptr<StreamState>> ContextState::live_streams() {
   return out;
 }
 
+namespace {
+// Completed operations are collected on the next allocation or synchronisation; a long run of
+// copies without either also collects, once this many operations are pending, so that the pending
+// list (and the memory it holds) stays bounded.
+constexpr std::size_t kCollectWhenPending = 64;
+// Idle completion events kept for reuse; more are destroyed.
+constexpr std::size_t kIdleEventLimit = 64;
+}  // namespace
+
+NativeEvent ContextState::take_event() {
+  {
+    std::lock_guard lock(uses_mutex_);
+    if (!idle_events_.empty()) {
+      NativeEvent event = idle_events_.back();
+      idle_events_.pop_back();
+      return event;
+    }
+  }
+  return backend().create_completion_event(device());
+}
+
 void ContextState::retire_after(StreamState& stream,
-                                std::vector<std::shared_ptr<const void>> objects) {
+                                std::vector<std::shared_ptr<const void>> objects,
+                                std::vector<HostSpan> host_spans) {
   if (objects.empty()) return;
-  // The bundle moves from the host function into retired_; the closure itself ends up empty, so
-  // whatever thread destroys it releases nothing.
-  auto bundle = std::make_shared<std::vector<std::shared_ptr<const void>>>(std::move(objects));
-  backend().launch_host_function(device(), stream.handle, [this, bundle]() mutable {
-    std::lock_guard lock(retired_mutex_);
-    retired_.push_back(std::move(bundle));
-    has_retired_.store(true, std::memory_order_release);
-  });
+  const auto hold_for_context = [&] {
+    std::lock_guard lock(uses_mutex_);
+    for (auto& object : objects) held_for_graphs_.push_back(std::move(object));
+  };
+  NativeEvent event = nullptr;
+  try {
+    if (backend().is_capturing(device(), stream.handle)) {
+      hold_for_context();
+      return;
+    }
+    event = take_event();
+    backend().record_event(device(), event, stream.handle);
+  } catch (...) {
+    if (event != nullptr) {
+      try {
+        backend().destroy_event(device(), event);
+      } catch (const std::exception& e) {
+        report_error(fmt::format("destroying completion event {}: {}", event, e.what()));
+      }
+    }
+    // The work is already enqueued: the objects may go only once it has run. Wait for it; if even
+    // that fails, keep them until the context goes (a leak is better than a device fault).
+    try {
+      backend().synchronize_stream(device(), stream.handle);
+    } catch (const std::exception& e) {
+      report_error(fmt::format(
+          "waiting for {} after its completion event failed ({}); its memory stays held",
+          stream.handle, e.what()));
+      hold_for_context();
+    }
+    throw;
+  }
+  std::size_t pending = 0;
+  {
+    std::lock_guard lock(uses_mutex_);
+    pending_.push_back(PendingUse{stream.handle, event, std::move(objects), std::move(host_spans)});
+    pending = pending_.size();
+    pending_count_.store(pending, std::memory_order_release);
+  }
+  if (pending >= kCollectWhenPending) collect_retired();
 }
 
 void ContextState::collect_retired() noexcept {
-  if (!has_retired_.load(std::memory_order_acquire)) return;
-  std::vector<std::shared_ptr<const void>> done;
+  if (pending_count_.load(std::memory_order_acquire) == 0) return;
+  std::vector<std::vector<std::shared_ptr<const void>>> done;
+  std::vector<NativeEvent> surplus;
+  std::string failure;
   {
-    std::lock_guard lock(retired_mutex_);
-    done.swap(retired_);
-    has_retired_.store(false, std::memory_order_release);
+    std::lock_guard lock(uses_mutex_);
+    // Operations of one stream complete in order: after the first unfinished one of a stream, the
+    // later ones of that stream are not asked about.
+    std::vector<NativeStream> unfinished;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (std::find(unfinished.begin(), unfinished.end(), it->stream) != unfinished.end()) {
+        ++it;
+        continue;
+      }
+      bool complete = false;
+      try {
+        complete = backend().query_event(device(), it->event);
+      } catch (const std::exception& e) {
+        // Held, not released: freeing memory that a failed device may still touch is worse than
+        // keeping it. Reported once per context.
+        if (!query_failure_reported_) {
+          query_failure_reported_ = true;
+          failure = fmt::format(
+              "asking whether asynchronous work has completed failed; its memory stays held: {}",
+              e.what());
+        }
+      }
+      if (!complete) {
+        unfinished.push_back(it->stream);
+        ++it;
+        continue;
+      }
+      done.push_back(std::move(it->objects));
+      if (idle_events_.size() < kIdleEventLimit) {
+        idle_events_.push_back(it->event);
+      } else {
+        surplus.push_back(it->event);
+      }
+      it = pending_.erase(it);
+    }
+    pending_count_.store(pending_.size(), std::memory_order_release);
   }
-  // `done` is destroyed here, on the calling (user) thread.
+  if (!failure.empty()) report_error(failure);
+  for (NativeEvent event : surplus) {
+    try {
+      backend().destroy_event(device(), event);
+    } catch (const std::exception& e) {
+      report_error(fmt::format("destroying completion event {}: {}", event, e.what()));
+    }
+  }
+  // `done` is destroyed here, on the calling (user) thread, outside the lock: releasing memory
+  // may call back into this context.
+}
+
+void ContextState::wait_for_host_uses(std::span<const HostSpan> spans,
+                                      std::span<const void* const> objects) {
+  std::vector<NativeEvent> waits;
+  {
+    std::lock_guard lock(uses_mutex_);
+    for (const PendingUse& use : pending_) {
+      const bool touches_span =
+          std::any_of(use.host_spans.begin(), use.host_spans.end(), [&](const HostSpan& used) {
+            return std::any_of(spans.begin(), spans.end(),
+                               [&](const HostSpan& span) { return used.overlaps(span); });
+          });
+      const bool holds_object =
+          std::any_of(use.objects.begin(), use.objects.end(), [&](const auto& held) {
+            return std::find(objects.begin(), objects.end(), held.get()) != objects.end();
+          });
+      if (touches_span || holds_object) waits.push_back(use.event);
+    }
+  }
+  // An event may be collected and recorded again by another thread meanwhile: waiting for its
+  // newer work then waits longer than needed, never less.
+  for (NativeEvent event : waits) backend().synchronize_event(device(), event);
+  collect_retired();
+}
+
+std::size_t ContextState::pending_uses() const {
+  std::lock_guard lock(uses_mutex_);
+  return pending_.size();
+}
+
+ContextState::~ContextState() {
+  // Contexts live as long as anything made on them (arrays and streams hold them), so the events
+  // left here belong to work that has been waited for or is abandoned at exit.
+  std::vector<NativeEvent> events = std::move(idle_events_);
+  for (PendingUse& use : pending_) events.push_back(use.event);
+  for (NativeEvent event : events) {
+    try {
+      self.backend().destroy_event(self.device(), event);
+    } catch (const std::exception& e) {
+      report_error(fmt::format("destroying completion event {}: {}", event, e.what()));
+    }
+  }
 }
 
 // ---- StreamState / EventState ----
@@ -368,8 +508,8 @@ EventState::~EventState() {
 
 StreamState& resolve_stream(const Stream& requested, const Stream& fallback, Context& context,
                             const char* operation) {
-  const auto& chosen = requested.is_specified() ? StreamState::of(requested)
-                                                : StreamState::of(fallback);
+  const auto& chosen =
+      requested.is_specified() ? StreamState::of(requested) : StreamState::of(fallback);
   if (!chosen) return *context.state().default_stream;
   if (chosen->context.get() != &context) {
     throw InvalidArgument(fmt::format(
@@ -386,14 +526,15 @@ const DeviceProperties& ContextState::properties() {
   return properties_;
 }
 
-void finish_enqueued(StreamState& stream, std::vector<std::shared_ptr<const void>> keep_alive) {
+void finish_enqueued(StreamState& stream, std::vector<std::shared_ptr<const void>> keep_alive,
+                     std::vector<HostSpan> host_spans) {
   Context& ctx = *stream.context;
   if (stream.is_default) {
     ctx.backend().synchronize_stream(ctx.device(), nullptr);
     ctx.state().collect_retired();
     return;
   }
-  ctx.state().retire_after(stream, std::move(keep_alive));
+  ctx.state().retire_after(stream, std::move(keep_alive), std::move(host_spans));
 }
 
 }  // namespace detail
@@ -406,13 +547,19 @@ Context::Context(Backend& backend, int device)
 Context::~Context() = default;
 
 // Read once per context (the device cannot change): launches and copies ask for it often.
-DeviceProperties Context::properties() const { return state_->properties(); }
-MemoryInfo Context::memory_info() const { return backend_->memory_info(device_); }
+DeviceProperties Context::properties() const {
+  return state_->properties();
+}
+MemoryInfo Context::memory_info() const {
+  return backend_->memory_info(device_);
+}
 Stream Context::default_stream() const {
   return detail::StreamState::wrap(state_->default_stream);
 }
 
-std::shared_ptr<MemoryManager> Context::memory_manager() const { return state_->manager(); }
+std::shared_ptr<MemoryManager> Context::memory_manager() const {
+  return state_->manager();
+}
 
 void Context::set_memory_manager(std::shared_ptr<MemoryManager> manager) {
   state_->set_manager(std::move(manager));
@@ -421,6 +568,10 @@ void Context::set_memory_manager(std::shared_ptr<MemoryManager> manager) {
 void Context::flush_deallocations() {
   state_->collect_retired();
   state_->flush(false);
+}
+
+std::size_t Context::operations_in_flight() const {
+  return state_->pending_uses();
 }
 
 std::size_t Context::pending_deallocations() const {
@@ -442,10 +593,16 @@ void Context::set_deallocation_config(const DeallocationConfig& config) {
   state_->set_config(config);
 }
 
-DeferCleanup Context::defer_cleanup() { return DeferCleanup(state_->shared()); }
+DeferCleanup Context::defer_cleanup() {
+  return DeferCleanup(state_->shared());
+}
 
-MemoryStatistics Context::device_statistics() const { return state_->device_counters.snapshot(); }
-MemoryStatistics Context::host_statistics() const { return state_->host_counters.snapshot(); }
+MemoryStatistics Context::device_statistics() const {
+  return state_->device_counters.snapshot();
+}
+MemoryStatistics Context::host_statistics() const {
+  return state_->host_counters.snapshot();
+}
 
 std::vector<std::string> Context::take_deallocation_errors() {
   std::lock_guard lock(state_->queue_mutex);
@@ -477,19 +634,24 @@ ContextTable& context_table() {
 
 }  // namespace
 
-int device_count() { return active_backend().device_count(); }
+int device_count() {
+  return active_backend().device_count();
+}
 
 void select_device(int index) {
   Backend& backend = active_backend();
   const int n = backend.device_count();
   if (index < 0 || index >= n) {
-    throw NoDevice(fmt::format("select_device: device {} does not exist (backend '{}' has {} device{})",
-                               index, backend.name(), n, n == 1 ? "" : "s"));
+    throw NoDevice(
+        fmt::format("select_device: device {} does not exist (backend '{}' has {} device{})", index,
+                    backend.name(), n, n == 1 ? "" : "s"));
   }
   g_current_device = index;
 }
 
-int current_device() noexcept { return g_current_device; }
+int current_device() noexcept {
+  return g_current_device;
+}
 
 std::shared_ptr<Context> context_for_device(int index) {
   Backend& backend = active_backend();
@@ -536,7 +698,9 @@ const std::shared_ptr<detail::StreamState>& state_or_default(
 }
 }  // namespace
 
-bool Stream::is_default() const noexcept { return !state_ || state_->is_default; }
+bool Stream::is_default() const noexcept {
+  return !state_ || state_->is_default;
+}
 
 std::shared_ptr<Context> Stream::context() const {
   return state_ ? state_->context : current_context();
@@ -555,7 +719,9 @@ bool Stream::query() const {
   return s->context->backend().query_stream(s->context->device(), s->handle);
 }
 
-AutoSynchronize Stream::auto_synchronize() const { return AutoSynchronize(*this); }
+AutoSynchronize Stream::auto_synchronize() const {
+  return AutoSynchronize(*this);
+}
 
 Event Stream::record() const {
   Event event = detail::EventState::wrap(std::make_shared<detail::EventState>(
@@ -569,13 +735,16 @@ void Stream::wait(const Event& event) const {
   const auto& s = state_or_default(state_, holder);
   const auto& e = detail::EventState::of(event);
   if (e->context != s->context) {
-    throw InvalidArgument(fmt::format("Stream::wait: the event belongs to device {} but the stream to device {}",
-                                      e->context->device(), s->context->device()));
+    throw InvalidArgument(
+        fmt::format("Stream::wait: the event belongs to device {} but the stream to device {}",
+                    e->context->device(), s->context->device()));
   }
   s->context->backend().stream_wait_event(s->context->device(), s->handle, e->handle);
 }
 
-NativeStream Stream::native_handle() const noexcept { return state_ ? state_->handle : nullptr; }
+NativeStream Stream::native_handle() const noexcept {
+  return state_ ? state_->handle : nullptr;
+}
 
 bool operator==(const Stream& a, const Stream& b) noexcept {
   if (a.state_ == b.state_) return true;
@@ -602,7 +771,9 @@ Stream stream() {
   return detail::StreamState::wrap(std::move(state));
 }
 
-Stream default_stream() { return current_context()->default_stream(); }
+Stream default_stream() {
+  return current_context()->default_stream();
+}
 
 // ---- Event ----
 
@@ -626,7 +797,9 @@ bool Event::query() const {
   return state_->context->backend().query_event(state_->context->device(), state_->handle);
 }
 
-NativeEvent Event::native_handle() const noexcept { return state_->handle; }
+NativeEvent Event::native_handle() const noexcept {
+  return state_->handle;
+}
 
 float Event::elapsed_ms(const Event& start, const Event& end) {
   if (start.state_->context != end.state_->context) {
@@ -638,7 +811,9 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
   return ctx.backend().elapsed_ms(ctx.device(), start.state_->handle, end.state_->handle);
 }
 
-float elapsed_ms(const Event& start, const Event& end) { return Event::elapsed_ms(start, end); }
+float elapsed_ms(const Event& start, const Event& end) {
+  return Event::elapsed_ms(start, end);
+}
 
 // ---- AutoSynchronize ----
 
@@ -665,7 +840,8 @@ AutoSynchronize::~AutoSynchronize() noexcept(false) {
     try {
       stream_.synchronize();
     } catch (const std::exception& e) {
-      detail::report_error(fmt::format("auto_synchronize during exception unwinding: {}", e.what()));
+      detail::report_error(
+          fmt::format("auto_synchronize during exception unwinding: {}", e.what()));
     }
     return;
   }

@@ -63,13 +63,27 @@ bool ranges_overlap(const CopyEndpoint& a, const CopyEndpoint& b) {
   return a_base + ea.begin < b_base + eb.end && b_base + eb.begin < a_base + ea.end;
 }
 
-/// Keeps both sides' memory alive until the enqueued copy has completed.
+/// The host bytes an endpoint's elements lie in (host arrays and mapped device views).
+HostSpan host_span(const CopyEndpoint& side) {
+  const Extent extent = side.layout->extent();
+  const std::byte* base = side.identity0 - side.layout->offset;
+  return HostSpan{base + extent.begin, base + extent.end};
+}
+
+/// Keeps both sides' memory alive until the enqueued copy has completed, and says which host bytes
+/// it uses (a pinned or mapped scope waits for them before unregistering).
 void finish_copy(StreamState& stream, const CopyEndpoint& src, const CopyEndpoint& dst) {
   std::vector<std::shared_ptr<const void>> keep;
   keep.reserve(2);
   if (src.keep_alive) keep.push_back(src.keep_alive);
   if (dst.keep_alive) keep.push_back(dst.keep_alive);
-  finish_enqueued(stream, std::move(keep));
+  std::vector<HostSpan> spans;
+  if (!stream.is_default) {
+    for (const CopyEndpoint* side : {&src, &dst}) {
+      if (side->identity_on_host && side->identity0 != nullptr) spans.push_back(host_span(*side));
+    }
+  }
+  finish_enqueued(stream, std::move(keep), std::move(spans));
 }
 
 }  // namespace

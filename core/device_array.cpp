@@ -51,8 +51,8 @@ Stream DeviceArray::resolve(const Stream& stream) const {
 
 HostArray DeviceArray::copy_to_host(const Stream& stream) const {
   HostArray out = detail::make_host_array(
-      layout::make_layout(layout_.shape, layout_.itemsize, layout::strides_like(layout_),
-                          Order::C, "copy_to_host"),
+      layout::make_layout(layout_.shape, layout_.itemsize, layout::strides_like(layout_), Order::C,
+                          "copy_to_host"),
       dtype_);
   copy_to_host(out, stream);
   return out;
@@ -66,7 +66,11 @@ void DeviceArray::record_use(const Stream& stream) const {
         "work runs on)");
   }
   if (!memory_) return;  // no elements, no memory to keep
-  state->context->state().retire_after(*state, {memory_});
+  std::vector<detail::HostSpan> spans;
+  if (memory_->host_alias != nullptr) {  // a mapped view: the work uses these host bytes
+    spans.push_back({memory_->host_alias, memory_->host_alias + memory_->bytes});
+  }
+  state->context->state().retire_after(*state, {memory_}, std::move(spans));
 }
 
 void DeviceArray::copy_to_host(const HostArray& destination, const Stream& stream) const {
@@ -222,8 +226,8 @@ void DeviceArray::assign(const HostArray& value, const Stream& stream) const {
                                       value.dtype().name(), dtype_.name()));
   }
   if (value.ndim() > ndim()) {
-    throw InvalidArgument(fmt::format("assign: cannot assign a {}-d value to a {}-d array",
-                                      value.ndim(), ndim()));
+    throw InvalidArgument(
+        fmt::format("assign: cannot assign a {}-d value to a {}-d array", value.ndim(), ndim()));
   }
   if (size() == 0) return;
   const HostArray broadcast(value.memory(),

@@ -15,6 +15,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,10 +56,10 @@ struct HostMemory {
   HostMemoryKind kind = HostMemoryKind::Pageable;
   bool owned = false;
   bool readonly = false;
-  std::shared_ptr<Context> context;  // frees pinned / mapped allocations
+  std::shared_ptr<Context> context;        // frees pinned / mapped allocations
   std::shared_ptr<MemoryManager> manager;  // the manager that allocated `ptr` (owned memory)
   HostAllocFlags alloc_flags = HostAllocFlags::None;
-  std::byte* device_ptr = nullptr;   // device address of `ptr` for mapped memory
+  std::byte* device_ptr = nullptr;  // device address of `ptr` for mapped memory
   std::shared_ptr<const void> keep_alive;
 
   HostMemory() = default;
@@ -95,6 +96,15 @@ struct EventState {
 
   static const std::shared_ptr<EventState>& of(const Event& e) noexcept { return e.state_; }
   static Event wrap(std::shared_ptr<EventState> state) noexcept { return Event(std::move(state)); }
+};
+
+/// A range of host bytes [begin, end).
+struct HostSpan {
+  const std::byte* begin = nullptr;
+  const std::byte* end = nullptr;
+  [[nodiscard]] bool overlaps(const HostSpan& other) const noexcept {
+    return begin < other.end && other.begin < end;
+  }
 };
 
 struct ContextState {
@@ -169,21 +179,49 @@ struct ContextState {
   std::vector<std::shared_ptr<StreamState>> live_streams();
 
   // ---- Keep-alives of asynchronous work. ----
-  /// Keeps `objects` alive until the work enqueued so far on `stream` has completed; they are then
-  /// released on a user thread (the next devmem call of this context), never on a backend thread,
-  /// because releasing memory calls the backend.
-  void retire_after(StreamState& stream, std::vector<std::shared_ptr<const void>> objects);
-  /// Releases the keep-alives whose work has completed.
+  /// Keeps `objects` alive until the work enqueued so far on `stream` has completed: records a
+  /// completion event after that work (no host callback, which would stall the stream for a host
+  /// round trip after every operation). They are released by collect_retired() on a user thread
+  /// (the next devmem call of this context), never on a backend thread, because releasing memory
+  /// calls the backend. `host_spans` are the host byte ranges the work reads or writes (host
+  /// arrays, mapped views), which wait_for_host_uses() looks for.
+  /// On a stream being captured into a graph the work runs at each launch of the graph, whenever
+  /// that is: the objects are then held until the context is destroyed.
+  void retire_after(StreamState& stream, std::vector<std::shared_ptr<const void>> objects,
+                    std::vector<HostSpan> host_spans = {});
+  /// Releases the keep-alives whose work has completed (one event query per pending operation,
+  /// stopping at the first unfinished one of each stream).
   void collect_retired() noexcept;
+  /// Waits until no recorded operation still uses `objects` (by identity) or host memory
+  /// overlapping one of `spans`: what a scope does before it unregisters host memory, which a
+  /// copy or a kernel on another stream may still be using.
+  void wait_for_host_uses(std::span<const HostSpan> spans, std::span<const void* const> objects);
+  /// Operations whose keep-alives are still held (tests and diagnostics).
+  [[nodiscard]] std::size_t pending_uses() const;
+
+  ContextState(const ContextState&) = delete;
+  ContextState& operator=(const ContextState&) = delete;
+  ~ContextState();
 
  private:
+  struct PendingUse {
+    NativeStream stream = nullptr;
+    NativeEvent event = nullptr;
+    std::vector<std::shared_ptr<const void>> objects;
+    std::vector<HostSpan> host_spans;
+  };
+  [[nodiscard]] NativeEvent take_event();
+
   std::mutex streams_mutex_;
   std::vector<std::weak_ptr<StreamState>> streams_;
   std::once_flag properties_once_;
   DeviceProperties properties_;
-  std::mutex retired_mutex_;
-  std::vector<std::shared_ptr<const void>> retired_;
-  std::atomic<bool> has_retired_{false};
+  mutable std::mutex uses_mutex_;  // guards the members below
+  std::deque<PendingUse> pending_;
+  std::vector<NativeEvent> idle_events_;
+  std::vector<std::shared_ptr<const void>> held_for_graphs_;
+  bool query_failure_reported_ = false;
+  std::atomic<std::size_t> pending_count_{0};
 };
 
 /// The stream state to use: `requested` if specified, else `fallback` if specified, else the
@@ -194,7 +232,8 @@ StreamState& resolve_stream(const Stream& requested, const Stream& fallback, Con
 
 /// Completes an operation enqueued on `stream`: on the default stream waits for it (the API
 /// promises completion); on another stream keeps `keep_alive` until the work is done.
-void finish_enqueued(StreamState& stream, std::vector<std::shared_ptr<const void>> keep_alive);
+void finish_enqueued(StreamState& stream, std::vector<std::shared_ptr<const void>> keep_alive,
+                     std::vector<HostSpan> host_spans = {});
 
 /// One side of a copy: the address of element (0, ..., 0), its layout and whether it is in device
 /// memory.
@@ -233,7 +272,8 @@ Order resolve_copy_order(const Layout& source, Order order, const char* operatio
 
 /// Writes `count` copies of the `itemsize`-byte `value` to dense memory at `dst`, doubling the
 /// filled prefix with each memcpy (log2(count) calls instead of one per element).
-void fill_pattern(std::byte* dst, std::int64_t count, const void* value, std::int64_t itemsize) noexcept;
+void fill_pattern(std::byte* dst, std::int64_t count, const void* value,
+                  std::int64_t itemsize) noexcept;
 
 /// `layout` without its broadcast axes: every axis with stride 0 shrinks to length 1, so each
 /// distinct element appears once (Numba's array_core). Used to write into broadcast arrays.
@@ -245,7 +285,7 @@ HostArray make_host_array(Layout layout, DType dtype);
 DeviceArray make_device_array(Context& context, Layout layout, DType dtype, Stream stream,
                               const char* operation);
 /// A new device array shaped like `like` (NumPy empty_like order K strides).
-DeviceArray make_device_array_like(Context& context, const Layout& like, DType dtype,
-                                   Stream stream, const char* operation);
+DeviceArray make_device_array_like(Context& context, const Layout& like, DType dtype, Stream stream,
+                                   const char* operation);
 
 }  // namespace devmem::detail

@@ -341,7 +341,15 @@ DeviceArray as_device_array(const ArrayInterface& iface, std::shared_ptr<const v
   if (size > 0) detail::check_stride_alignment(op, layout, dtype);
   if (size > 0) check_address_range(op, reinterpret_cast<std::uintptr_t>(element0), layout);
 
-  const std::shared_ptr<Context> context = current_context();
+  std::shared_ptr<Context> context = current_context();
+  // The memory belongs to the device the runtime says it is on, whichever device is current: a
+  // view bound to another device's context would run its copies and kernels there.
+  if (size > 0) {
+    const int owning_device = context->backend().pointer_device(element0);
+    if (owning_device >= 0 && owning_device != context->device()) {
+      context = context_for_device(owning_device);
+    }
+  }
   Stream stream;  // the default stream unless `stream` is one of devmem's own
   if (iface.stream) {
     const std::intptr_t value = *iface.stream;

@@ -38,6 +38,39 @@ MemoryInfo DirectMemoryManager::memory_info() {
   return context().backend().memory_info(context().device());
 }
 
+// ---- async ----
+
+AsyncMemoryManager::AsyncMemoryManager(Context& context) : MemoryManager(context) {
+  if (!context.backend().supports_async_allocation(context.device())) {
+    throw InvalidArgument(fmt::format(
+        "memory manager 'async': device {} of backend '{}' has no stream-ordered allocator "
+        "(cudaMallocAsync needs CUDA 11.2+, hipMallocAsync ROCm 5.3+, and a device with memory "
+        "pools)",
+        context.device(), context.backend_name()));
+  }
+}
+AsyncMemoryManager::~AsyncMemoryManager() = default;
+
+// On the legacy default stream, whatever stream asked: an allocation ordered on one devmem stream
+// would not be ordered before another stream's use of the array, while every blocking stream's
+// later work waits for the legacy stream's earlier work.
+void* AsyncMemoryManager::allocate(std::size_t bytes, NativeStream /*stream*/) {
+  return context().backend().allocate_async(context().device(), bytes, nullptr);
+}
+void AsyncMemoryManager::deallocate(void* ptr, std::size_t /*bytes*/) {
+  context().backend().deallocate_async(context().device(), ptr, nullptr);
+}
+void* AsyncMemoryManager::host_allocate(std::size_t bytes, HostAllocFlags flags) {
+  return context().backend().host_allocate(context().device(), bytes, flags);
+}
+void AsyncMemoryManager::host_deallocate(void* ptr, std::size_t /*bytes*/,
+                                         HostAllocFlags /*flags*/) {
+  context().backend().host_deallocate(context().device(), ptr);
+}
+MemoryInfo AsyncMemoryManager::memory_info() {
+  return context().backend().memory_info(context().device());
+}
+
 // ---- pool ----
 
 struct PoolMemoryManager::State {
@@ -254,6 +287,9 @@ Registry& registry() {
     });
     reg->factories.emplace("pool", [](Context& ctx) -> std::shared_ptr<MemoryManager> {
       return std::make_shared<PoolMemoryManager>(ctx);
+    });
+    reg->factories.emplace("async", [](Context& ctx) -> std::shared_ptr<MemoryManager> {
+      return std::make_shared<AsyncMemoryManager>(ctx);
     });
     return reg;
   }();

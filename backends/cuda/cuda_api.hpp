@@ -77,6 +77,19 @@ struct CudaApi {
   // ---- Memory ----
   static S malloc(void** ptr, std::size_t bytes) { return {cudaMalloc(ptr, bytes), "cudaMalloc"}; }
   static S free(void* ptr) { return {cudaFree(ptr), "cudaFree"}; }
+  static S mallocAsync(void** ptr, std::size_t bytes, Stream stream) {
+    return {cudaMallocAsync(ptr, bytes, stream), "cudaMallocAsync"};
+  }
+  static S freeAsync(void* ptr, Stream stream) {
+    return {cudaFreeAsync(ptr, stream), "cudaFreeAsync"};
+  }
+  static S memoryPoolsSupported(int device, bool* supported) {
+    int value = 0;
+    const cudaError_t status =
+        cudaDeviceGetAttribute(&value, cudaDevAttrMemoryPoolsSupported, device);
+    *supported = status == cudaSuccess && value != 0;
+    return {status, "cudaDeviceGetAttribute"};
+  }
   static S hostAlloc(void** ptr, std::size_t bytes, unsigned flags) {
     return {cudaHostAlloc(ptr, bytes, flags), "cudaHostAlloc"};
   }
@@ -97,6 +110,17 @@ struct CudaApi {
     return {status, "cudaPointerGetAttributes"};
   }
 
+  /// The device owning device or managed memory at `ptr`; -1 for host memory and for memory CUDA
+  /// does not know (CUDA 11+ answers success and cudaMemoryTypeUnregistered for it).
+  static S pointerDevice(const void* ptr, int* device) {
+    cudaPointerAttributes attributes{};
+    const cudaError_t status = cudaPointerGetAttributes(&attributes, ptr);
+    const bool on_device =
+        attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+    *device = status == cudaSuccess && on_device ? attributes.device : -1;
+    return {status, "cudaPointerGetAttributes"};
+  }
+
   // ---- Streams and events ----
   /// cudaStreamLegacy: the legacy default stream whatever the compilation's default-stream mode
   /// (with CUDA_API_PER_THREAD_DEFAULT_STREAM a 0 handle would mean the per-thread stream).
@@ -109,6 +133,13 @@ struct CudaApi {
   static S streamQuery(Stream stream) { return {cudaStreamQuery(stream), "cudaStreamQuery"}; }
   static S streamWaitEvent(Stream stream, Event event, unsigned flags) {
     return {cudaStreamWaitEvent(stream, event, flags), "cudaStreamWaitEvent"};
+  }
+  /// Whether work enqueued on `stream` now goes into a graph (active or invalidated capture).
+  static S streamIsCapturing(Stream stream, bool* capturing) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    const cudaError_t error = cudaStreamIsCapturing(stream, &status);
+    *capturing = error == cudaSuccess && status != cudaStreamCaptureStatusNone;
+    return {error, "cudaStreamIsCapturing"};
   }
   static S eventCreate(Event* event) { return {cudaEventCreate(event), "cudaEventCreate"}; }
   static S eventCreateWithFlags(Event* event, unsigned flags) {

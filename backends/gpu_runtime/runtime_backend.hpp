@@ -21,7 +21,10 @@
 //               eventCreate, eventCreateWithFlags, eventDestroy, eventRecord, eventSynchronize,
 //               eventQuery, eventElapsedTime, memcpyAsync, memcpy2DAsync, memcpy3DAsync,
 //               memsetAsync, launchHostFunc<Fn>, isPageable(const void*, bool*) (whether host
-//               memory is ordinary pageable memory, neither page-locked nor device/managed memory)
+//               memory is ordinary pageable memory, neither page-locked nor device/managed memory),
+//               pointerDevice(const void*, int*) (the device of device/managed memory, else -1),
+//               streamIsCapturing(Stream, bool*), mallocAsync, freeAsync,
+//               memoryPoolsSupported(int device, bool*)
 //   utilities   getLastError (clears the runtime's last-error state), errorName, errorString,
 //               defaultStream (the handle of the legacy default stream), architecture(prop),
 //               unifiedAddressing(prop), sharedMemPerBlockOptin(prop) (the per-block shared
@@ -235,6 +238,49 @@ class RuntimeBackend : public Backend {
     release(Api::free(ptr), "freeing device memory at {} on device {}", fmt::ptr(ptr), device);
   }
 
+  // ---- Stream-ordered device memory -----------------------------------------------------------
+
+  [[nodiscard]] bool supports_async_allocation(int device) override {
+    use_device("supports_async_allocation", device);
+    {
+      const std::lock_guard lock(pools_mutex_);
+      if (const auto it = pools_supported_.find(device); it != pools_supported_.end()) {
+        return it->second;
+      }
+    }
+    bool supported = false;
+    check(Api::memoryPoolsSupported(device, &supported),
+          "asking whether device {} supports memory pools", device);
+    const std::lock_guard lock(pools_mutex_);
+    pools_supported_[device] = supported;
+    return supported;
+  }
+
+  [[nodiscard]] void* allocate_async(int device, std::size_t bytes, NativeStream stream) override {
+    if (!supports_async_allocation(device)) {
+      throw InvalidArgument(fmt::format(
+          "{} allocate_async: device {} does not support memory pools (asked for {} bytes)",
+          Api::kBackend, device, bytes));
+    }
+    if (bytes == 0) return nullptr;
+    void* ptr = nullptr;
+    const ApiStatus status = Api::mallocAsync(&ptr, bytes, native(stream));
+    if (status.code == Api::kErrorMemoryAllocation) {
+      raise_out_of_memory(status, device, bytes, /*device_memory=*/true);
+    }
+    check(status, "allocating {} ({} bytes) of device memory on device {}, ordered on {}",
+          format_bytes(bytes), bytes, device, describe(stream));
+    return ptr;
+  }
+
+  void deallocate_async(int device, void* ptr, NativeStream stream) override {
+    const ReleaseDevice releasing = use_device_to_release("deallocate_async", device);
+    if (!releasing || ptr == nullptr) return;
+    release(Api::freeAsync(ptr, native(stream)),
+            "freeing device memory at {} on device {}, ordered on {}", fmt::ptr(ptr), device,
+            describe(stream));
+  }
+
   // ---- Page-locked host memory ----------------------------------------------------------------
 
   [[nodiscard]] void* host_allocate(int device, std::size_t bytes, HostAllocFlags flags) override {
@@ -289,6 +335,13 @@ class RuntimeBackend : public Backend {
     return device_ptr;
   }
 
+  [[nodiscard]] int pointer_device(const void* ptr) override {
+    if (ptr == nullptr || device_count() == 0) return -1;
+    int device = -1;
+    check(Api::pointerDevice(ptr, &device), "looking up the device of memory at {}", fmt::ptr(ptr));
+    return device;
+  }
+
   // ---- Streams --------------------------------------------------------------------------------
 
   [[nodiscard]] NativeStream create_stream(int device) override {
@@ -324,6 +377,16 @@ class RuntimeBackend : public Backend {
     VendorEvent event{};
     // Default flags: timing enabled (elapsed_ms), blocking synchronisation off.
     check(Api::eventCreate(&event), "creating an event on device {}", device);
+    return event;
+  }
+
+  /// Without timing (cheaper to record) and with blocking synchronisation (a waiting thread
+  /// sleeps instead of spinning): the events devmem records to learn that work is done.
+  [[nodiscard]] NativeEvent create_completion_event(int device) override {
+    use_device("create_completion_event", device);
+    VendorEvent event{};
+    check(Api::eventCreateWithFlags(&event, Api::kEventDisableTiming | Api::kEventBlockingSync),
+          "creating a completion event on device {}", device);
     return event;
   }
 
@@ -363,6 +426,17 @@ class RuntimeBackend : public Backend {
     use_device("stream_wait_event", device);
     check(Api::streamWaitEvent(native(stream), native_event(event), 0u), "{} waiting for event {}",
           describe(stream), fmt::ptr(event));
+  }
+
+  [[nodiscard]] bool is_capturing(int device, NativeStream stream) override {
+    // The legacy default stream cannot be captured, and asking about it while another stream
+    // captures in global mode is itself an error.
+    if (stream == nullptr) return false;
+    use_device("is_capturing", device);
+    bool capturing = false;
+    check(Api::streamIsCapturing(native(stream), &capturing), "asking whether {} is capturing",
+          describe(stream));
+    return capturing;
   }
 
   // ---- Data movement --------------------------------------------------------------------------
@@ -979,7 +1053,9 @@ class RuntimeBackend : public Backend {
   std::once_flag census_once_;
   Census census_;
 
-  std::mutex staging_mutex_;  // guards staging_options_ and idle_staging_
+  std::mutex pools_mutex_;
+  std::map<int, bool> pools_supported_;  // per device: memoryPoolsSupported, asked once
+  std::mutex staging_mutex_;             // guards staging_options_ and idle_staging_
   StagingOptions staging_options_;
   std::map<int, std::vector<std::unique_ptr<StagingPipeline>>> idle_staging_;
 };

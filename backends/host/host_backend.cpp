@@ -105,11 +105,11 @@ HostBackend::~HostBackend() {
   const std::lock_guard lock(memory_mutex_);
   for (DeviceMemory& memory : devices_) {
     for (const auto& [address, bytes] : memory.allocations) {
-      ::operator delete (reinterpret_cast<void*>(address), std::align_val_t{kDeviceAlignment});
+      ::operator delete(reinterpret_cast<void*>(address), std::align_val_t{kDeviceAlignment});
     }
   }
   for (const auto& [address, range] : host_allocations_) {
-    ::operator delete (reinterpret_cast<void*>(address), std::align_val_t{kPageSize});
+    ::operator delete(reinterpret_cast<void*>(address), std::align_val_t{kPageSize});
   }
 }
 
@@ -352,7 +352,7 @@ void* HostBackend::allocate(int device, std::size_t bytes) {
     throw out_of_memory(
         fmt::format("free {} of {}", detail::format_bytes(free), detail::format_bytes(capacity)));
   }
-  void* const ptr = ::operator new (bytes, std::align_val_t{kDeviceAlignment}, std::nothrow);
+  void* const ptr = ::operator new(bytes, std::align_val_t{kDeviceAlignment}, std::nothrow);
   if (ptr == nullptr) throw out_of_memory("the process is out of memory");
   memory.allocations.emplace(address_of(ptr), bytes);
   memory.used += static_cast<std::int64_t>(bytes);
@@ -377,7 +377,47 @@ void HostBackend::deallocate(int device, void* ptr) {
     memory.used -= static_cast<std::int64_t>(it->second);
     memory.allocations.erase(it);
   }
-  ::operator delete (ptr, std::align_val_t{kDeviceAlignment});
+  ::operator delete(ptr, std::align_val_t{kDeviceAlignment});
+}
+
+// The simulator's memory is usable at once, so a stream-ordered allocation is an ordinary one;
+// its free is an operation of the stream, run after the work enqueued before it.
+bool HostBackend::supports_async_allocation(int device) {
+  check_device("supports_async_allocation", device);
+  return true;
+}
+
+void* HostBackend::allocate_async(int device, std::size_t bytes, NativeStream stream) {
+  if (stream != nullptr) static_cast<void>(find_stream("allocate_async", device, stream));
+  return allocate(device, bytes);
+}
+
+void HostBackend::deallocate_async(int device, void* ptr, NativeStream stream) {
+  const detail::Injection injection = detail::begin_call(Call::Deallocate);
+  check_device("deallocate_async", device);
+  if (ptr == nullptr) return;
+  {
+    const std::lock_guard lock(memory_mutex_);
+    const AllocationMap& allocations = devices_[static_cast<std::size_t>(device)].allocations;
+    if (allocations.find(address_of(ptr)) == allocations.end()) {
+      fail("deallocate_async", Status::InvalidValue, "{}",
+           describe_device_pointer_locked(device, address_of(ptr)));
+    }
+  }
+  submit("deallocate_async", Call::Deallocate, device, stream, injection, [this, device, ptr] {
+    {
+      const std::lock_guard lock(memory_mutex_);
+      DeviceMemory& memory = devices_[static_cast<std::size_t>(device)];
+      const auto it = memory.allocations.find(address_of(ptr));
+      if (it == memory.allocations.end()) {
+        fail("deallocate_async", Status::InvalidValue, "{}",
+             describe_device_pointer_locked(device, address_of(ptr)));
+      }
+      memory.used -= static_cast<std::int64_t>(it->second);
+      memory.allocations.erase(it);
+    }
+    ::operator delete(ptr, std::align_val_t{kDeviceAlignment});
+  });
 }
 
 // ---- Page-locked host memory --------------------------------------------------------------------
@@ -391,7 +431,7 @@ void* HostBackend::host_allocate(int device, std::size_t bytes, HostAllocFlags f
   const std::size_t rounded = (bytes + kPageSize - 1) / kPageSize * kPageSize;
   void* const ptr = rounded < bytes
                         ? nullptr
-                        : ::operator new (rounded, std::align_val_t{kPageSize}, std::nothrow);
+                        : ::operator new(rounded, std::align_val_t{kPageSize}, std::nothrow);
   if (ptr == nullptr) {
     throw OutOfMemory(fmt::format("host host_allocate: out of memory allocating {} ({} bytes) of "
                                   "page-locked host memory",
@@ -428,7 +468,7 @@ void HostBackend::host_deallocate(int device, void* ptr) {
     }
     host_allocations_.erase(it);
   }
-  ::operator delete (ptr, std::align_val_t{kPageSize});
+  ::operator delete(ptr, std::align_val_t{kPageSize});
 }
 
 void HostBackend::host_register(int device, void* ptr, std::size_t bytes, HostRegisterFlags flags) {
@@ -483,6 +523,19 @@ void HostBackend::host_unregister(int device, void* ptr) {
          fmt::ptr(ptr));
   }
   registrations_.erase(it);
+}
+
+int HostBackend::pointer_device(const void* ptr) {
+  if (ptr == nullptr) return -1;
+  const std::uintptr_t address = address_of(ptr);
+  const std::lock_guard lock(memory_mutex_);
+  for (std::size_t device = 0; device < devices_.size(); ++device) {
+    const AllocationMap& allocations = devices_[device].allocations;
+    if (find_containing(allocations, address, 1, size_of_allocation) != allocations.end()) {
+      return static_cast<int>(device);
+    }
+  }
+  return -1;
 }
 
 void* HostBackend::mapped_device_pointer(int device, void* host_ptr) {
@@ -583,6 +636,14 @@ bool HostBackend::query_stream(int device, NativeStream stream) {
 NativeEvent HostBackend::create_event(int device) {
   const detail::Injection injection = detail::begin_call(Call::CreateEvent);
   if (injection) throw_injected("create_event", Call::CreateEvent, injection, device);
+  return create_completion_event(device);
+}
+
+// Not a counted call: how many completion events devmem creates depends on how soon earlier work
+// completes (they are reused once it has), so counting them would make fault_nth's numbering of
+// the user's own events vary from run to run. The failure of the call that uses them
+// (record_event) is counted and injectable.
+NativeEvent HostBackend::create_completion_event(int device) {
   check_device("create_event", device);
   auto event = std::make_shared<HostEvent>(device);
   NativeEvent handle = event.get();

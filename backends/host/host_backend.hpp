@@ -75,12 +75,17 @@ class HostBackend final : public Backend {
   void host_register(int device, void* ptr, std::size_t bytes, HostRegisterFlags flags) override;
   void host_unregister(int device, void* ptr) override;
   [[nodiscard]] void* mapped_device_pointer(int device, void* host_ptr) override;
+  [[nodiscard]] int pointer_device(const void* ptr) override;
+  [[nodiscard]] bool supports_async_allocation(int device) override;
+  [[nodiscard]] void* allocate_async(int device, std::size_t bytes, NativeStream stream) override;
+  void deallocate_async(int device, void* ptr, NativeStream stream) override;
 
   [[nodiscard]] NativeStream create_stream(int device) override;
   void destroy_stream(int device, NativeStream stream) override;
   void synchronize_stream(int device, NativeStream stream) override;
   [[nodiscard]] bool query_stream(int device, NativeStream stream) override;
   [[nodiscard]] NativeEvent create_event(int device) override;
+  [[nodiscard]] NativeEvent create_completion_event(int device) override;
   void destroy_event(int device, NativeEvent event) override;
   void record_event(int device, NativeEvent event, NativeStream stream) override;
   void synchronize_event(int device, NativeEvent event) override;

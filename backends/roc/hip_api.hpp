@@ -108,6 +108,19 @@ struct HipApi {
   // ---- Memory ----
   static S malloc(void** ptr, std::size_t bytes) { return {hipMalloc(ptr, bytes), "hipMalloc"}; }
   static S free(void* ptr) { return {hipFree(ptr), "hipFree"}; }
+  static S mallocAsync(void** ptr, std::size_t bytes, Stream stream) {
+    return {hipMallocAsync(ptr, bytes, stream), "hipMallocAsync"};
+  }
+  static S freeAsync(void* ptr, Stream stream) {
+    return {hipFreeAsync(ptr, stream), "hipFreeAsync"};
+  }
+  static S memoryPoolsSupported(int device, bool* supported) {
+    int value = 0;
+    const hipError_t status =
+        hipDeviceGetAttribute(&value, hipDeviceAttributeMemoryPoolsSupported, device);
+    *supported = status == hipSuccess && value != 0;
+    return {status, "hipDeviceGetAttribute"};
+  }
   static S hostAlloc(void** ptr, std::size_t bytes, unsigned flags) {
     return {hipHostMalloc(ptr, bytes, flags), "hipHostMalloc"};
   }
@@ -153,6 +166,35 @@ struct HipApi {
   /// ROCm 6's hipMemoryTypeUnregistered (absent from ROCm 5's enum).
   static constexpr int kMemoryTypeUnregistered = 0;
 
+  /// The device owning device or managed memory at `ptr`; -1 for host memory and for memory HIP
+  /// does not know (ROCm 5: hipErrorInvalidValue, cleared here; ROCm >= 6: success and
+  /// hipMemoryTypeUnregistered).
+  static S pointerDevice(const void* ptr, int* device) {
+    hipPointerAttribute_t attributes{};
+    const hipError_t status = hipPointerGetAttributes(&attributes, ptr);
+    *device = -1;
+    if (status == hipErrorInvalidValue && ptr != nullptr) {
+      static_cast<void>(hipGetLastError());  // the answer "unknown memory", not a failure
+      return {hipSuccess, "hipPointerGetAttributes"};
+    }
+    if (status == hipSuccess && ownedByDevice(attributes)) *device = attributes.device;
+    return {status, "hipPointerGetAttributes"};
+  }
+  /// Device or managed memory, in whichever field the compiled-against ABI has: ROCm 5's
+  /// memoryType with its isManaged flag, or ROCm >= 6's type (CUDA's numbering, managed = 3, a
+  /// name ROCm 5 lacks).
+  template <class Attributes>
+  static bool ownedByDevice(const Attributes& attributes) {
+    if constexpr (requires { attributes.type; }) {
+      return attributes.type == hipMemoryTypeDevice ||
+             static_cast<int>(attributes.type) == kMemoryTypeManaged;
+    } else {
+      return attributes.memoryType == hipMemoryTypeDevice || attributes.isManaged != 0;
+    }
+  }
+  /// ROCm 6's hipMemoryTypeManaged.
+  static constexpr int kMemoryTypeManaged = 3;
+
   // ---- Streams and events ----
   /// HIP's null stream is the blocking default stream (legacy semantics).
   static Stream defaultStream() noexcept { return nullptr; }
@@ -164,6 +206,13 @@ struct HipApi {
   static S streamQuery(Stream stream) { return {hipStreamQuery(stream), "hipStreamQuery"}; }
   static S streamWaitEvent(Stream stream, Event event, unsigned flags) {
     return {hipStreamWaitEvent(stream, event, flags), "hipStreamWaitEvent"};
+  }
+  /// Whether work enqueued on `stream` now goes into a graph (active or invalidated capture).
+  static S streamIsCapturing(Stream stream, bool* capturing) {
+    hipStreamCaptureStatus status = hipStreamCaptureStatusNone;
+    const hipError_t error = hipStreamIsCapturing(stream, &status);
+    *capturing = error == hipSuccess && status != hipStreamCaptureStatusNone;
+    return {error, "hipStreamIsCapturing"};
   }
   static S eventCreate(Event* event) { return {hipEventCreate(event), "hipEventCreate"}; }
   static S eventCreateWithFlags(Event* event, unsigned flags) {

@@ -111,6 +111,20 @@ class DEVMEM_API Backend {
   [[nodiscard]] virtual void* allocate(int device, std::size_t bytes) = 0;
   virtual void deallocate(int device, void* ptr) = 0;
 
+  // Stream-ordered device memory (cudaMallocAsync / hipMallocAsync from the device's memory
+  // pool), behind the "async" memory manager.
+  /// Whether `device` has a stream-ordered allocator (CUDA 11.2+ / ROCm 5.3+ on a device that
+  /// supports memory pools). False by default.
+  [[nodiscard]] virtual bool supports_async_allocation(int device);
+  /// `bytes` of device memory usable by work enqueued on `stream` after this call (on the
+  /// default stream: by later work of every blocking stream). Throws OutOfMemory, and
+  /// InvalidArgument on a backend or device without a stream-ordered allocator.
+  [[nodiscard]] virtual void* allocate_async(int device, std::size_t bytes, NativeStream stream);
+  /// Frees memory from allocate_async once the work enqueued on `stream` before this call has
+  /// completed, without waiting for it (and without the device-wide synchronisation of a
+  /// cudaFree / hipFree).
+  virtual void deallocate_async(int device, void* ptr, NativeStream stream);
+
   // Page-locked host memory and registration of existing host memory.
   [[nodiscard]] virtual void* host_allocate(int device, std::size_t bytes,
                                             HostAllocFlags flags) = 0;
@@ -119,6 +133,10 @@ class DEVMEM_API Backend {
   virtual void host_unregister(int device, void* ptr) = 0;
   /// The device address of mapped (allocated or registered) host memory.
   [[nodiscard]] virtual void* mapped_device_pointer(int device, void* host_ptr) = 0;
+  /// The device whose memory `ptr` points into (device or managed memory the runtime knows), or
+  /// -1 when the runtime does not place it on a device (host memory, unknown memory, or a backend
+  /// that cannot tell, the default). Used to bind foreign pointers to the right device.
+  [[nodiscard]] virtual int pointer_device(const void* ptr);
 
   // Streams and events.
   [[nodiscard]] virtual NativeStream create_stream(int device) = 0;
@@ -135,6 +153,16 @@ class DEVMEM_API Backend {
   [[nodiscard]] virtual float elapsed_ms(int device, NativeEvent start, NativeEvent end) = 0;
   /// Work enqueued on `stream` after this call waits until `event` has completed.
   virtual void stream_wait_event(int device, NativeStream stream, NativeEvent event) = 0;
+  /// An event used only to learn when work has completed (no timing, elapsed_ms is not asked of
+  /// it): cheaper to record, and waited for without spinning where the runtime allows
+  /// (cudaEventDisableTiming | cudaEventBlockingSync). Destroyed with destroy_event.
+  [[nodiscard]] virtual NativeEvent create_completion_event(int device) {
+    return create_event(device);
+  }
+  /// True while `stream` is being captured into a graph (cudaStreamIsCapturing): work enqueued on
+  /// it then runs only when the graph is launched, perhaps many times, so an event recorded now
+  /// says nothing about when that work is done. False on backends without graphs.
+  [[nodiscard]] virtual bool is_capturing(int device, NativeStream stream);
 
   // Data movement. All enqueue on `stream`; pointers must stay valid until the work completes.
   virtual void copy(int device, void* dst, const void* src, std::size_t bytes, CopyKind kind,

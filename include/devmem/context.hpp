@@ -46,6 +46,11 @@ class DEVMEM_API Context {
   /// Frees everything queued now (unless inside defer_cleanup). Throws the first free failure;
   /// see memory_manager.hpp for what happens to the queue then.
   void flush_deallocations();
+  /// Asynchronous operations on streams other than the default stream whose memory devmem still
+  /// holds (each until its completion event has been seen done). Completed ones are let go at
+  /// the next allocation, synchronisation or scope exit of this context, or when 64 are pending.
+  /// A diagnostic: it may include operations that have completed but not yet been looked at.
+  [[nodiscard]] std::size_t operations_in_flight() const;
   /// Number and bytes of queued deallocations.
   [[nodiscard]] std::size_t pending_deallocations() const;
   [[nodiscard]] std::int64_t pending_deallocation_bytes() const;

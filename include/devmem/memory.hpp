@@ -106,9 +106,13 @@ class [[nodiscard]] DEVMEM_API PinnedScope {
   PinnedScope& operator=(PinnedScope&&) = delete;
   PinnedScope(const PinnedScope&) = delete;
   PinnedScope& operator=(const PinnedScope&) = delete;
-  /// Unregisters; a failure is written to stderr (destructors do not throw).
+  /// Waits for the copies and kernels devmem enqueued that still use the memory (on any stream:
+  /// unregistering memory a DMA or kernel still touches faults the device), then unregisters; a
+  /// failure is written to stderr (destructors do not throw). Work devmem does not see (a kernel
+  /// of the application's own on a raw pointer) must be finished by the caller first.
   ~PinnedScope();
-  /// Unregisters now, throwing the first failure (every range is still attempted). Ranges whose
+  /// Waits as the destructor does, then unregisters now, throwing the first failure (every range
+  /// is still attempted). Ranges whose
   /// unregistration failed are tried once more by the destructor (or the next close()), so a
   /// transient vendor failure does not leave the memory page-locked after the scope.
   void close();
@@ -136,14 +140,18 @@ class [[nodiscard]] DEVMEM_API MappedScope {
   MappedScope(std::vector<HostArray> arrays, const MapOptions& options);
   MappedScope(MappedScope&& other) noexcept = default;
   MappedScope& operator=(MappedScope&&) = delete;
-  ~MappedScope() = default;
+  /// Waits for the copies and kernels devmem enqueued that still use the memory (on any stream),
+  /// then unmaps; a failure is written to stderr (destructors do not throw).
+  ~MappedScope();
   [[nodiscard]] const std::vector<DeviceArray>& device_arrays() const noexcept { return views_; }
   [[nodiscard]] const DeviceArray& operator[](std::size_t i) const { return views_.at(i); }
   [[nodiscard]] std::size_t size() const noexcept { return views_.size(); }
-  /// Unmaps now, throwing the first failure.
-  void close() { pins_.close(); }
+  /// Waits for the work devmem enqueued that uses the memory, then unmaps now, throwing the first
+  /// failure.
+  void close();
 
  private:
+  void wait_for_views() const;
   PinnedScope pins_;
   std::vector<DeviceArray> views_;
 };

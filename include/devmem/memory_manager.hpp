@@ -100,21 +100,44 @@ class DEVMEM_API DirectMemoryManager : public MemoryManager {
   [[nodiscard]] MemoryInfo memory_info() override;
 };
 
+/// The vendor's stream-ordered allocator ("async"): cudaMallocAsync / hipMallocAsync from the
+/// device's memory pool, and cudaFreeAsync / hipFreeAsync for the frees, so that a flush of the
+/// deferred queue costs no device-wide synchronisation (cudaFree / hipFree each synchronise the
+/// device). Both are ordered on the legacy default stream: the memory is usable by later work of
+/// every devmem stream (all blocking streams), and a free runs after the work enqueued before it
+/// on every devmem stream. Memory used on a non-blocking stream devmem does not know must be
+/// waited for first (DeviceArray::record_use). The pool keeps freed memory for reuse and hands it
+/// back to the system at synchronisations (the pool's release threshold, 0 by default).
+/// InvalidArgument at construction when the device has no stream-ordered allocator (CUDA before
+/// 11.2, ROCm before 5.3, or a device without memory pools).
+class DEVMEM_API AsyncMemoryManager : public MemoryManager {
+ public:
+  explicit AsyncMemoryManager(Context& context);
+  ~AsyncMemoryManager() override;
+  [[nodiscard]] std::string_view name() const noexcept override { return "async"; }
+  [[nodiscard]] void* allocate(std::size_t bytes, NativeStream stream) override;
+  void deallocate(void* ptr, std::size_t bytes) override;
+  [[nodiscard]] void* host_allocate(std::size_t bytes, HostAllocFlags flags) override;
+  void host_deallocate(void* ptr, std::size_t bytes, HostAllocFlags flags) override;
+  [[nodiscard]] MemoryInfo memory_info() override;
+};
+
 /// Statistics of a PoolMemoryManager.
 struct PoolStatistics {
-  std::int64_t hits = 0;                 // requests served from the cache
-  std::int64_t misses = 0;               // requests that went to the backend
-  std::int64_t cached_bytes = 0;         // device bytes held free in the cache
+  std::int64_t hits = 0;          // requests served from the cache
+  std::int64_t misses = 0;        // requests that went to the backend
+  std::int64_t cached_bytes = 0;  // device bytes held free in the cache
   std::int64_t cached_blocks = 0;
-  std::int64_t cached_host_bytes = 0;    // pinned host bytes held free in the cache
-  std::int64_t backend_bytes = 0;        // device bytes obtained from the backend, still held
-  std::int64_t trims = 0;                // times the cache was released
+  std::int64_t cached_host_bytes = 0;  // pinned host bytes held free in the cache
+  std::int64_t backend_bytes = 0;      // device bytes obtained from the backend, still held
+  std::int64_t trims = 0;              // times the cache was released
 };
 
 /// A caching allocator ("pool"): requests are rounded up to size classes (each power of two split
 /// in four steps, so at most 25% is wasted; at least 256 bytes), freed blocks are kept per class
-/// and handed out again without calling the backend. Pinned host blocks are cached the same way, per allocation flags. When the backend
-/// reports out of memory, the cache is released and the allocation retried.
+/// and handed out again without calling the backend. Pinned host blocks are cached the same way,
+/// per allocation flags. When the backend reports out of memory, the cache is released and the
+/// allocation retried.
 class DEVMEM_API PoolMemoryManager : public MemoryManager {
  public:
   struct Options {
@@ -145,8 +168,8 @@ class DEVMEM_API PoolMemoryManager : public MemoryManager {
 /// Makes a manager for a context.
 using MemoryManagerFactory = std::function<std::shared_ptr<MemoryManager>(Context&)>;
 
-/// Makes `factory` available to DEVMEM_MEMORY_MANAGER under `name` ("direct" and "pool" are
-/// built in). Replaces an earlier registration of the same name.
+/// Makes `factory` available to DEVMEM_MEMORY_MANAGER under `name` ("direct", "pool" and "async"
+/// are built in). Replaces an earlier registration of the same name.
 DEVMEM_API void register_memory_manager(std::string name, MemoryManagerFactory factory);
 /// The manager registered under `name`, made for `context`. InvalidArgument for unknown names.
 [[nodiscard]] DEVMEM_API std::shared_ptr<MemoryManager> make_memory_manager(std::string_view name,

@@ -27,6 +27,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,6 +87,11 @@ struct FakeState {
   std::deque<std::function<void()>> pending;
   std::map<const char*, std::size_t> page_locked;  // hostAlloc ranges: start -> bytes
   int live_host_allocations = 0;
+  std::map<const char*, std::pair<std::size_t, int>>
+      device_blocks;                       // malloc: start -> bytes, device
+  std::set<const FakeStream*> capturing;   // streams being captured into a graph
+  bool memory_pools = true;                // memoryPoolsSupported's answer
+  std::vector<FakeStream*> async_streams;  // the stream of each mallocAsync / freeAsync
   // What the runtime has handed out and not yet taken back: a failed call must add nothing.
   int live_blocks = 0;  // device and page-locked host allocations
   int live_streams = 0;
@@ -205,19 +211,45 @@ struct FakeApi {
     return 2 * prop.sharedMemPerBlock;
   }
 
-  static S malloc(void** ptr, std::size_t bytes) {
-    S s = call("fakeMalloc", std::to_string(bytes));
+  static S malloc(void** ptr, std::size_t bytes) { return malloc_as(ptr, bytes, "fakeMalloc"); }
+  static S free(void* ptr) { return free_as(ptr, "fakeFree"); }
+  static S malloc_as(void** ptr, std::size_t bytes, const char* function) {
+    S s = call(function, std::to_string(bytes));
     *ptr = s.code == kOk ? std::malloc(bytes) : nullptr;
-    if (s.code == kOk) ++g_state->live_blocks;
+    if (s.code == kOk) {
+      ++g_state->live_blocks;
+      g_state->device_blocks[static_cast<const char*>(*ptr)] = {bytes, g_state->current};
+    }
     return s;
   }
-  static S free(void* ptr) {
-    S s = call("fakeFree");
+  static S free_as(void* ptr, const char* function) {
+    S s = call(function);
     if (s.code == kOk) {
+      g_state->device_blocks.erase(static_cast<const char*>(ptr));
       std::free(ptr);
       --g_state->live_blocks;
     }
     return s;
+  }
+  static S mallocAsync(void** ptr, std::size_t bytes, Stream stream) {
+    g_state->async_streams.push_back(stream);
+    return malloc_as(ptr, bytes, "fakeMallocAsync");
+  }
+  static S freeAsync(void* ptr, Stream stream) {
+    g_state->async_streams.push_back(stream);
+    return free_as(ptr, "fakeFreeAsync");
+  }
+  static S memoryPoolsSupported(int, bool* supported) {
+    *supported = g_state->memory_pools;
+    return call("fakeDeviceGetAttribute");
+  }
+  static S pointerDevice(const void* ptr, int* device) {
+    const auto* p = static_cast<const char*>(ptr);
+    auto it = g_state->device_blocks.upper_bound(p);
+    const bool found =
+        it != g_state->device_blocks.begin() && (--it, p < it->first + it->second.first);
+    *device = found ? it->second.second : -1;
+    return call("fakePointerGetAttributes");
   }
   static S hostAlloc(void** ptr, std::size_t bytes, unsigned flags) {
     g_state->host_alloc_flags.push_back(flags);
@@ -314,7 +346,15 @@ struct FakeApi {
     if (s.code == kOk) run_pending_until(*g_state, event);
     return s;
   }
-  static S eventQuery(Event) { return call("fakeEventQuery"); }
+  static S eventQuery(Event event) {
+    S s = call("fakeEventQuery");
+    if (s.code == kOk && !event->done) s.code = kNotReady;
+    return s;
+  }
+  static S streamIsCapturing(Stream stream, bool* capturing) {
+    *capturing = g_state->capturing.contains(stream);
+    return call("fakeStreamIsCapturing");
+  }
   static S eventElapsedTime(float* ms, Event, Event) {
     *ms = 1.5f;
     return call("fakeEventElapsedTime");
@@ -982,6 +1022,33 @@ const std::vector<VendorCall>& vendor_calls() {
        [](Resources& r) { r.backend.memset(0, r.device_block, 7, 128, r.stream); }},
       {"fakeLaunchHostFunc",
        [](Resources& r) { r.backend.launch_host_function(0, r.stream, [] {}); }},
+      {"fakeEventCreateWithFlags",
+       [](Resources& r) { r.backend.destroy_event(0, r.backend.create_completion_event(0)); }},
+      {"fakeStreamIsCapturing", [](Resources& r) { (void)r.backend.is_capturing(0, r.stream); }},
+      {"fakePointerGetAttributes",
+       [](Resources& r) { (void)r.backend.pointer_device(r.device_block); }},
+      {"fakeDeviceGetAttribute",
+       [](Resources& r) {
+         // The answer is cached per device: the second invocation (the failing one) asks about
+         // the other device, which has not been asked yet.
+         static int device = 0;
+         (void)r.backend.supports_async_allocation(device++ % 2);
+       }},
+      {"fakeMallocAsync",
+       [](Resources& r) {
+         r.backend.deallocate_async(0, r.backend.allocate_async(0, 256, r.stream), r.stream);
+       }},
+      {"fakeFreeAsync",
+       [](Resources& r) {
+         // Allocated by this call's own allocate_async, so that the failed free's block is known.
+         void* block = r.backend.allocate_async(0, 256, nullptr);
+         try {
+           r.backend.deallocate_async(0, block, nullptr);
+         } catch (...) {
+           r.backend.deallocate_async(0, block, nullptr);
+           throw;
+         }
+       }},
   };
   return calls;
 }
@@ -1346,4 +1413,88 @@ TEST_CASE("gpu_runtime: a release that fails for another reason still throws") {
                     Catch::Matchers::StartsWith("fake fakeFree: fakeErrorInvalidValue (1): "
                                                 "invalid argument; freeing device memory at"));
   f.backend.deallocate(0, device);
+}
+
+TEST_CASE("gpu_runtime: completion events have no timing and block their waiters") {
+  Fixture f;
+  const devmem::NativeEvent event = f.backend.create_completion_event(0);
+  REQUIRE(f.state.event_flags.size() == 1);
+  CHECK(f.state.event_flags[0] == (FakeApi::kEventDisableTiming | FakeApi::kEventBlockingSync));
+  CHECK(f.state.live_events == 1);
+  f.backend.destroy_event(0, event);
+  CHECK(f.state.live_events == 0);
+}
+
+TEST_CASE("gpu_runtime: an event query says NotReady until the work before the event has run") {
+  Fixture f;
+  f.state.deferred = true;
+  const NativeStream stream = f.backend.create_stream(0);
+  const devmem::NativeEvent event = f.backend.create_completion_event(0);
+  f.backend.record_event(0, event, stream);
+  CHECK_FALSE(f.backend.query_event(0, event));
+  f.backend.synchronize_event(0, event);
+  CHECK(f.backend.query_event(0, event));
+  f.backend.destroy_event(0, event);
+  f.backend.destroy_stream(0, stream);
+}
+
+TEST_CASE("gpu_runtime: stream capture is asked of the runtime, never of the default stream") {
+  Fixture f;
+  const NativeStream stream = f.backend.create_stream(0);
+  CHECK_FALSE(f.backend.is_capturing(0, stream));
+  f.state.capturing.insert(static_cast<FakeStream*>(stream));
+  CHECK(f.backend.is_capturing(0, stream));
+  const long asked = f.count("fakeStreamIsCapturing");
+  CHECK(asked == 2);
+  // The legacy stream cannot be captured, and asking about it during another stream's global
+  // capture is an error on CUDA: not asked.
+  CHECK_FALSE(f.backend.is_capturing(0, nullptr));
+  CHECK(f.count("fakeStreamIsCapturing") == asked);
+  f.backend.destroy_stream(0, stream);
+}
+
+TEST_CASE("gpu_runtime: pointer_device names the device that owns the memory") {
+  Fixture f;
+  void* on0 = f.backend.allocate(0, 256);
+  void* on1 = f.backend.allocate(1, 512);
+  CHECK(f.backend.pointer_device(on0) == 0);
+  CHECK(f.backend.pointer_device(static_cast<char*>(on1) + 500) == 1);
+  std::vector<char> host(64);
+  CHECK(f.backend.pointer_device(host.data()) == -1);
+  CHECK(f.backend.pointer_device(nullptr) == -1);
+  f.backend.deallocate(0, on0);
+  f.backend.deallocate(1, on1);
+}
+
+TEST_CASE("gpu_runtime: stream-ordered allocation where the device has memory pools") {
+  Fixture f;
+  SECTION("asked once per device; allocation and free are ordered on the given stream") {
+    CHECK(f.backend.supports_async_allocation(0));
+    CHECK(f.backend.supports_async_allocation(0));
+    CHECK(f.count("fakeDeviceGetAttribute") == 1);
+    const NativeStream stream = f.backend.create_stream(0);
+    void* block = f.backend.allocate_async(0, 1000, stream);
+    CHECK(f.backend.pointer_device(block) == 0);
+    f.backend.deallocate_async(0, block, nullptr);
+    REQUIRE(f.state.async_streams.size() == 2);
+    CHECK(f.state.async_streams[0] == static_cast<FakeStream*>(stream));
+    CHECK(f.state.async_streams[1] == &f.state.legacy);  // nullptr: the legacy default stream
+    CHECK_FALSE(f.called("fakeFree("));                  // no synchronising free
+    CHECK(f.state.live_blocks == 0);
+    f.backend.destroy_stream(0, stream);
+  }
+  SECTION("a device without memory pools refuses with the device and size named") {
+    f.state.memory_pools = false;
+    CHECK_FALSE(f.backend.supports_async_allocation(1));
+    CHECK_THROWS_MATCHES(
+        f.backend.allocate_async(1, 4096, nullptr), devmem::InvalidArgument,
+        Catch::Matchers::Message("fake allocate_async: device 1 does not support memory pools "
+                                 "(asked for 4096 bytes)"));
+    CHECK_FALSE(f.called("fakeMallocAsync"));
+  }
+  SECTION("out of memory is OutOfMemory") {
+    f.state.fail["fakeMallocAsync"] = kOutOfMemory;
+    CHECK_THROWS_AS(f.backend.allocate_async(0, 1 << 20, nullptr), devmem::OutOfMemory);
+    CHECK(f.state.live_blocks == 0);
+  }
 }

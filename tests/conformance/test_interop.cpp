@@ -978,3 +978,22 @@ TEST_CASE("from_dlpack: validation errors (the deleter still runs once)",
     fails_with("from_dlpack: byte_offset 18446744073709551615 overflows int64");
   }
 }
+
+TEST_CASE("as_device_array: foreign memory is bound to the device that owns it",
+          "[interop][cai][multi-device]") {
+  const int original = devmem::current_device();
+  const int owner = devmem::device_count() - 1;  // device 1 with two devices, else device 0
+  devmem::select_device(owner);
+  const DeviceArray source = devmem::to_device(std::vector<int>{1, 2, 3, 4});
+  devmem::select_device(0);
+  // Viewed while device 0 is current: the view belongs to the device of the memory.
+  const DeviceArray view = devmem::as_device_array(source.array_interface(), nullptr);
+  CHECK(view.context()->device() == owner);
+  CHECK(view.context() == devmem::context_for_device(owner));
+  CHECK(view.to_vector<int>() == std::vector<int>{1, 2, 3, 4});
+  // Its copies run on that device: a device-to-device copy from an array of the same device.
+  const DeviceArray twin = devmem::device_array_like(source);
+  twin.copy_to_device(view);
+  CHECK(twin.to_vector<int>() == std::vector<int>{1, 2, 3, 4});
+  devmem::select_device(original);
+}

@@ -419,3 +419,61 @@ TEST_CASE("streams: a stream of another device is rejected", "[streams][errors][
   REQUIRE_THROWS_AS(devmem::device_array_like(d, other).copy_to_device(d), devmem::InvalidArgument);
   devmem::select_device(original);
 }
+
+TEST_CASE("keep-alives: completed operations are let go without a host callback each",
+          "[streams]") {
+  const devmem::Stream s = devmem::stream();
+  const auto context = devmem::current_context();
+  context->synchronize();
+  const std::size_t before = context->operations_in_flight();
+  const devmem::MemoryStatistics held = context->device_statistics();
+  {
+    const DeviceArray a = devmem::device_array(Shape{1024}, f8());
+    const DeviceArray b = devmem::device_array(Shape{1024}, f8());
+    for (int i = 0; i < 200; ++i) b.copy_to_device(a, s);
+  }
+  // Collected in passes of at most 64 pending operations, as they complete: the list does not
+  // hold every operation of a long run until the next synchronisation.
+  s.synchronize();
+  CHECK(context->operations_in_flight() <= before + 64);
+  context->synchronize();  // sees every completion event done
+  CHECK(context->operations_in_flight() == before);
+  CHECK(context->device_statistics().current_bytes == held.current_bytes);
+}
+
+TEST_CASE("pinned and mapped scopes wait for work on other streams before unregistering",
+          "[streams]") {
+  const BusyWork busy;
+  const devmem::Stream s = devmem::stream();
+  const auto context = devmem::current_context();
+  std::vector<double> values(4096);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i) * 0.5;
+  const DeviceArray device = devmem::to_device(values);
+  SECTION("pinned: a device-to-host copy queued behind other work") {
+    const HostArray host(Shape{4096}, f8());
+    {
+      const devmem::PinnedScope pins = devmem::pinned(host);
+      busy.enqueue(s);
+      device.copy_to_host(host, s);
+      CHECK(context->operations_in_flight() >= 1);
+    }  // waits for the copy, then unregisters
+    // Read without synchronising: the scope's exit has waited for the copy.
+    CHECK(host.at<double>(4095) == values[4095]);
+  }
+  SECTION("mapped: a copy into the mapped view, closed explicitly") {
+    const HostArray host(Shape{4096}, f8());
+    devmem::MappedScope scope = devmem::mapped({host});
+    busy.enqueue(s);
+    scope[0].copy_to_device(device, s);
+    scope.close();
+    CHECK(host.at<double>(17) == values[17]);
+  }
+  SECTION("registered: deregister_host waits as well") {
+    const HostArray host(Shape{4096}, f8());
+    devmem::register_host(host);
+    busy.enqueue(s);
+    device.copy_to_host(host, s);
+    devmem::deregister_host(host);
+    CHECK(host.at<double>(100) == values[100]);
+  }
+}

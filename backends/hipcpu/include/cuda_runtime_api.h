@@ -153,6 +153,17 @@ inline cudaError_t cudaFreeHost(void* ptr) {
 inline cudaError_t cudaHostRegister(void* ptr, std::size_t bytes, unsigned flags) {
   return hipHostRegister(ptr, bytes, flags);
 }
+inline cudaError_t cudaMallocAsync(void** ptr, std::size_t bytes, cudaStream_t stream) {
+  return hipMallocAsync(ptr, bytes, stream);
+}
+inline cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
+  return hipFreeAsync(ptr, stream);
+}
+enum cudaDeviceAttr { cudaDevAttrMemoryPoolsSupported = 115 };
+inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
+  if (attribute != cudaDevAttrMemoryPoolsSupported) return hipErrorInvalidValue;
+  return hipDeviceGetAttribute(value, hipDeviceAttributeMemoryPoolsSupported, device);
+}
 inline cudaError_t cudaHostUnregister(void* ptr) {
   return hipHostUnregister(ptr);
 }
@@ -192,6 +203,11 @@ inline cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 }
 inline cudaError_t cudaStreamQuery(cudaStream_t stream) {
   return hipStreamQuery(stream);
+}
+using cudaStreamCaptureStatus = hipStreamCaptureStatus;
+inline constexpr cudaStreamCaptureStatus cudaStreamCaptureStatusNone = hipStreamCaptureStatusNone;
+inline cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  return hipStreamIsCapturing(stream, status);
 }
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags) {
   return hipStreamWaitEvent(stream, event, flags);

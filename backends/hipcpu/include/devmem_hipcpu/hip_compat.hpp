@@ -24,7 +24,9 @@
 // - hipStreamWaitEvent is likewise resolved on the host: the calling thread waits for the event;
 // - hipStreamQuery reports whether the stream's work has finished (HIP-CPU reports an empty queue,
 //   also while its last task still runs);
-// - hipEventQuery, hipStreamAddCallback, hipLaunchHostFunc, hipMemcpy3DAsync, hipFuncSetAttribute
+// - hipStreamIsCapturing (HIP-CPU has no graphs: never capturing), hipDeviceGetAttribute (memory
+//   pools only), hipMallocAsync / hipFreeAsync tracked like hipMalloc, hipEventQuery,
+//   hipStreamAddCallback, hipLaunchHostFunc, hipMemcpy3DAsync, hipFuncSetAttribute
 //   (which HIP-CPU lacks), hipEventSynchronize of a never-recorded event (success, as on ROCm),
 //   hipHostMalloc with `unsigned` flags and their validation, hipStreamDestroy letting the
 //   stream's work finish (HIP-CPU drops it), hipMemcpyToSymbol(const void* symbol, ...);
@@ -111,6 +113,17 @@ enum hipFuncAttribute {
 };
 
 #pragma GCC visibility push(default)
+
+// HIP's stream-capture states (HIP-CPU has no graphs).
+enum hipStreamCaptureStatus {
+  hipStreamCaptureStatusNone = 0,
+  hipStreamCaptureStatusActive = 1,
+  hipStreamCaptureStatusInvalidated = 2,
+};
+// HIP's device attributes, of which the compat layer answers one (see hipDeviceGetAttribute).
+enum hipDeviceAttribute_t {
+  hipDeviceAttributeMemoryPoolsSupported = 1,
+};
 
 namespace devmem::hipcpu {
 
@@ -385,6 +398,45 @@ inline hipError_t hipFree(void* ptr) {
   return result(free_tracked(ptr, MemoryKind::Device));
 }
 
+/// Stream-ordered allocation: HIP-CPU's memory is usable at once, so an allocation ordered on
+/// `stream` is an ordinary one (tracked like hipMalloc's; HIP-CPU's own hipMallocAsync is not).
+inline hipError_t hipMallocAsync(void** ptr, std::size_t bytes, hipStream_t stream) {
+  if (const hipError_t status = enter(); status != hipSuccess) return result(status);
+  if (ptr == nullptr) return result(hipErrorInvalidValue);
+  if (const hipError_t status = check_stream(stream); status != hipSuccess) return result(status);
+  *ptr = nullptr;
+  if (bytes == 0) return hipSuccess;
+  return result(allocate_tracked(ptr, bytes, kDeviceAlignment, MemoryKind::Device, 0));
+}
+
+/// Frees once the work enqueued on `stream` before the call has run (a task of the stream), without
+/// waiting for it; hipErrorInvalidValue at once for memory hipMalloc(Async) did not return.
+inline hipError_t hipFreeAsync(void* ptr, hipStream_t stream) {
+  if (ptr == nullptr) return hipSuccess;
+  if (const hipError_t status = enter_enqueue(stream); status != hipSuccess) {
+    return result(status);
+  }
+  const std::optional<MemoryRange> range = State::get().find(ptr);
+  if (!range || range->kind != MemoryKind::Device ||
+      range->begin != reinterpret_cast<std::uintptr_t>(ptr)) {
+    return result(hipErrorInvalidValue);
+  }
+  push(stream, [ptr] {
+    if (State::get().erase(ptr, MemoryKind::Device)) std::free(ptr);
+  });
+  return hipSuccess;
+}
+
+/// HIP-CPU's one device has the stream-ordered allocator above; other attributes are not known.
+inline hipError_t hipDeviceGetAttribute(int* value, hipDeviceAttribute_t attribute, int device) {
+  if (const hipError_t status = enter(); status != hipSuccess) return result(status);
+  if (value == nullptr) return result(hipErrorInvalidValue);
+  if (device != 0) return result(hipErrorInvalidDevice);
+  if (attribute != hipDeviceAttributeMemoryPoolsSupported) return result(hipErrorInvalidValue);
+  *value = 1;
+  return hipSuccess;
+}
+
 // ---- Page-locked host memory --------------------------------------------------------------------
 
 inline constexpr unsigned kHostMallocFlags = hipHostMallocPortable | hipHostMallocMapped |
@@ -499,6 +551,18 @@ inline hipError_t hipStreamSynchronize(hipStream_t stream) {
 inline hipError_t hipDeviceSynchronize() {
   if (const hipError_t status = enter(); status != hipSuccess) return result(status);
   drain(nullptr);
+  return hipSuccess;
+}
+
+/// HIP-CPU has no graphs, so no stream is ever being captured: ROCm's answer for a stream outside
+/// a capture (hipStreamCaptureStatusNone), after its checks of the arguments.
+inline hipError_t hipStreamIsCapturing(hipStream_t stream, hipStreamCaptureStatus* status) {
+  if (const hipError_t entered = enter(); entered != hipSuccess) return result(entered);
+  if (status == nullptr) return result(hipErrorInvalidValue);
+  if (const hipError_t checked = check_stream(stream); checked != hipSuccess) {
+    return result(checked);
+  }
+  *status = hipStreamCaptureStatusNone;
   return hipSuccess;
 }
 
@@ -734,6 +798,7 @@ template <class... Params, class... Args>
 #pragma GCC visibility pop
 
 // Names HIP-CPU lacks.
+using devmem::hipcpu::hipDeviceGetAttribute;
 using devmem::hipcpu::hipEventCreateWithFlags;  // an overload next to HIP-CPU's
 using devmem::hipcpu::hipEventQuery;
 using devmem::hipcpu::hipFuncSetAttribute;
@@ -742,10 +807,13 @@ using devmem::hipcpu::hipMemcpy3DAsync;
 using devmem::hipcpu::hipMemcpyToSymbol;  // an overload next to HIP-CPU's
 using devmem::hipcpu::hipPointerGetAttributes;
 using devmem::hipcpu::hipStreamAddCallback;
+using devmem::hipcpu::hipStreamIsCapturing;
 
 // Names HIP-CPU has, with other semantics.
 #define hipMalloc ::devmem::hipcpu::hipMalloc
 #define hipFree ::devmem::hipcpu::hipFree
+#define hipMallocAsync ::devmem::hipcpu::hipMallocAsync
+#define hipFreeAsync ::devmem::hipcpu::hipFreeAsync
 #define hipHostMalloc ::devmem::hipcpu::hipHostMalloc
 #define hipHostFree ::devmem::hipcpu::hipHostFree
 #define hipHostRegister ::devmem::hipcpu::hipHostRegister
