@@ -723,6 +723,42 @@ TEST_CASE(
 }
 #endif
 
+#if defined(__CUDACC__)
+// A real CUDA runtime (HIP-CPU has no graphs): work captured into a graph runs at each launch of
+// the graph, long after an event recorded at capture time would say anything.
+TEST_CASE("kernels: work captured into a CUDA graph keeps its memory for every replay",
+          "[kernels][graphs]") {
+  const devmem::Stream s = devmem::stream();
+  auto* const native = static_cast<cudaStream_t>(s.native_handle());
+  const auto context = devmem::current_context();
+  std::vector<int> values(4096);
+  std::iota(values.begin(), values.end(), 11);
+  const DeviceArray out = devmem::device_array<int>({4096}, Order::C, s);
+  const std::size_t in_flight = context->operations_in_flight();
+  cudaGraph_t graph = nullptr;
+  {
+    const DeviceArray source =
+        devmem::to_device(values);  // before the capture: no allocation in it
+    REQUIRE(cudaStreamBeginCapture(native, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+    out.copy_to_device(source, s);
+    devmem::launch({16, 256, 0, s}, fill_iota, out, 0);  // then overwritten by a captured kernel
+    out.copy_to_device(source, s);                       // and copied again
+    REQUIRE(cudaStreamEndCapture(native, &graph) == cudaSuccess);
+    // No completion event was recorded into the graph; the memory is held for the context.
+    CHECK(context->operations_in_flight() == in_flight);
+  }  // `source` is released here, but the graph still reads it at every launch
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  for (int replay = 0; replay < 3; ++replay) {
+    out.memset(0, s);
+    REQUIRE(cudaGraphLaunch(exec, native) == cudaSuccess);
+    CHECK(out.to_vector<int>(s) == values);
+  }
+  CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
+  CHECK(cudaGraphDestroy(graph) == cudaSuccess);
+}
+#endif
+
 // ---- What the host simulator detects (device code cannot throw or share host atomics) ----------
 #if !defined(__CUDACC__) && !defined(__HIPCC__)
 
