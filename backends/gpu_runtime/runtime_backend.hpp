@@ -451,8 +451,8 @@ class RuntimeBackend : public Backend {
     const std::vector<PlanAxis> bytes = plan_axes(plan);
     auto common = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(args.dst) |
                                              reinterpret_cast<std::uintptr_t>(args.src));
-    for (const PlanAxis& axis : bytes) {
-      common |= static_cast<std::uint64_t>(axis.src) | static_cast<std::uint64_t>(axis.dst);
+    for (std::size_t k = 0; k + 1 < bytes.size(); ++k) {  // the row's bytes: `width` below
+      common |= static_cast<std::uint64_t>(bytes[k].src) | static_cast<std::uint64_t>(bytes[k].dst);
     }
     const auto width = static_cast<std::uint64_t>(plan.width);
     std::int64_t unit = 16;

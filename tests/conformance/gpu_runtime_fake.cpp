@@ -1072,6 +1072,13 @@ TEST_CASE("gpu_runtime: any strided copy takes at most 8 vendor calls and one ke
         }
         CHECK(f.count("fakeMemcpy2DAsync") == 0);
         CHECK(f.count("fakeMemcpy3DAsync") == 0);
+        if (kind == CopyKind::DeviceToDevice) {
+          // The widest unit the alignment allows: whole float32 elements where elements move
+          // one by one, 16 bytes where rows of 32 of them are contiguous on both sides.
+          const bool rows = std::string_view(c.name) == "broadcast source";
+          CHECK(f.count(rows ? "fakeLaunchCopyStrided(262144x16B"
+                             : "fakeLaunchCopyStrided(1048576x4B") == 2);
+        }
         f.backend->synchronize_stream(0, stream);
         f.backend->destroy_stream(0, stream);
         f.backend.reset();
