@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace devmem::app {
@@ -46,6 +47,25 @@ struct CopyResult {
   }
   [[nodiscard]] double raw_gbps() const { return static_cast<double>(bytes) / raw_seconds / 1e9; }
   /// > 1: devmem is faster than the raw call.
+  [[nodiscard]] double ratio() const { return raw_seconds / devmem_seconds; }
+};
+
+/// A strided transfer (a 4-d float32 array seen transposed or with its last axis reversed on the
+/// device side, dense on the other) against the raw contiguous copy of the same bytes.
+struct StridedResult {
+  std::string layout;
+  Direction direction;
+  HostMemory memory;
+  std::int64_t side;  // the array is side^4 float32
+  std::int64_t bytes;
+  int ops_per_sample;
+  double devmem_seconds;  // per copy, median, wall clock to completion
+  double raw_seconds;
+  [[nodiscard]] double devmem_gbps() const {
+    return static_cast<double>(bytes) / devmem_seconds / 1e9;
+  }
+  [[nodiscard]] double raw_gbps() const { return static_cast<double>(bytes) / raw_seconds / 1e9; }
+  /// Strided throughput as a fraction of the contiguous copy's (1: as fast).
   [[nodiscard]] double ratio() const { return raw_seconds / devmem_seconds; }
 };
 
@@ -90,6 +110,7 @@ struct Report {
   int repeats = 0;
   bool quick = false;
   std::vector<CopyResult> copies;
+  std::vector<StridedResult> strided;
   std::vector<AllocResult> allocations;
   std::optional<FirstUseResult> first_use;
   std::optional<EnqueueResult> enqueue;
@@ -279,6 +300,84 @@ std::vector<CopyResult> measure_copies(const BenchOptions& options, RawBaseline&
                     }) /
           count;
       results.push_back({c.direction, c.memory, bytes, count, devmem_s, raw_s});
+    }
+  }
+  raw.release();
+  return results;
+}
+
+// ---- Strided transfers --------------------------------------------------------------------------
+
+/// The side of the 4-d float32 array of the strided cases: 4 MiB with --quick, 64 MiB otherwise.
+std::int64_t strided_side(const BenchOptions& options) {
+  return options.quick ? 32 : 64;
+}
+
+/// Strided layouts of the device side: a full transpose and a reversed innermost axis, the two
+/// that were one vendor call per element before the bounded strided path.
+const std::vector<std::pair<std::string, DeviceArray (*)(const DeviceArray&)>>& strided_layouts() {
+  static const std::vector<std::pair<std::string, DeviceArray (*)(const DeviceArray&)>> layouts{
+      {"transpose", [](const DeviceArray& a) { return a.transpose(); }},
+      {"reverse-last-axis",
+       [](const DeviceArray& a) { return a.slice(3, std::nullopt, std::nullopt, -1); }},
+  };
+  return layouts;
+}
+
+std::vector<StridedResult> measure_strided(const BenchOptions& options, RawBaseline& raw,
+                                           Progress& progress) {
+  std::vector<StridedResult> results;
+  const std::int64_t side = strided_side(options);
+  const Shape shape{side, side, side, side};
+  const DType f4 = dtype_of<float>();
+  const std::int64_t bytes = side * side * side * side * 4;
+  const Stream stream = devmem::stream();
+  const DeviceArray a = device_array(shape, f4, {}, Order::C, stream);
+  const DeviceArray b = device_array(shape, f4, {}, Order::C, stream);
+  a.fill(1.0f, stream);
+  b.fill(2.0f, stream);
+  const HostArray host = pinned_array(shape, f4);
+  std::memset(host.data(), 1, static_cast<std::size_t>(bytes));  // first touch, untimed
+  stream.synchronize();
+  for (const Direction direction : options.directions) {
+    const HostMemory memory =
+        direction == Direction::DeviceToDevice ? HostMemory::None : HostMemory::Pinned;
+    raw.prepare(direction, memory, static_cast<std::size_t>(bytes));
+    for (const auto& [name, make] : strided_layouts()) {
+      progress.step(fmt::format("strided {} {}", to_string(direction), name));
+      const DeviceArray view = make(a);
+      std::function<void()> op;
+      switch (direction) {
+        case Direction::HostToDevice:
+          op = [&] { view.copy_to_device(host, stream); };
+          break;
+        case Direction::DeviceToHost:
+          op = [&] { view.copy_to_host(host, stream); };
+          break;
+        case Direction::DeviceToDevice:
+          op = [&] { b.copy_to_device(view, stream); };
+          break;
+      }
+      const int count = std::max(1, ops_per_sample(bytes, options.quick) / 4);
+      // Wall clock to completion: a strided copy may do host work (packing) that device events
+      // recorded around it would not see.
+      const double devmem_s =
+          median_of(options.repeats,
+                    [&] {
+                      const auto start = Clock::now();
+                      for (int i = 0; i < count; ++i) op();
+                      stream.synchronize();
+                      return std::chrono::duration<double>(Clock::now() - start).count();
+                    }) /
+          count;
+      const double raw_s =
+          median_of(options.repeats,
+                    [&] {
+                      return raw.time_copies(direction, memory, static_cast<std::size_t>(bytes),
+                                             count);
+                    }) /
+          count;
+      results.push_back({name, direction, memory, side, bytes, count, devmem_s, raw_s});
     }
   }
   raw.release();
@@ -523,6 +622,20 @@ std::string print_table(const Report& r) {
                        c.ops_per_sample, c.devmem_gbps(), c.raw_gbps(), c.ratio()));
     }
   }
+  if (!r.strided.empty()) {
+    line("");
+    line(fmt::format(
+        "Strided transfers: a {}^4 float32 array, strided on the device side, dense on the other "
+        "(ratio = strided GB/s / raw contiguous GB/s of the same bytes)",
+        r.strided.front().side));
+    line(fmt::format("{:<18} {:<4} {:<9} {:>9} {:>6} {:>12} {:>12} {:>8}", "layout", "dir",
+                     "memory", "size", "ops", "devmem GB/s", "raw GB/s", "ratio"));
+    for (const StridedResult& c : r.strided) {
+      line(fmt::format("{:<18} {:<4} {:<9} {:>9} {:>6} {:>12.3f} {:>12.3f} {:>7.2f}x", c.layout,
+                       to_string(c.direction), to_string(c.memory), human_size(c.bytes),
+                       c.ops_per_sample, c.devmem_gbps(), c.raw_gbps(), c.ratio()));
+    }
+  }
   if (!r.allocations.empty()) {
     line("");
     line(
@@ -605,6 +718,18 @@ std::string print_json(const Report& r) {
         json_number(c.devmem_gbps()), json_number(c.raw_gbps()), json_number(c.ratio()));
   }
   out += r.copies.empty() ? "],\n" : "\n  ],\n";
+  out += "  \"strided\": [";
+  for (std::size_t i = 0; i < r.strided.size(); ++i) {
+    const StridedResult& c = r.strided[i];
+    out += fmt::format(
+        "{}\n    {{\"layout\": {}, \"direction\": \"{}\", \"memory\": \"{}\", \"side\": {}, "
+        "\"bytes\": {}, \"ops_per_sample\": {}, \"devmem_gbps\": {}, \"raw_gbps\": {}, "
+        "\"ratio\": {}}}",
+        i == 0 ? "" : ",", json_string(c.layout), to_string(c.direction), to_string(c.memory),
+        c.side, c.bytes, c.ops_per_sample, json_number(c.devmem_gbps()), json_number(c.raw_gbps()),
+        json_number(c.ratio()));
+  }
+  out += r.strided.empty() ? "],\n" : "\n  ],\n";
   out += "  \"allocations\": [";
   for (std::size_t i = 0; i < r.allocations.size(); ++i) {
     const AllocResult& a = r.allocations[i];
@@ -655,6 +780,11 @@ std::string print_csv(const Report& r) {
     out += fmt::format("copy,{},{},{},{},{},GB/s,{}\n", to_string(c.direction), to_string(c.memory),
                        c.bytes, json_number(c.devmem_gbps()), json_number(c.raw_gbps()),
                        json_number(c.ratio()));
+  }
+  for (const StridedResult& c : r.strided) {
+    out += fmt::format("strided-{},{},{},{},{},{},GB/s,{}\n", c.layout, to_string(c.direction),
+                       to_string(c.memory), c.bytes, json_number(c.devmem_gbps()),
+                       json_number(c.raw_gbps()), json_number(c.ratio()));
   }
   for (const AllocResult& a : r.allocations) {
     out += fmt::format("alloc-direct,,device,{},{},{},ns,{}\n", a.bytes, json_number(a.direct_ns),
@@ -724,9 +854,11 @@ int run(const BenchOptions& options) {
   const std::vector<Combination> combos = combinations(options);
   const int alloc_steps =
       options.measure_alloc ? static_cast<int>(alloc_sizes(options, memory.total).size()) + 1 : 0;
-  Progress progress(options.progress,
-                    static_cast<int>(combos.size() * options.sizes().size()) + alloc_steps);
+  const int strided_steps = static_cast<int>(options.directions.size() * strided_layouts().size());
+  Progress progress(options.progress, static_cast<int>(combos.size() * options.sizes().size()) +
+                                          strided_steps + alloc_steps);
   report.copies = measure_copies(options, *raw, progress);
+  report.strided = measure_strided(options, *raw, progress);
   if (options.measure_alloc) {
     measure_allocations(options, *raw, report, progress);
     report.enqueue = measure_enqueue(options, *raw);

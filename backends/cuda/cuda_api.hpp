@@ -14,6 +14,10 @@
 
 namespace devmem::cuda {
 
+/// One launch of libdevmem's strided-copy kernel (strided_copy.cu), compiled by the
+/// vendor's compiler into libdevmem.
+cudaError_t launch_strided_copy(const gpu_runtime::StridedCopyArgs& args, cudaStream_t stream);
+
 struct CudaApi {
   using Error = cudaError_t;
   using Stream = cudaStream_t;
@@ -185,6 +189,9 @@ struct CudaApi {
   }
   static S memsetAsync(void* dst, int value, std::size_t bytes, Stream stream) {
     return {cudaMemsetAsync(dst, value, bytes, stream), "cudaMemsetAsync"};
+  }
+  static S launchCopyStrided(const gpu_runtime::StridedCopyArgs& args, Stream stream) {
+    return {launch_strided_copy(args, stream), "cudaLaunchKernel"};
   }
 
   // ---- Errors ----

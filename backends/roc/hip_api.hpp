@@ -16,6 +16,10 @@
 
 namespace devmem::roc {
 
+/// One launch of libdevmem's strided-copy kernel (strided_copy_hip.cpp), compiled by the
+/// vendor's compiler into libdevmem.
+hipError_t launch_strided_copy(const gpu_runtime::StridedCopyArgs& args, hipStream_t stream);
+
 struct HipApi {
   using Error = hipError_t;
   using Stream = hipStream_t;
@@ -263,6 +267,9 @@ struct HipApi {
   }
   static S memsetAsync(void* dst, int value, std::size_t bytes, Stream stream) {
     return {hipMemsetAsync(dst, value, bytes, stream), "hipMemsetAsync"};
+  }
+  static S launchCopyStrided(const gpu_runtime::StridedCopyArgs& args, Stream stream) {
+    return {launch_strided_copy(args, stream), "hipLaunchKernel"};
   }
 
   // ---- Errors ----

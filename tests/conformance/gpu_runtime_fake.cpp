@@ -96,6 +96,7 @@ struct FakeState {
   int live_blocks = 0;  // device and page-locked host allocations
   int live_streams = 0;
   int live_events = 0;
+  int launches = 0;  // strided-copy kernel launches
 };
 
 FakeState* g_state = nullptr;
@@ -412,6 +413,51 @@ struct FakeApi {
     }
     return s;
   }
+  /// libdevmem's strided-copy kernel, run on the host: every unit where the kernel would put it.
+  /// Addresses or strides that are not multiples of the unit fail like a misaligned access.
+  static S launchCopyStrided(const devmem::gpu_runtime::StridedCopyArgs& args, Stream stream) {
+    record_copy(kDefault, stream);
+    S s =
+        call("fakeLaunchCopyStrided", std::to_string(args.count) + "x" + std::to_string(args.unit) +
+                                          "B rank " + std::to_string(args.rank));
+    if (s.code != kOk) return s;
+    const auto unit = static_cast<std::uintptr_t>(args.unit);
+    bool aligned = args.rank >= 1 && args.rank <= devmem::gpu_runtime::kStridedCopyMaxRank &&
+                   (reinterpret_cast<std::uintptr_t>(args.dst) % unit) == 0 &&
+                   (reinterpret_cast<std::uintptr_t>(args.src) % unit) == 0;
+    std::int64_t count = 1;
+    for (int k = 0; aligned && k < args.rank; ++k) {
+      aligned = args.src_strides[k] % args.unit == 0 && args.dst_strides[k] % args.unit == 0;
+      count *= args.shape[k];
+    }
+    if (!aligned || count != args.count) {
+      g_state->last_error = kInvalidValue;
+      return {kInvalidValue, s.function};
+    }
+    const auto run = [args] {
+      auto* const dst = static_cast<char*>(args.dst);
+      const auto* const src = static_cast<const char*>(args.src);
+      for (std::int64_t i = 0; i < args.count; ++i) {
+        std::int64_t rest = i;
+        std::int64_t so = 0;
+        std::int64_t d = 0;
+        for (int k = args.rank - 1; k >= 0; --k) {
+          const std::int64_t c = rest % args.shape[k];
+          rest /= args.shape[k];
+          so += c * args.src_strides[k];
+          d += c * args.dst_strides[k];
+        }
+        std::memcpy(dst + d, src + so, static_cast<std::size_t>(args.unit));
+      }
+    };
+    ++g_state->launches;
+    if (g_state->deferred) {
+      g_state->pending.emplace_back(run);
+    } else {
+      run();
+    }
+    return s;
+  }
   static S memsetAsync(void* dst, int value, std::size_t bytes, Stream stream) {
     record_copy(kDefault, stream);
     S s = call("fakeMemsetAsync", std::to_string(bytes));
@@ -483,10 +529,17 @@ using FakeBackend = devmem::gpu_runtime::RuntimeBackend<FakeApi>;
 
 /// A fresh fake runtime for one test.
 struct Fixture {
+  /// Installs the fake runtime's state for the fixture's lifetime, the backend's destructor (which
+  /// frees the temporaries it keeps) included.
+  struct Installed {
+    explicit Installed(FakeState* state) { g_state = state; }
+    Installed(const Installed&) = delete;
+    Installed& operator=(const Installed&) = delete;
+    ~Installed() { g_state = nullptr; }
+  };
   FakeState state;
+  Installed installed{&state};
   FakeBackend backend;
-  Fixture() { g_state = &state; }
-  ~Fixture() { g_state = nullptr; }
   bool called(const std::string& prefix) const {
     return std::any_of(state.calls.begin(), state.calls.end(),
                        [&](const std::string& c) { return c.rfind(prefix, 0) == 0; });
@@ -794,6 +847,9 @@ TEST_CASE("gpu_runtime: strided copies copy exactly what copy_host_strided copie
   std::uniform_int_distribution<int> item(0, 2);
   int used_3d = 0;
   int used_2d = 0;
+  int used_kernel = 0;
+  const CopyKind kinds[] = {CopyKind::HostToDevice, CopyKind::DeviceToHost,
+                            CopyKind::DeviceToDevice, CopyKind::HostToHost};
   for (int trial = 0; trial < 3000; ++trial) {
     Fixture f;
     devmem::Shape shape(static_cast<std::size_t>(dims(rng)));
@@ -814,15 +870,21 @@ TEST_CASE("gpu_runtime: strided copies copy exactly what copy_host_strided copie
     }
     devmem::layout::copy_host_strided(plan, expected.buffer.data() + expected.origin,
                                       src.buffer.data() + src.origin);
+    // Every kind: the fake's device memory is host memory, and each kind takes its own way
+    // through the bounded path.
+    const CopyKind kind = kinds[trial % 4];
     f.backend.copy_strided(0, dst.buffer.data() + dst.origin, src.buffer.data() + src.origin, plan,
-                           CopyKind::HostToDevice, nullptr);
-    INFO("trial " << trial);
+                           kind, nullptr);
+    INFO("trial " << trial << ", " << devmem::to_string(kind));
     REQUIRE(dst.buffer == expected.buffer);
     used_3d += f.called("fakeMemcpy3DAsync") ? 1 : 0;
     used_2d += f.called("fakeMemcpy2DAsync") ? 1 : 0;
+    used_kernel += f.state.launches;
+    REQUIRE(f.state.launches <= 1);
   }
   CHECK(used_3d > 100);
   CHECK(used_2d > 100);
+  CHECK(used_kernel > 100);
 }
 
 TEST_CASE("gpu_runtime: a sub-block of a 3-D array is one 3-D copy") {
@@ -913,6 +975,258 @@ std::vector<unsigned char> random_bytes(std::size_t n, unsigned seed) {
 }
 
 }  // namespace
+
+// ---- Bounded strided copies (issue 22 item 10)
+// ---------------------------------------------------
+
+namespace {
+
+/// A layout of a strided copy on both sides, over buffers of the given sizes.
+struct StridedCase {
+  const char* name;
+  devmem::Shape shape;
+  devmem::Strides src_strides;
+  devmem::Strides dst_strides;
+  std::int64_t src_bytes;
+  std::int64_t dst_bytes;
+  std::int64_t src_origin = 0;  // byte offset of element (0, ..., 0) in its buffer
+  std::int64_t dst_origin = 0;
+};
+
+constexpr std::int64_t kN = 32;  // 32^4 float32: 4 MiB, enough to make per-element calls absurd
+constexpr std::int64_t kItem = 4;
+
+devmem::Strides c_strides(const devmem::Shape& shape) {
+  return devmem::layout::dense_strides(shape, kItem, devmem::Order::C);
+}
+
+/// The five layouts of the issue, each of kN^4 float32 elements.
+std::vector<StridedCase> strided_cases() {
+  const devmem::Shape shape{kN, kN, kN, kN};
+  const devmem::Strides c = c_strides(shape);  // (131072, 4096, 128, 4)
+  const std::int64_t bytes = kN * kN * kN * kN * kItem;
+  std::vector<StridedCase> cases;
+  // a.T of a C-contiguous array, into a C-contiguous one.
+  cases.push_back({"transpose", shape, {c[3], c[2], c[1], c[0]}, c, bytes, bytes});
+  // a[..., ::-1]: element 0 of each row is the row's last.
+  cases.push_back({"reversed innermost axis",
+                   shape,
+                   {c[0], c[1], c[2], -c[3]},
+                   c,
+                   bytes,
+                   bytes,
+                   (kN - 1) * kItem,
+                   0});
+  // A (kN, kN) array broadcast to kN^4 (stride-0 leading axes).
+  cases.push_back(
+      {"broadcast source", shape, {0, 0, kN * kItem, kItem}, c, kN * kN * kItem, bytes});
+  // a.transpose(2, 0, 3, 1).
+  cases.push_back({"4-d permute", shape, {c[2], c[0], c[3], c[1]}, c, bytes, bytes});
+  // Into b[..., ::2] of a C-contiguous (kN, kN, kN, 2 kN) array: every other element.
+  const devmem::Strides wide = c_strides({kN, kN, kN, 2 * kN});
+  cases.push_back({"destination with gaps",
+                   shape,
+                   c,
+                   {wide[0], wide[1], wide[2], 2 * kItem},
+                   bytes,
+                   2 * bytes});
+  return cases;
+}
+
+/// A backend over a fresh fake runtime, destroyed before the leak checks.
+struct BoundedFixture {
+  FakeState state;
+  std::unique_ptr<FakeBackend> backend;
+  BoundedFixture() {
+    g_state = &state;
+    backend = std::make_unique<FakeBackend>();
+  }
+  BoundedFixture(const BoundedFixture&) = delete;
+  BoundedFixture& operator=(const BoundedFixture&) = delete;
+  ~BoundedFixture() {
+    backend.reset();
+    g_state = nullptr;
+  }
+  long count(const std::string& prefix) const {
+    return std::count_if(state.calls.begin(), state.calls.end(),
+                         [&](const std::string& c) { return c.rfind(prefix, 0) == 0; });
+  }
+};
+
+/// The index of the first byte where `a` and `b` differ, -1 when they are equal (Catch would
+/// print megabytes for a failed comparison of the vectors themselves).
+long first_difference(const std::vector<unsigned char>& a, const std::vector<unsigned char>& b) {
+  if (a.size() != b.size()) return 0;
+  const auto at = std::mismatch(a.begin(), a.end(), b.begin());
+  return at.first == a.end() ? -1L : static_cast<long>(at.first - a.begin());
+}
+
+/// Calls of one copy: the vendor calls other than kernel launches, and the launches.
+struct CallCount {
+  long vendor = 0;
+  long launches = 0;
+};
+
+/// Runs one copy of `c` and checks its bytes against copy_host_strided; returns its calls.
+CallCount run_case(BoundedFixture& f, const StridedCase& c, CopyKind kind, NativeStream stream,
+                   unsigned seed) {
+  const std::vector<unsigned char> src = random_bytes(static_cast<std::size_t>(c.src_bytes), seed);
+  std::vector<unsigned char> dst(static_cast<std::size_t>(c.dst_bytes), 0xEE);
+  std::vector<unsigned char> expected = dst;
+  const auto plan = devmem::layout::plan_copy(c.shape, c.src_strides, c.dst_strides, kItem);
+  devmem::layout::copy_host_strided(plan, expected.data() + c.dst_origin,
+                                    src.data() + c.src_origin);
+  const std::size_t calls_before = f.state.calls.size();
+  const int launches_before = f.state.launches;
+  f.backend->copy_strided(0, dst.data() + c.dst_origin, src.data() + c.src_origin, plan, kind,
+                          stream);
+  const long calls = static_cast<long>(f.state.calls.size() - calls_before);
+  const long launches = f.state.launches - launches_before;
+  // Copies from or to the host are complete on return (a deferred fake would show it otherwise);
+  // a device-to-device copy is ordered on the stream like any kernel.
+  if (kind == CopyKind::DeviceToDevice) f.backend->synchronize_stream(0, stream);
+  CHECK(first_difference(dst, expected) == -1);
+  return {calls - launches, launches};
+}
+
+}  // namespace
+
+TEST_CASE("gpu_runtime: any strided copy takes at most 8 vendor calls and one kernel launch") {
+  for (const StridedCase& c : strided_cases()) {
+    for (const CopyKind kind :
+         {CopyKind::HostToDevice, CopyKind::DeviceToHost, CopyKind::DeviceToDevice}) {
+      for (const bool deferred : {false, true}) {
+        INFO(c.name << ", " << devmem::to_string(kind) << (deferred ? ", deferred" : ""));
+        BoundedFixture f;
+        f.state.deferred = deferred;  // the device behind the host: completion is really waited
+        const NativeStream stream = f.backend->create_stream(0);
+        // Cold (temporaries allocated), then warm (temporaries reused).
+        for (const bool warm : {false, true}) {
+          const CallCount calls = run_case(f, c, kind, stream, warm ? 2u : 1u);
+          INFO((warm ? "warm: " : "cold: ")
+               << calls.vendor << " vendor calls, " << calls.launches << " launches");
+          CHECK(calls.vendor <= 8);
+          CHECK(calls.launches <= 1);
+          // Each layout is kN^4 elements: one call per element, row or block would be thousands.
+          if (kind == CopyKind::DeviceToDevice) CHECK(calls.launches == 1);
+        }
+        CHECK(f.count("fakeMemcpy2DAsync") == 0);
+        CHECK(f.count("fakeMemcpy3DAsync") == 0);
+        if (kind == CopyKind::DeviceToDevice) {
+          // The widest unit the alignment allows: whole float32 elements where elements move
+          // one by one, 16 bytes where rows of 32 of them are contiguous on both sides.
+          const bool rows = std::string_view(c.name) == "broadcast source";
+          CHECK(f.count(rows ? "fakeLaunchCopyStrided(262144x16B"
+                             : "fakeLaunchCopyStrided(1048576x4B") == 2);
+        }
+        f.backend->synchronize_stream(0, stream);
+        f.backend->destroy_stream(0, stream);
+        f.backend.reset();
+        CHECK(f.state.live_blocks == 0);  // temporaries, cached ones included, were freed
+        CHECK(f.state.pending.empty());
+      }
+    }
+  }
+}
+
+TEST_CASE("gpu_runtime: a few long rows keep the vendor's copies") {
+  BoundedFixture f;
+  // a[:, :100] of a C-contiguous (8, 128) float64 array into a dense (8, 100): one 2-D copy.
+  std::vector<double> src(8 * 128);
+  std::iota(src.begin(), src.end(), 0.0);
+  std::vector<double> dst(8 * 100, -1.0);
+  const auto plan = devmem::layout::plan_copy(devmem::Shape{8, 100}, devmem::Strides{1024, 8},
+                                              devmem::Strides{800, 8}, 8);
+  f.backend->copy_strided(0, dst.data(), src.data(), plan, CopyKind::HostToDevice, nullptr);
+  CHECK(f.count("fakeMemcpy2DAsync(800x8)") == 1);
+  CHECK(f.state.launches == 0);
+  CHECK(dst[799] == src[7 * 128 + 99]);
+}
+
+TEST_CASE("gpu_runtime: bounded strided copies: failures propagate, leak nothing") {
+  const StridedCase c = strided_cases()[0];  // the transpose
+  const auto plan = devmem::layout::plan_copy(c.shape, c.src_strides, c.dst_strides, kItem);
+  const std::vector<unsigned char> src = random_bytes(static_cast<std::size_t>(c.src_bytes), 9);
+  std::vector<unsigned char> expected(static_cast<std::size_t>(c.dst_bytes), 0);
+  devmem::layout::copy_host_strided(plan, expected.data(), src.data());
+  int failures = 0;
+  for (const CopyKind kind : {CopyKind::HostToDevice, CopyKind::DeviceToHost,
+                              CopyKind::DeviceToDevice, CopyKind::HostToHost}) {
+    for (const char* function : {"fakeHostAlloc", "fakeMalloc", "fakeStreamSynchronize",
+                                 "fakeMemcpyAsync", "fakeLaunchCopyStrided"}) {
+      INFO(devmem::to_string(kind) << ", " << function);
+      BoundedFixture f;
+      f.state.deferred = true;
+      std::vector<unsigned char> dst(static_cast<std::size_t>(c.dst_bytes), 0);
+      f.state.fail[function] = kInvalidValue;
+      bool threw = false;
+      try {
+        f.backend->copy_strided(0, dst.data(), src.data(), plan, kind, nullptr);
+      } catch (const devmem::BackendError& e) {
+        threw = true;
+        CHECK(e.function() == function);
+        CHECK(f.state.last_error == kOk);
+      }
+      // A call this kind makes failed and was reported; one it does not make was never reached.
+      CHECK(threw == f.state.fail.empty());
+      failures += threw ? 1 : 0;
+      f.state.fail.clear();
+      f.backend->synchronize_stream(0, nullptr);
+      // The next copy works, whatever the failure left behind.
+      std::fill(dst.begin(), dst.end(), 0);
+      f.backend->copy_strided(0, dst.data(), src.data(), plan, kind, nullptr);
+      f.backend->synchronize_stream(0, nullptr);
+      CHECK(first_difference(dst, expected) == -1);
+      f.backend.reset();
+      CHECK(f.state.live_blocks == 0);
+      CHECK(f.state.pending.empty());
+    }
+  }
+  // H2D (into a dense destination): staging, synchronize, copy; D2H (into a dense destination):
+  // temporary, launch, copy, synchronize; D2D: launch; H2H: synchronize.
+  CHECK(failures == 3 + 4 + 1 + 1);
+}
+
+TEST_CASE("gpu_runtime: bounded strided copies without memory for temporaries use vendor copies") {
+  const StridedCase c = strided_cases()[0];
+  const auto plan = devmem::layout::plan_copy(c.shape, c.src_strides, c.dst_strides, kItem);
+  const std::vector<unsigned char> src = random_bytes(static_cast<std::size_t>(c.src_bytes), 11);
+  std::vector<unsigned char> expected(static_cast<std::size_t>(c.dst_bytes), 0);
+  devmem::layout::copy_host_strided(plan, expected.data(), src.data());
+  for (const char* function : {"fakeHostAlloc", "fakeMalloc"}) {
+    for (const CopyKind kind : {CopyKind::HostToDevice, CopyKind::DeviceToHost}) {
+      INFO(function << ", " << devmem::to_string(kind));
+      BoundedFixture f;
+      f.state.fail[function] = kOutOfMemory;
+      std::vector<unsigned char> dst(static_cast<std::size_t>(c.dst_bytes), 0);
+      f.backend->copy_strided(0, dst.data(), src.data(), plan, kind, nullptr);
+      CHECK(first_difference(dst, expected) == -1);
+      CHECK(f.state.last_error == kOk);
+      f.backend.reset();
+      CHECK(f.state.live_blocks == 0);
+    }
+  }
+}
+
+TEST_CASE("gpu_runtime: a bounded H2D copy reads its source after earlier work on the stream") {
+  BoundedFixture f;
+  f.state.deferred = true;
+  const StridedCase c = strided_cases()[3];  // the 4-d permute
+  const auto plan = devmem::layout::plan_copy(c.shape, c.src_strides, c.dst_strides, kItem);
+  const std::vector<unsigned char> device_src =
+      random_bytes(static_cast<std::size_t>(c.src_bytes), 13);
+  std::vector<unsigned char> host(static_cast<std::size_t>(c.src_bytes), 0);
+  std::vector<unsigned char> dst(static_cast<std::size_t>(c.dst_bytes), 0);
+  std::vector<unsigned char> expected = dst;
+  devmem::layout::copy_host_strided(plan, expected.data(), device_src.data());
+  const NativeStream s = f.backend->create_stream(0);
+  // Enqueued, not yet run: the strided copy must see what it writes into `host`.
+  f.backend->copy(0, host.data(), device_src.data(), host.size(), CopyKind::DeviceToHost, s);
+  f.backend->copy_strided(0, dst.data(), host.data(), plan, CopyKind::HostToDevice, s);
+  f.backend->synchronize_stream(0, s);
+  CHECK(first_difference(dst, expected) == -1);
+  f.backend->destroy_stream(0, s);
+}
 
 // ---- Every vendor call's failure path (issue 9)
 // ---------------------------------------------------
@@ -1017,6 +1331,14 @@ const std::vector<VendorCall>& vendor_calls() {
              devmem::Shape{2, 3, 4}, devmem::Strides{32, 8, 1}, devmem::Strides{32, 8, 1}, 1);
          r.backend.copy_strided(0, r.device_block, r.host_block, plan, CopyKind::HostToDevice,
                                 r.stream);
+       }},
+      {"fakeLaunchCopyStrided",
+       [](Resources& r) {
+         // A 16x16 byte matrix transposed within device memory: one kernel launch.
+         const devmem::layout::CopyPlan plan = devmem::layout::plan_copy(
+             devmem::Shape{16, 16}, devmem::Strides{16, 1}, devmem::Strides{1, 16}, 1);
+         auto* const block = static_cast<std::byte*>(r.device_block);
+         r.backend.copy_strided(0, block + 256, block, plan, CopyKind::DeviceToDevice, r.stream);
        }},
       {"fakeMemsetAsync",
        [](Resources& r) { r.backend.memset(0, r.device_block, 7, 128, r.stream); }},
