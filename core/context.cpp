@@ -550,8 +550,10 @@ Context::~Context() = default;
 DeviceProperties Context::properties() const {
   return state_->properties();
 }
+// The manager's answer, as Numba's Context.get_memory_info (an EMM plugin's numbers; the pool's
+// cached blocks count as free).
 MemoryInfo Context::memory_info() const {
-  return backend_->memory_info(device_);
+  return state_->manager()->memory_info();
 }
 Stream Context::default_stream() const {
   return detail::StreamState::wrap(state_->default_stream);

@@ -13,7 +13,13 @@
 namespace devmem {
 
 const char* to_string(Where where) noexcept {
-  return where == Where::Host ? "host" : "device";
+  switch (where) {
+    case Where::Host:
+      return "host";
+    case Where::Device:
+      return "device";
+  }
+  return "invalid";
 }
 
 struct SmartArray::State {
@@ -62,10 +68,20 @@ bool has_broadcast_axis(const Layout& layout) {
   return false;
 }
 
+/// Numba raises ValueError for a `where` other than 'host' or 'gpu': an out-of-range Where (a cast
+/// integer) is refused in every entry point rather than read as one side or the other.
+void check_where(const char* operation, Where where) {
+  if (where != Where::Host && where != Where::Device) {
+    detail::throw_invalid(operation, "where must be Where::Host or Where::Device, got {}",
+                          static_cast<int>(where));
+  }
+}
+
 }  // namespace
 
 SmartArray::SmartArray(const HostArray& host_obj, bool copy, Where where)
     : state_(std::make_shared<State>()) {
+  check_where("SmartArray", where);
   if (!copy && host_obj.is_readonly()) {
     detail::throw_invalid("SmartArray",
                           "a read-only host array needs copy = true (the host side "
@@ -84,6 +100,7 @@ SmartArray::SmartArray(const HostArray& host_obj, bool copy, Where where)
 
 SmartArray::SmartArray(Shape shape, DType dtype, Order order, Where where)
     : state_(std::make_shared<State>()) {
+  check_where("SmartArray", where);
   if (order != Order::C && order != Order::F) {
     detail::throw_invalid("SmartArray", "order must be 'C' or 'F', got '{}'",
                           static_cast<char>(order));
@@ -110,11 +127,13 @@ const DeviceArray& SmartArray::get_device() {
 }
 
 std::variant<HostArray, DeviceArray> SmartArray::get(Where where) {
+  check_where("SmartArray::get", where);
   if (where == Where::Host) return get_host();
   return get_device();
 }
 
 void SmartArray::mark_changed(Where where) {
+  check_where("SmartArray::mark_changed", where);
   const std::lock_guard lock(state_->mutex);
   const bool allocated =
       where == Where::Host ? state_->host.has_value() : state_->device.has_value();
@@ -127,11 +146,13 @@ void SmartArray::mark_changed(Where where) {
 }
 
 bool SmartArray::is_allocated(Where where) const {
+  check_where("SmartArray::is_allocated", where);
   const std::lock_guard lock(state_->mutex);
   return where == Where::Host ? state_->host.has_value() : state_->device.has_value();
 }
 
 bool SmartArray::is_valid(Where where) const {
+  check_where("SmartArray::is_valid", where);
   const std::lock_guard lock(state_->mutex);
   return where == Where::Host ? state_->host_valid : state_->device_valid;
 }

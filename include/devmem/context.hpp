@@ -29,7 +29,9 @@ class DEVMEM_API Context {
   [[nodiscard]] Backend& backend() const noexcept { return *backend_; }
   [[nodiscard]] std::string_view backend_name() const noexcept { return backend_->name(); }
   [[nodiscard]] DeviceProperties properties() const;
-  /// Free and total device memory in bytes.
+  /// Free and total device memory in bytes, as the context's memory manager reports them (Numba's
+  /// Context.get_memory_info: a plugin's own numbers; the pool counts its cached blocks as free).
+  /// Backend::memory_info(device) has the device's raw numbers.
   [[nodiscard]] MemoryInfo memory_info() const;
   [[nodiscard]] Stream default_stream() const;
   /// Waits for all work on the default stream and on every stream of this context.

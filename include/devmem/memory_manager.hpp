@@ -74,7 +74,8 @@ class DEVMEM_API MemoryManager {
   /// Page-locked host memory with `flags`; OutOfMemory when there is no room.
   [[nodiscard]] virtual void* host_allocate(std::size_t bytes, HostAllocFlags flags) = 0;
   virtual void host_deallocate(void* ptr, std::size_t bytes, HostAllocFlags flags) = 0;
-  /// Free and total device memory as the manager sees it.
+  /// Free and total device memory as the manager sees it: what Context::memory_info() reports
+  /// (so it must not call Context::memory_info() itself; ask the backend).
   [[nodiscard]] virtual MemoryInfo memory_info() = 0;
   /// Gives cached memory back to the backend (a no-op for managers that cache nothing).
   virtual void trim() {}

@@ -30,8 +30,10 @@
 // member may be called from several threads at once; get() and mark_changed() are serialised, so
 // concurrent get(Where::Device) calls transfer once. Reading or writing the elements while another
 // thread writes them needs the caller's ordering, as for any array.
-// Errors: InvalidArgument ("SmartArray: ..." / "SmartArray::mark_changed: ..."), plus those of the
-// allocations and transfers (OutOfMemory, BackendError).
+// Errors: InvalidArgument ("SmartArray: ..." / "SmartArray::mark_changed: ..."), also from every
+// member taking a Where other than Where::Host or Where::Device (Numba's ValueError for an invalid
+// `where`; nothing changes), plus those of the allocations and transfers (OutOfMemory,
+// BackendError).
 #pragma once
 
 #include <devmem/device_array.hpp>

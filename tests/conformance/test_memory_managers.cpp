@@ -686,3 +686,38 @@ TEST_CASE("async: the stream-ordered allocator where the device has one", "[memo
   // The memory went back: what the device has in use is what it had (host backend's count).
   if (host) CHECK(devmem::host::device_memory_used(ctx->device()) == used_before);
 }
+
+namespace {
+/// A plugin reporting its own numbers, as Numba's EMM test plugins do.
+class FixedInfoManager : public devmem::DirectMemoryManager {
+ public:
+  using DirectMemoryManager::DirectMemoryManager;
+  [[nodiscard]] std::string_view name() const noexcept override { return "fixed-info"; }
+  [[nodiscard]] devmem::MemoryInfo memory_info() override { return {32, 64}; }
+};
+}  // namespace
+
+TEST_CASE("memory manager: Context::memory_info is the manager's answer (Numba get_memory_info)",
+          "[memory-manager]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  devmem::set_memory_manager(std::make_shared<FixedInfoManager>(*ctx));
+  CHECK(ctx->memory_info().free == 32);
+  CHECK(ctx->memory_info().total == 64);
+  // The pool's cached blocks are free memory for this context.
+  const auto pool_base = devmem::make_memory_manager("pool", *ctx);
+  const auto pool = std::dynamic_pointer_cast<PoolMemoryManager>(pool_base);
+  devmem::set_memory_manager(pool_base);
+  ctx->set_deallocation_config(limits(0, 1.0));  // every release flushes into the pool at once
+  { const DeviceArray d = devmem::device_array(Shape{1 << 20}, u1()); }
+  ctx->synchronize();
+  ctx->flush_deallocations();
+  REQUIRE(pool->cached_bytes() >= (1 << 20));
+  const devmem::MemoryInfo raw = ctx->backend().memory_info(ctx->device());
+  CHECK(ctx->memory_info().total == raw.total);
+  if (ctx->backend_name() == "host") {
+    CHECK(ctx->memory_info().free == raw.free + pool->cached_bytes());
+  } else {  // other processes may allocate between the two questions on a real device
+    CHECK(ctx->memory_info().free >= pool->cached_bytes());
+  }
+}

@@ -243,3 +243,29 @@ TEST_CASE("SmartArray: concurrent get(Device) transfers once", "[smart][host-onl
   for (const void* p : seen) CHECK(p == seen.front());
   CHECK(device_values(a.get_device()) == iota_vec(1024));
 }
+
+TEST_CASE("SmartArray: a Where outside Host and Device is refused everywhere (Numba: ValueError)",
+          "[smart][errors]") {
+  const auto bad = static_cast<Where>(7);
+  const std::string what = "where must be Where::Host or Where::Device, got 7";
+  const std::vector<float> values{1, 2, 3};
+  const HostArray h = devmem::HostArray::view(std::span<const float>(values));
+  CHECK_THROWS_MATCHES(SmartArray(h, true, bad), InvalidArgument, Message("SmartArray: " + what));
+  CHECK_THROWS_MATCHES(SmartArray(Shape{3}, devmem::dtype_of<float>(), devmem::Order::C, bad),
+                       InvalidArgument, Message("SmartArray: " + what));
+  SmartArray s(h);
+  (void)s.get_device();
+  s.get_host().at<float>(0) = 42.0f;
+  s.mark_changed(Where::Host);
+  CHECK_THROWS_MATCHES(s.get(bad), InvalidArgument, Message("SmartArray::get: " + what));
+  CHECK_THROWS_MATCHES(s.mark_changed(bad), InvalidArgument,
+                       Message("SmartArray::mark_changed: " + what));
+  CHECK_THROWS_MATCHES(s.is_allocated(bad), InvalidArgument,
+                       Message("SmartArray::is_allocated: " + what));
+  CHECK_THROWS_MATCHES(s.is_valid(bad), InvalidArgument, Message("SmartArray::is_valid: " + what));
+  CHECK(std::string(devmem::to_string(bad)) == "invalid");
+  // Nothing was lost: the host side is still the newest, and the device gets it.
+  CHECK(s.is_valid(Where::Host));
+  CHECK_FALSE(s.is_valid(Where::Device));
+  CHECK(s.get_device().to_vector<float>() == std::vector<float>{42.0f, 2.0f, 3.0f});
+}
