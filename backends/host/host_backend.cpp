@@ -366,12 +366,16 @@ void HostBackend::deallocate(int device, void* ptr) {
   if (ptr == nullptr) return;
   // Like cudaFree, which synchronises: work enqueued before the free may still use the memory.
   drain(device);
+  release_allocation("deallocate", device, ptr);
+}
+
+void HostBackend::release_allocation(const char* function, int device, void* ptr) {
   {
     const std::lock_guard lock(memory_mutex_);
     DeviceMemory& memory = devices_[static_cast<std::size_t>(device)];
     const auto it = memory.allocations.find(address_of(ptr));
     if (it == memory.allocations.end()) {
-      fail("deallocate", Status::InvalidValue, "{}",
+      fail(function, Status::InvalidValue, "{}",
            describe_device_pointer_locked(device, address_of(ptr)));
     }
     memory.used -= static_cast<std::int64_t>(it->second);
@@ -404,20 +408,8 @@ void HostBackend::deallocate_async(int device, void* ptr, NativeStream stream) {
            describe_device_pointer_locked(device, address_of(ptr)));
     }
   }
-  submit("deallocate_async", Call::Deallocate, device, stream, injection, [this, device, ptr] {
-    {
-      const std::lock_guard lock(memory_mutex_);
-      DeviceMemory& memory = devices_[static_cast<std::size_t>(device)];
-      const auto it = memory.allocations.find(address_of(ptr));
-      if (it == memory.allocations.end()) {
-        fail("deallocate_async", Status::InvalidValue, "{}",
-             describe_device_pointer_locked(device, address_of(ptr)));
-      }
-      memory.used -= static_cast<std::int64_t>(it->second);
-      memory.allocations.erase(it);
-    }
-    ::operator delete(ptr, std::align_val_t{kDeviceAlignment});
-  });
+  submit("deallocate_async", Call::Deallocate, device, stream, injection,
+         [this, device, ptr] { release_allocation("deallocate_async", device, ptr); });
 }
 
 // ---- Page-locked host memory --------------------------------------------------------------------

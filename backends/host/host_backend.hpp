@@ -145,6 +145,9 @@ class HostBackend final : public Backend {
                                           std::size_t bytes = 0);
 
   void check_device(const char* function, int device) const;
+  /// Removes the allocation starting at `ptr` from `device`'s books and frees it; InvalidValue
+  /// naming `function` when there is none.
+  void release_allocation(const char* function, int device, void* ptr);
   /// IllegalAddress unless every byte of `span` around `ptr` is device-accessible.
   void check_device_span(const char* function, const char* role, const void* ptr,
                          ByteSpan span) const;
