@@ -40,7 +40,7 @@ MemoryInfo DirectMemoryManager::memory_info() {
 
 // ---- async ----
 
-AsyncMemoryManager::AsyncMemoryManager(Context& context) : MemoryManager(context) {
+AsyncMemoryManager::AsyncMemoryManager(Context& context) : DirectMemoryManager(context) {
   if (!context.backend().supports_async_allocation(context.device())) {
     throw InvalidArgument(fmt::format(
         "memory manager 'async': device {} of backend '{}' has no stream-ordered allocator "
@@ -59,16 +59,6 @@ void* AsyncMemoryManager::allocate(std::size_t bytes, NativeStream /*stream*/) {
 }
 void AsyncMemoryManager::deallocate(void* ptr, std::size_t /*bytes*/) {
   context().backend().deallocate_async(context().device(), ptr, nullptr);
-}
-void* AsyncMemoryManager::host_allocate(std::size_t bytes, HostAllocFlags flags) {
-  return context().backend().host_allocate(context().device(), bytes, flags);
-}
-void AsyncMemoryManager::host_deallocate(void* ptr, std::size_t /*bytes*/,
-                                         HostAllocFlags /*flags*/) {
-  context().backend().host_deallocate(context().device(), ptr);
-}
-MemoryInfo AsyncMemoryManager::memory_info() {
-  return context().backend().memory_info(context().device());
 }
 
 // ---- pool ----

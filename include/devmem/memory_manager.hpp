@@ -111,16 +111,14 @@ class DEVMEM_API DirectMemoryManager : public MemoryManager {
 /// back to the system at synchronisations (the pool's release threshold, 0 by default).
 /// InvalidArgument at construction when the device has no stream-ordered allocator (CUDA before
 /// 11.2, ROCm before 5.3, or a device without memory pools).
-class DEVMEM_API AsyncMemoryManager : public MemoryManager {
+/// Page-locked host memory and memory_info are the direct manager's.
+class DEVMEM_API AsyncMemoryManager : public DirectMemoryManager {
  public:
   explicit AsyncMemoryManager(Context& context);
   ~AsyncMemoryManager() override;
   [[nodiscard]] std::string_view name() const noexcept override { return "async"; }
   [[nodiscard]] void* allocate(std::size_t bytes, NativeStream stream) override;
   void deallocate(void* ptr, std::size_t bytes) override;
-  [[nodiscard]] void* host_allocate(std::size_t bytes, HostAllocFlags flags) override;
-  void host_deallocate(void* ptr, std::size_t bytes, HostAllocFlags flags) override;
-  [[nodiscard]] MemoryInfo memory_info() override;
 };
 
 /// Statistics of a PoolMemoryManager.
