@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include <exception>
+#include <map>
+#include <mutex>
 #include <optional>
 
 namespace devmem {
@@ -84,6 +86,51 @@ MappedArray mapped_array(Shape shape, DType dtype, Strides strides, Order order,
 
 namespace {
 
+class RegisteredRanges {
+ public:
+  void add(const void* begin, std::size_t bytes) {
+    const auto* first = static_cast<const std::byte*>(begin);
+    const std::lock_guard lock(mutex_);
+    ranges_[first] = first + bytes;
+  }
+  void remove(const void* begin) noexcept {
+    const std::lock_guard lock(mutex_);
+    ranges_.erase(static_cast<const std::byte*>(begin));
+  }
+  [[nodiscard]] bool contains(const detail::HostSpan& span) const {
+    const std::lock_guard lock(mutex_);
+    auto it = ranges_.upper_bound(span.begin);
+    if (it == ranges_.begin()) return false;
+    --it;
+    return span.begin >= it->first && span.end <= it->second;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<const std::byte*, const std::byte*> ranges_;  // begin -> end
+};
+
+RegisteredRanges& registered_ranges() {
+  static RegisteredRanges ranges;  // never destroyed before the scopes that use it
+  return ranges;
+}
+
+}  // namespace
+
+namespace detail {
+void note_host_registered(const void* begin, std::size_t bytes) {
+  registered_ranges().add(begin, bytes);
+}
+void note_host_unregistered(const void* begin) noexcept {
+  registered_ranges().remove(begin);
+}
+bool host_range_registered(const HostSpan& span) {
+  return registered_ranges().contains(span);
+}
+}  // namespace detail
+
+namespace {
+
 struct Range {
   void* begin;
   std::size_t bytes;
@@ -135,10 +182,12 @@ std::vector<void*> register_all(Context& ctx, const std::vector<HostArray>& arra
       ctx.backend().host_register(ctx.device(), r.begin, r.bytes,
                                   a.is_readonly() ? flags | HostRegisterFlags::ReadOnly : flags);
       done.push_back(r.begin);
+      detail::note_host_registered(r.begin, r.bytes);
     }
   } catch (...) {
     for (void* p : done) {
       if (p == nullptr) continue;
+      detail::note_host_unregistered(p);
       try {
         ctx.backend().host_unregister(ctx.device(), p);
       } catch (const std::exception& e) {
@@ -162,6 +211,7 @@ std::exception_ptr unregister_all(Context& ctx, std::vector<void*>& ranges) {
     if (p == nullptr) continue;
     try {
       ctx.backend().host_unregister(ctx.device(), p);
+      detail::note_host_unregistered(p);
     } catch (...) {
       if (!first) first = std::current_exception();
       failed.push_back(p);

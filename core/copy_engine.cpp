@@ -42,8 +42,10 @@ CopyEndpoint endpoint(const HostArray& array) {
   const auto& mem = array.memory();
   std::byte* base = mem ? mem->ptr : nullptr;
   std::byte* element0 = base == nullptr ? nullptr : base + array.layout().offset;
-  return CopyEndpoint{
+  CopyEndpoint result{
       element0, element0, true, &array.layout(), &array.dtype(), false, mem && mem->readonly, mem};
+  result.pageable = !mem || mem->kind == HostMemoryKind::Pageable;
+  return result;
 }
 
 namespace {
@@ -77,6 +79,17 @@ void finish_copy(StreamState& stream, const CopyEndpoint& src, const CopyEndpoin
   keep.reserve(2);
   if (src.keep_alive) keep.push_back(src.keep_alive);
   if (dst.keep_alive) keep.push_back(dst.keep_alive);
+  if (!stream.is_default && src.on_device && !dst.on_device && dst.pageable &&
+      !host_range_registered(host_span(dst))) {
+    // The data is ready when a copy into pageable memory returns, on every backend and whatever
+    // the stream: what CUDA's and HIP's documented pageable-memory behaviour gives (and what
+    // Numba's copy_to_host users rely on), made a guarantee rather than a driver detail (newer
+    // CUDA documentation only says such a copy "might be synchronous").
+    Context& ctx = *stream.context;
+    ctx.backend().synchronize_stream(ctx.device(), stream.handle);
+    ctx.state().collect_retired();
+    return;
+  }
   std::vector<HostSpan> spans;
   if (!stream.is_default) {
     for (const CopyEndpoint* side : {&src, &dst}) {

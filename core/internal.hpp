@@ -237,6 +237,14 @@ void finish_enqueued(StreamState& stream, std::vector<std::shared_ptr<const void
 
 /// One side of a copy: the address of element (0, ..., 0), its layout and whether it is in device
 /// memory.
+/// The host ranges devmem has registered (pinned and mapped scopes, register_host), process-wide:
+/// page-locked memory that HostArray::kind() still calls pageable, because the array was made
+/// before it was registered. Thread-safe.
+void note_host_registered(const void* begin, std::size_t bytes);
+void note_host_unregistered(const void* begin) noexcept;
+/// True when `span` lies inside one range devmem has registered.
+[[nodiscard]] bool host_range_registered(const HostSpan& span);
+
 struct CopyEndpoint {
   std::byte* element0 = nullptr;
   // Where the bytes really are, for overlap checks: the host address for host memory and mapped
@@ -248,6 +256,9 @@ struct CopyEndpoint {
   bool on_device = false;
   bool readonly = false;
   std::shared_ptr<const void> keep_alive;
+  // Host memory that is not page-locked (as far as devmem knows): a copy into it from the device
+  // must be complete when the call returns (see finish_copy).
+  bool pageable = false;
 };
 CopyEndpoint endpoint(const DeviceArray& array);
 CopyEndpoint endpoint(const HostArray& array);

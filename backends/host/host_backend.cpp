@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <latch>
 #include <limits>
 #include <new>
 #include <optional>
@@ -289,6 +290,54 @@ void HostBackend::submit(const char* function, Call kind, int device, NativeStre
     return;
   }
   target->enqueue(std::move(op));
+}
+
+bool HostBackend::page_locked(const void* ptr, ByteSpan span) const {
+  if (span.empty()) return true;
+  const auto begin = address_of(ptr) + static_cast<std::uintptr_t>(span.lo);
+  const auto bytes = static_cast<std::size_t>(span.hi - span.lo);
+  const auto host_range_size = [](const HostRange& range) { return range.bytes; };
+  const std::lock_guard lock(memory_mutex_);
+  for (const HostRangeMap* ranges : {&host_allocations_, &registrations_}) {
+    if (find_containing(*ranges, begin, bytes, host_range_size) != ranges->end()) return true;
+  }
+  return false;
+}
+
+template <class Run>
+void HostBackend::submit_copy(const char* function, int device, NativeStream stream,
+                              const detail::Injection& injection, CopyKind kind, void* dst,
+                              ByteSpan dst_span, const void* src, ByteSpan src_span, Run run) {
+  // The default stream runs its operations inline: every copy on it is complete on return.
+  if (stream != nullptr && kind == CopyKind::DeviceToHost && !page_locked(dst, dst_span)) {
+    if (injection) throw_injected(function, Call::Copy, injection, device);
+    const std::shared_ptr<HostStream> target = find_stream(function, device, stream);
+    auto done = std::make_shared<std::latch>(1);
+    target->enqueue([run = std::move(run), src, done] {
+      struct CountDown {
+        std::latch& latch;
+        ~CountDown() { latch.count_down(); }
+      } count_down{*done};
+      run(src);
+    });
+    done->wait();
+    return;
+  }
+  if (stream != nullptr && kind == CopyKind::HostToDevice && !page_locked(src, src_span)) {
+    const auto bytes = static_cast<std::size_t>(src_span.hi - src_span.lo);
+    std::shared_ptr<std::byte[]> staging = std::make_shared_for_overwrite<std::byte[]>(bytes);
+    copier_.copy(staging.get(), static_cast<const std::byte*>(src) + src_span.lo, bytes);
+    // The operation addresses the source through the same offsets as the original pointer: its
+    // element 0 sits `lo` bytes before the staging buffer's start (integer arithmetic, as that
+    // address may lie outside the buffer).
+    const auto* staged = reinterpret_cast<const void*>(address_of(staging.get()) -
+                                                       static_cast<std::uintptr_t>(src_span.lo));
+    submit(function, Call::Copy, device, stream, injection,
+           [run = std::move(run), staged, staging = std::move(staging)] { run(staged); });
+    return;
+  }
+  submit(function, Call::Copy, device, stream, injection,
+         [run = std::move(run), src] { run(src); });
 }
 
 // ---- Devices ------------------------------------------------------------------------------------
@@ -726,8 +775,8 @@ void HostBackend::copy(int device, void* dst, const void* src, std::size_t bytes
   check_device("copy", device);
   const ByteSpan span{0, clamp_to_int64(bytes)};
   check_copy("copy", kind, dst, span, src, span);
-  submit("copy", Call::Copy, device, stream, injection,
-         [this, dst, src, bytes] { copier_.copy(dst, src, bytes); });
+  submit_copy("copy", device, stream, injection, kind, dst, span, src, span,
+              [this, dst, bytes](const void* source) { copier_.copy(dst, source, bytes); });
 }
 
 void HostBackend::copy_2d(int device, void* dst, std::size_t dst_pitch, const void* src,
@@ -749,19 +798,20 @@ void HostBackend::copy_2d(int device, void* dst, std::size_t dst_pitch, const vo
          height, width, dst_pitch, src_pitch);
   }
   check_copy("copy_2d", kind, dst, ByteSpan{0, *dst_bytes}, src, ByteSpan{0, *src_bytes});
-  submit("copy_2d", Call::Copy, device, stream, injection,
-         [this, dst, dst_pitch, src, src_pitch, width, height] {
-           auto* out = static_cast<std::byte*>(dst);
-           const auto* in = static_cast<const std::byte*>(src);
-           if (width == 0 || height == 0) return;
-           if (height == 1 || (dst_pitch == width && src_pitch == width)) {
-             copier_.copy(out, in, width * height);  // rows are adjacent on both sides
-             return;
-           }
-           for (std::size_t row = 0; row < height; ++row) {
-             std::memcpy(out + row * dst_pitch, in + row * src_pitch, width);
-           }
-         });
+  submit_copy("copy_2d", device, stream, injection, kind, dst, ByteSpan{0, *dst_bytes}, src,
+              ByteSpan{0, *src_bytes},
+              [this, dst, dst_pitch, src_pitch, width, height](const void* source) {
+                auto* out = static_cast<std::byte*>(dst);
+                const auto* in = static_cast<const std::byte*>(source);
+                if (width == 0 || height == 0) return;
+                if (height == 1 || (dst_pitch == width && src_pitch == width)) {
+                  copier_.copy(out, in, width * height);  // rows are adjacent on both sides
+                  return;
+                }
+                for (std::size_t row = 0; row < height; ++row) {
+                  std::memcpy(out + row * dst_pitch, in + row * src_pitch, width);
+                }
+              });
 }
 
 void HostBackend::copy_strided(int device, void* dst, const void* src, const layout::CopyPlan& plan,
@@ -806,22 +856,24 @@ void HostBackend::copy_strided(int device, void* dst, const void* src, const lay
          "the copy plan's extent overflows the address space");
   }
   check_copy("copy_strided", kind, dst, *dst_span, src, *src_span);
-  submit("copy_strided", Call::Copy, device, stream, injection, [this, plan, dst, src] {
-    // Blocks whose rows follow each other without gaps are one contiguous range each: large ones
-    // go through the parallel copier (the usual case: a whole contiguous array).
-    const bool packed =
-        plan.height == 1 || (plan.src_pitch == plan.width && plan.dst_pitch == plan.width);
-    const auto block_bytes = static_cast<std::size_t>(plan.width * plan.height);
-    if (!packed || block_bytes < ParallelCopier::kSplitThreshold) {
-      layout::copy_host_strided(plan, dst, src);
-      return;
-    }
-    auto* const out = static_cast<std::byte*>(dst);
-    const auto* const in = static_cast<const std::byte*>(src);
-    plan.for_each_block([&](std::int64_t src_offset, std::int64_t dst_offset) {
-      copier_.copy(out + dst_offset, in + src_offset, block_bytes);
-    });
-  });
+  submit_copy("copy_strided", device, stream, injection, kind, dst, *dst_span, src, *src_span,
+              [this, plan, dst](const void* source) {
+                // Blocks whose rows follow each other without gaps are one contiguous range each:
+                // large ones go through the parallel copier (the usual case: a whole contiguous
+                // array).
+                const bool packed = plan.height == 1 ||
+                                    (plan.src_pitch == plan.width && plan.dst_pitch == plan.width);
+                const auto block_bytes = static_cast<std::size_t>(plan.width * plan.height);
+                if (!packed || block_bytes < ParallelCopier::kSplitThreshold) {
+                  layout::copy_host_strided(plan, dst, source);
+                  return;
+                }
+                auto* const out = static_cast<std::byte*>(dst);
+                const auto* const in = static_cast<const std::byte*>(source);
+                plan.for_each_block([&](std::int64_t src_offset, std::int64_t dst_offset) {
+                  copier_.copy(out + dst_offset, in + src_offset, block_bytes);
+                });
+              });
 }
 
 void HostBackend::memset(int device, void* dst, int byte_value, std::size_t bytes,

@@ -19,6 +19,13 @@
 //   then runs inline, so it is complete when the call returns.
 // - An operation that fails on a worker (e.g. an injected copy failure) stores its error on the
 //   stream; the next synchronize_stream or query_stream (or destroy_stream) rethrows it, once.
+// - Copies between the device and pageable host memory on a non-default stream follow the
+//   vendors' documented synchronisation rules for pageable memory (CUDA's "API synchronization
+//   behavior", HIP's the same): device-to-host returns only once the copy has completed, and
+//   host-to-device returns once the source has been read (it is staged into a private buffer, so
+//   the caller may reuse it at once while the device side still runs later). Copies to or from
+//   page-locked memory (pinned, mapped, registered) stay fully asynchronous. A program therefore
+//   behaves the same on this backend as on a GPU.
 // - deallocate and host_deallocate first wait for streams that may still use the memory (like
 //   cudaFree and cudaFreeHost, which synchronise), so a worker never touches freed memory.
 //
@@ -174,6 +181,18 @@ class HostBackend final : public Backend {
   /// asynchronous failure).
   void submit(const char* function, Call kind, int device, NativeStream stream,
               const detail::Injection& injection, HostStream::Operation op);
+  /// True when every byte of `span` around the host pointer `ptr` lies in one page-locked range
+  /// (a pinned allocation or a registration, mapped or not).
+  [[nodiscard]] bool page_locked(const void* ptr, ByteSpan span) const;
+  /// Submits a copy of `kind` whose operation is `run(source)`, with the vendors' rules for
+  /// pageable host memory on a non-default stream (see the file comment): a device-to-host copy
+  /// into pageable memory is waited for (an injected failure is then thrown by this call, as a
+  /// synchronous copy reports it), a host-to-device copy from pageable memory reads its source
+  /// into a staging buffer before returning.
+  template <class Run>
+  void submit_copy(const char* function, int device, NativeStream stream,
+                   const detail::Injection& injection, CopyKind kind, void* dst, ByteSpan dst_span,
+                   const void* src, ByteSpan src_span, Run run);
 
   const int device_count_;
 

@@ -57,17 +57,32 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
   /// The same array using `stream` by default (Numba's bind).
   [[nodiscard]] DeviceArray bind(const Stream& stream) const;
 
-  // Transfers. A stream left unspecified means the array's stream.
-  /// A new pageable host array with the same shape and dense strides in the same axis order.
+  // Transfers. A stream left unspecified means the array's stream. When a transfer returns
+  // (every backend, any stream, as CUDA and HIP document for pageable memory):
+  //  - into pageable host memory: the data is there (the call waits for the stream);
+  //  - from pageable host memory: the source has been read (it may be reused at once), while the
+  //    device side may still be in flight on a non-default stream;
+  //  - to or from page-locked memory (pinned_array, mapped_array, pinned/registered scopes) on a
+  //    non-default stream: nothing is waited for; synchronize the stream (or an event) before
+  //    reading or reusing the host side;
+  //  - on the default stream: complete.
+  // Numba behaves the same for pageable memory; for pinned memory with a stream it is asynchronous
+  // too.
+  /// A new pageable host array with the same shape and dense strides in the same axis order
+  /// (Numba's copy_to_host()). Returns with the data ready, on any stream.
   [[nodiscard]] HostArray copy_to_host(const Stream& stream = {}) const;
-  /// Copies into `destination` (same dtype, same shape after removing size-1 axes). Only the
-  /// destination's elements are written, whatever its strides.
+  /// Copies into `destination` (same dtype, same shape after removing size-1 axes; Numba's
+  /// copy_to_host(ary)). Only the destination's elements are written, whatever its strides.
+  /// Returns with the data ready for a pageable destination; a page-locked one is written
+  /// asynchronously on a non-default stream.
   void copy_to_host(const HostArray& destination, const Stream& stream = {}) const;
   template <Element T>
   void copy_to_host(std::span<T> destination, const Stream& stream = {}) const {
     copy_to_host(HostArray::view(destination).reshape(shape()), stream);
   }
-  /// Copies host data into this array (H2D); same dtype and shape rules.
+  /// Copies host data into this array (H2D; Numba's copy_to_device); same dtype and shape rules.
+  /// A pageable source has been read when the call returns; a page-locked one is read
+  /// asynchronously on a non-default stream.
   void copy_to_device(const HostArray& source, const Stream& stream = {}) const;
   template <Element T>
   void copy_to_device(std::span<const T> source, const Stream& stream = {}) const {
@@ -75,13 +90,13 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
   }
   /// Copies another device array into this one (D2D), any strides, overlapping memory allowed.
   void copy_to_device(const DeviceArray& source, const Stream& stream = {}) const;
-  /// Elements in C order, copied to the host (synchronizes the stream used).
+  /// The elements in C order as a std::vector (no Numba equivalent; copy_to_host().tolist()).
+  /// Returns with the data ready, exactly as copy_to_host() does (it is copy_to_host() into
+  /// pageable memory). InvalidArgument when T is not the array's dtype.
   template <Element T>
   [[nodiscard]] std::vector<T> to_vector(const Stream& stream = {}) const {
     detail::check_dtype(dtype_of<T>(), dtype_, "to_vector");
-    const HostArray host = copy_to_host(stream);
-    resolve(stream).synchronize();
-    return host.to_vector<T>();
+    return copy_to_host(stream).to_vector<T>();
   }
 
   // Shape changes: views where the memory allows, otherwise a copy on the stream.
@@ -198,8 +213,8 @@ class DeviceRecord {
   }
   /// Copies `value` to the device (synchronously: the host value may change right after).
   void set(const T& value, const Stream& stream = {}) const {
-    array_.copy_to_device(HostArray::view(static_cast<const void*>(&value), Shape{}, array_.dtype()),
-                          stream);
+    array_.copy_to_device(
+        HostArray::view(static_cast<const void*>(&value), Shape{}, array_.dtype()), stream);
     (stream.is_specified() ? stream : array_.stream()).synchronize();
   }
   [[nodiscard]] const DeviceArray& array() const noexcept { return array_; }

@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <complex>
+#include <thread>
 
 using namespace conformance;
 using Catch::Matchers::Message;
@@ -676,5 +679,101 @@ TEST_CASE("transfers: large transposes, reversals and gapped destinations round 
     }
     // And back: the gapped device view into a C host array.
     CHECK(gapped.copy_to_host().to_vector<float>() == base.to_vector<float>());
+  }
+}
+
+namespace {
+
+/// Opens `gate` from another thread after a short delay, recording that it did, so that a call
+/// which (correctly) waits for the gated stream cannot hang the test.
+class DelayedOpener {
+ public:
+  explicit DelayedOpener(StreamGate& gate)
+      : thread_([this, &gate] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          opened_.store(true);
+          gate.open();
+        }) {}
+  DelayedOpener(const DelayedOpener&) = delete;
+  DelayedOpener& operator=(const DelayedOpener&) = delete;
+  ~DelayedOpener() { thread_.join(); }
+  [[nodiscard]] bool opened() const noexcept { return opened_.load(); }
+
+ private:
+  std::atomic<bool> opened_{false};
+  std::thread thread_;
+};
+
+}  // namespace
+
+// cudaMemcpyAsync / hipMemcpyAsync with pageable host memory: device-to-host returns once the copy
+// is complete, host-to-device once the source has been read; page-locked memory stays
+// asynchronous. Every backend behaves so (issue 17 item 3).
+TEST_CASE("transfers: pageable host memory follows the vendors' synchronisation rules",
+          "[transfers][streams]") {
+  const devmem::Stream s = devmem::stream();
+  const Shape shape{64, 48};
+  const std::vector<double> expected = iota_vec(count_of(shape));
+
+  SECTION("copy_to_host() into new pageable memory returns with the data") {
+    const DeviceArray d = iota_device(shape, Order::C, s);
+    StreamGate gate(s);  // earlier work of the stream, still running
+    DelayedOpener opener(gate);
+    const HostArray h = d.copy_to_host();  // the array's stream: s
+    CHECK(opener.opened());
+    CHECK(h.to_vector<double>() == expected);
+    CHECK(d.to_vector<double>() == expected);
+  }
+  SECTION("a strided pageable destination (one strided copy) is complete on return") {
+    const DeviceArray d = iota_device(shape, Order::C, s);
+    HostArray out(Shape{48, 64}, f8(), Order::C);
+    StreamGate gate(s);
+    DelayedOpener opener(gate);
+    d.copy_to_host(out.transpose(), s);
+    CHECK(opener.opened());
+    CHECK(out.transpose().copy(Order::C).to_vector<double>() == expected);
+  }
+  SECTION("host-to-device from pageable memory has read its source on return") {
+    std::vector<double> source = expected;
+    const DeviceArray d = devmem::device_array<double>(shape, Order::C, s);
+    StreamGate gate(s);
+    DelayedOpener opener(gate);
+    d.copy_to_device(HostArray::view(std::span<double>(source), shape), s);
+    std::fill(source.begin(), source.end(), -1.0);  // the caller may reuse its buffer at once
+    s.synchronize();
+    CHECK(d.to_vector<double>() == expected);
+  }
+  SECTION("host-to-device from a strided pageable source has read it on return") {
+    std::vector<double> source = iota_vec(count_of(shape));
+    const HostArray transposed_source = HostArray::view(std::span<double>(source), Shape{48, 64});
+    const DeviceArray d = devmem::device_array<double>(shape, Order::C, s);
+    StreamGate gate(s);
+    DelayedOpener opener(gate);
+    d.copy_to_device(transposed_source.transpose(), s);
+    const std::vector<double> want =
+        transposed_source.transpose().copy(Order::C).to_vector<double>();
+    std::fill(source.begin(), source.end(), -1.0);
+    s.synchronize();
+    CHECK(d.to_vector<double>() == want);
+  }
+  SECTION("page-locked memory stays asynchronous") {
+    const DeviceArray d = iota_device(shape, Order::C, s);
+    HostArray pinned = devmem::pinned_array<double>(shape);
+    {
+      StreamGate gate(s);
+      d.copy_to_host(pinned, s);
+      CHECK_FALSE(s.query());  // returned while the stream is still blocked
+      gate.open();
+      CHECK_FALSE(gate.timed_out());
+    }
+    s.synchronize();
+    CHECK(pinned.to_vector<double>() == expected);
+    StreamGate gate(s);
+    const DeviceArray back = devmem::device_array<double>(shape, Order::C, s);
+    back.copy_to_device(pinned, s);
+    CHECK_FALSE(s.query());
+    gate.open();
+    s.synchronize();
+    CHECK(back.to_vector<double>() == expected);
   }
 }

@@ -1265,6 +1265,81 @@ TEST_CASE("host backend: fail_nth on copies and memsets", "[host_backend][fault]
   }
 }
 
+TEST_CASE("host backend: pageable host memory follows the vendors' synchronisation rules",
+          "[host_backend]") {
+  Backend& b = backend();
+  const ControlsGuard guard;
+  StreamHandle stream(b);
+  DeviceBuffer dev(b, 64);
+  b.memset(0, dev.get(), 5, 64, nullptr);
+
+  SECTION("device to pageable host: returns once the copy is complete") {
+    std::vector<std::byte> out(64, std::byte{0});
+    Gate gate;
+    std::atomic<bool> opened{false};
+    b.launch_host_function(0, stream.get(), gate.waiter());
+    std::thread opener([&] {
+      std::this_thread::sleep_for(20ms);
+      opened = true;
+      gate.open();
+    });
+    b.copy(0, out.data(), dev.get(), 64, CopyKind::DeviceToHost, stream.get());
+    CHECK(opened.load());
+    CHECK(out[63] == std::byte{5});
+    opener.join();
+  }
+  SECTION("pageable host to device: the source is read before the call returns") {
+    std::vector<std::byte> input(64, std::byte{9});
+    Gate gate;
+    b.launch_host_function(0, stream.get(), gate.waiter());
+    b.copy(0, dev.get(), input.data(), 64, CopyKind::HostToDevice, stream.get());
+    b.copy_2d(0, dev.get() + 32, 16, input.data(), 8, 8, 2, CopyKind::HostToDevice, stream.get());
+    CHECK_FALSE(b.query_stream(0, stream.get()));  // the device side still waits
+    std::fill(input.begin(), input.end(), std::byte{7});
+    gate.open();
+    b.synchronize_stream(0, stream.get());
+    CHECK(dev.get()[0] == std::byte{9});
+    CHECK(dev.get()[40] == std::byte{9});
+  }
+  SECTION("page-locked memory stays asynchronous both ways") {
+    void* pinned = b.host_allocate(0, 64, HostAllocFlags::None);
+    auto* bytes = static_cast<std::byte*>(pinned);
+    std::fill(bytes, bytes + 64, std::byte{3});
+    {
+      Gate gate;
+      b.launch_host_function(0, stream.get(), gate.waiter());
+      b.copy(0, dev.get(), pinned, 64, CopyKind::HostToDevice, stream.get());  // no wait
+      bytes[0] = std::byte{4};  // read by the copy when it runs, as a DMA engine would
+      CHECK_FALSE(b.query_stream(0, stream.get()));
+      gate.open();
+      b.synchronize_stream(0, stream.get());
+    }
+    CHECK(dev.get()[0] == std::byte{4});
+    {
+      Gate gate;
+      b.launch_host_function(0, stream.get(), gate.waiter());
+      b.memset(0, dev.get(), 6, 64, stream.get());
+      b.copy(0, pinned, dev.get(), 64, CopyKind::DeviceToHost, stream.get());  // no wait
+      CHECK(bytes[0] == std::byte{4});
+      gate.open();
+      b.synchronize_stream(0, stream.get());
+    }
+    CHECK(bytes[63] == std::byte{6});
+    b.host_deallocate(0, pinned);
+  }
+  SECTION("a failing device-to-pageable copy on a stream fails the call itself") {
+    std::vector<std::byte> out(64, std::byte{0});
+    host::reset_call_counts();
+    host::fail_nth(Call::Copy, 1);
+    check_injected(capture<BackendError>([&] {
+                     b.copy(0, out.data(), dev.get(), 64, CopyKind::DeviceToHost, stream.get());
+                   }),
+                   "copy", Call::Copy, 1);
+    CHECK(out[0] == std::byte{0});
+    CHECK_NOTHROW(b.synchronize_stream(0, stream.get()));  // nothing was left on the stream
+  }
+}
+
 TEST_CASE("host backend: fail_nth on streams and events", "[host_backend][fault]") {
   Backend& b = backend();
   const ControlsGuard guard;
