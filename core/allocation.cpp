@@ -298,6 +298,7 @@ MappedScope::MappedScope(std::vector<HostArray> arrays, const MapOptions& option
           static_cast<std::byte*>(ctx->backend().mapped_device_pointer(ctx->device(), r.begin));
       memory->ptr = device_begin - (static_cast<std::byte*>(r.begin) - a.memory()->ptr);
       memory->host_alias = a.memory()->ptr;
+      detail::track_device_memory(memory);
     }
     views_.emplace_back(std::move(memory), a.layout(), a.dtype(), options.stream);
   }

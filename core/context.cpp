@@ -200,6 +200,7 @@ std::shared_ptr<DeviceMemory> ContextState::allocate_device(std::int64_t bytes, 
   memory->owned = true;
   memory->manager = std::move(mgr);
   device_counters.add(bytes);
+  track_device_memory(memory);
   return memory;
 }
 

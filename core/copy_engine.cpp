@@ -14,6 +14,7 @@
 namespace devmem::detail {
 
 DeviceMemory::~DeviceMemory() {
+  untrack_device_memory(*this);
   if (owned && ptr != nullptr) {
     context->state().release(std::move(manager), ptr, bytes, false, HostAllocFlags::None);
   }

@@ -246,6 +246,7 @@ DeviceArray HostArray::device_view(const Stream& stream) const {
   device_memory->bytes = memory_->bytes;
   device_memory->keep_alive = memory_;
   device_memory->host_alias = memory_->ptr;
+  detail::track_device_memory(device_memory);
   if (stream.is_specified()) {
     (void)detail::resolve_stream(stream, Stream{}, *memory_->context, "device_view");
   }

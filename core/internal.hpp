@@ -42,12 +42,21 @@ struct DeviceMemory {
   // For device views of mapped host memory: the host address of `ptr`. Lets the copy engine see
   // that a host array and a device view are the same bytes.
   std::byte* host_alias = nullptr;
+  bool tracked = false;  // listed for device_memory_owner (track_device_memory)
 
   DeviceMemory() = default;
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;
   ~DeviceMemory();
 };
+
+/// Lists `memory` (once its ptr and bytes are set) so that device_memory_owner finds it by any
+/// address inside it; ~DeviceMemory takes it off the list. Thread-safe.
+void track_device_memory(const std::shared_ptr<DeviceMemory>& memory);
+void untrack_device_memory(const DeviceMemory& memory) noexcept;
+/// The device memory (owned or viewed by devmem) that `address` lies in, while something still
+/// holds it; null otherwise.
+[[nodiscard]] std::shared_ptr<const void> device_memory_owner(const void* address);
 
 /// Host memory: pageable, pinned or mapped, owned by devmem or viewed.
 struct HostMemory {

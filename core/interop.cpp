@@ -86,6 +86,7 @@ DeviceArray view_foreign(const std::shared_ptr<Context>& context, std::byte* ele
   memory->bytes = layout.extent().bytes();
   memory->owned = false;
   memory->keep_alive = std::move(keep_alive);
+  detail::track_device_memory(memory);
   return DeviceArray(std::move(memory), std::move(layout), std::move(dtype), std::move(stream));
 }
 

@@ -129,6 +129,10 @@ int constant_memory_device() {
   return context->device();
 }
 
+std::shared_ptr<const void> launch_view_owner(const void* data) {
+  return device_memory_owner(data);
+}
+
 void keep_alive_until_complete(const Stream& stream,
                                std::vector<std::shared_ptr<const void>> objects) {
   if (objects.empty()) return;

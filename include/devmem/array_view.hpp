@@ -5,8 +5,9 @@
 // DeviceArray straight to devmem::launch.
 //
 // Usable from host code, CUDA device code (nvcc), HIP device code (hipcc) and kernels simulated
-// by the host backend. The view stays valid while the array's memory is alive; the launch keeps
-// arrays passed to it alive until the kernel has run.
+// by the host backend. The view stays valid while the array's memory is alive; devmem::launch
+// keeps the memory of every array argument alive until the kernel has run, views from
+// DeviceArray::view included (it finds their memory by address).
 //
 // Thread safety: a view is a value; concurrent element accesses follow the usual rules of the
 // memory it points to.
@@ -46,12 +47,16 @@ class ArrayView {
 
   /// Element at the given indices (one per dimension, not bounds-checked).
   template <class... Index>
-  requires(sizeof...(Index) == Rank && (std::is_integral_v<Index> && ...)) DEVMEM_HOST_DEVICE T&
-  operator()(Index... index) const {
+    requires(sizeof...(Index) == Rank && (std::is_integral_v<Index> && ...))
+  DEVMEM_HOST_DEVICE T& operator()(Index... index) const {
     return *address(static_cast<std::int64_t>(index)...);
   }
   /// Element i of a 1-d view.
-  DEVMEM_HOST_DEVICE T& operator[](std::int64_t i) const requires(Rank == 1) { return *address(i); }
+  DEVMEM_HOST_DEVICE T& operator[](std::int64_t i) const
+    requires(Rank == 1)
+  {
+    return *address(i);
+  }
 
   [[nodiscard]] DEVMEM_HOST_DEVICE T* data() const { return data_; }
   [[nodiscard]] DEVMEM_HOST_DEVICE std::int64_t shape(std::size_t dim) const { return shape_[dim]; }
@@ -67,9 +72,8 @@ class ArrayView {
   }
   /// A read-only view from a writable one.
   template <class U>
-  requires(std::is_const_v<T>&& std::is_same_v<const U, T> &&
-           !std::is_same_v<U, T>) DEVMEM_HOST_DEVICE ArrayView(const ArrayView<U, Rank>& other)
-      : data_(other.data_) {
+    requires(std::is_const_v<T> && std::is_same_v<const U, T> && !std::is_same_v<U, T>)
+  DEVMEM_HOST_DEVICE ArrayView(const ArrayView<U, Rank>& other) : data_(other.data_) {
     for (std::size_t d = 0; d != Rank; ++d) {
       shape_[d] = other.shape_[d];
       strides_[d] = other.strides_[d];

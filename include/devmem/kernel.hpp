@@ -107,8 +107,8 @@ class SharedArray {
 
   DEVMEM_HOST_DEVICE explicit SharedArray(T* data) : data_(data) {}
   template <class... Index>
-  requires(sizeof...(Index) == rank && (std::is_integral_v<Index> && ...)) DEVMEM_HOST_DEVICE T&
-  operator()(Index... index) const {
+    requires(sizeof...(Index) == rank && (std::is_integral_v<Index> && ...))
+  DEVMEM_HOST_DEVICE T& operator()(Index... index) const {
     std::size_t flat = 0;
     ((flat = flat * N + static_cast<std::size_t>(index)), ...);
     return data_[flat];
@@ -134,8 +134,8 @@ struct local_array {
   static constexpr std::size_t extent_count = (N * ...);
 
   template <class... Index>
-  requires(sizeof...(Index) == rank && (std::is_integral_v<Index> && ...)) DEVMEM_HOST_DEVICE T&
-  operator()(Index... index) {
+    requires(sizeof...(Index) == rank && (std::is_integral_v<Index> && ...))
+  DEVMEM_HOST_DEVICE T& operator()(Index... index) {
     std::size_t flat = 0;
     ((flat = flat * N + static_cast<std::size_t>(index)), ...);
     return elements[flat];
@@ -176,6 +176,10 @@ launch_prepare(const LaunchConfig& config, std::string_view compiled_for,
 /// InvalidArgument unless every array passed to a launch is on the launch's device.
 DEVMEM_API void launch_check_array(const PreparedLaunch& launch, const DeviceArray& array,
                                    std::size_t argument_index);
+/// The device memory that an ArrayView argument's data lies in (a DeviceArray's allocation, a
+/// mapped or foreign view devmem made), while an array still holds it; null for memory devmem does
+/// not know (a view the application built over its own pointer).
+[[nodiscard]] DEVMEM_API std::shared_ptr<const void> launch_view_owner(const void* data);
 /// Keeps `objects` alive until the work enqueued on `stream` so far has completed.
 DEVMEM_API void keep_alive_until_complete(const Stream& stream,
                                           std::vector<std::shared_ptr<const void>> objects);
@@ -207,7 +211,7 @@ struct KernelArgument<ArrayView<T, Rank>> {
     return view;
   }
   template <class U>
-  requires std::is_same_v<const U, T>
+    requires std::is_same_v<const U, T>
   static ArrayView<T, Rank> convert(const PreparedLaunch&, const ArrayView<U, Rank>& view,
                                     std::size_t) {
     return view;
@@ -218,7 +222,13 @@ template <class Arg>
 inline constexpr bool is_device_array_argument =
     std::is_same_v<std::remove_cvref_t<Arg>, DeviceArray>;
 
-/// The memory of every DeviceArray among `args`, to keep alive while the kernel runs.
+template <class Arg>
+inline constexpr bool is_array_view_argument = false;
+template <class T, std::size_t Rank>
+inline constexpr bool is_array_view_argument<ArrayView<T, Rank>> = true;
+
+/// The memory of every array among `args` (DeviceArray, or ArrayView into memory devmem knows), to
+/// keep alive while the kernel runs.
 template <class... Args>
 std::vector<std::shared_ptr<const void>> launch_keep_alive(const Args&... args) {
   std::vector<std::shared_ptr<const void>> objects;
@@ -226,6 +236,8 @@ std::vector<std::shared_ptr<const void>> launch_keep_alive(const Args&... args) 
       [&] {
         if constexpr (is_device_array_argument<Args>) {
           if (args.memory()) objects.push_back(args.memory());
+        } else if constexpr (is_array_view_argument<std::remove_cvref_t<Args>>) {
+          if (auto owner = launch_view_owner(args.data())) objects.push_back(std::move(owner));
         }
       }(),
       ...);
@@ -260,8 +272,12 @@ auto convert_kernel_arguments(const PreparedLaunch& launch, std::index_sequence<
 namespace devmem {
 
 /// Launches `kernel` with `config` on the stream's device: a DeviceArray argument becomes the
-/// kernel's ArrayView parameter (dtype, rank and alignment checked as by DeviceArray::view) and
-/// is kept alive until the kernel has run; every other argument is copied. Asynchronous on its
+/// kernel's ArrayView parameter (dtype, rank and alignment checked as by DeviceArray::view); every
+/// other argument is copied. The memory of every array argument is kept alive until the kernel
+/// has run: a DeviceArray's, and that of an ArrayView into memory devmem allocated or viewed (so
+/// `launch(cfg, k, devmem::device_array<float>({n}).view<float, 1>())` is safe; a view over a
+/// pointer devmem never saw is the caller's to keep alive). Numba keeps its arguments alive the
+/// same way. Asynchronous on its
 /// stream. Throws InvalidArgument for a bad configuration or argument, BackendError when the
 /// vendor rejects the launch.
 template <class... Params, class... Args>
@@ -284,10 +300,10 @@ void launch(const LaunchConfig& config, void (*kernel)(Params...), Args&&... arg
 /// the device's default-synchronising streams, like cudaMemcpyToSymbol; kernels launched later
 /// see the new values.
 template <class T, std::size_t N, class Values>
-requires requires(const Values& v) {
-  std::data(v);
-  std::size(v);
-}
+  requires requires(const Values& v) {
+             std::data(v);
+             std::size(v);
+           }
 void const_array_like(T (&symbol)[N], const Values& values) {
   using Value = std::remove_cv_t<std::remove_pointer_t<decltype(std::data(values))>>;
   static_assert(std::is_same_v<Value, std::remove_cv_t<T>>,

@@ -759,6 +759,46 @@ TEST_CASE("kernels: work captured into a CUDA graph keeps its memory for every r
 }
 #endif
 
+// Spins (at most `max_spins` times) until the host sets flag[0], then fills `out`: a kernel still
+// running after launch returns, on every backend (the flag is mapped host memory).
+DEVMEM_KERNEL void fill_after_flag(ArrayView<int, 1> flag, ArrayView<int, 1> out, int value,
+                                   long long max_spins) {
+  const volatile int* raised = flag.data();
+  for (long long spins = 0; *raised == 0 && spins < max_spins; ++spins) {
+  }
+  for (std::int64_t i = 0; i < out.shape(0); ++i) out[i] = value;
+}
+
+TEST_CASE("kernels: an ArrayView argument keeps its array's memory alive until the kernel has run",
+          "[kernels]") {
+  const devmem::Stream s = devmem::stream();
+  const auto context = devmem::current_context();
+  const devmem::MappedArray flag = devmem::mapped_array<int>({1}, Order::C, s);
+  std::atomic_ref<int>(*static_cast<int*>(flag.data())).store(0);
+  const devmem::MemoryStatistics before = context->device_statistics();
+  // The array is a temporary: its last handle is gone when launch returns, while the kernel may
+  // not even have started.
+  devmem::launch({1, 1, 0, s}, fill_after_flag, flag.device().view<int, 1>(),
+                 devmem::device_array<int>({1024}, Order::C, s).view<int, 1>(), 7, 1LL << 26);
+  const devmem::MemoryStatistics during = context->device_statistics();
+  CHECK(during.current_count == before.current_count + 1);
+  CHECK(during.current_bytes == before.current_bytes + 1024 * 4);
+  std::atomic_ref<int>(*static_cast<int*>(flag.data())).store(1);
+  s.synchronize();
+  context->synchronize();  // releases what finished work kept alive
+  CHECK(context->device_statistics().current_count == before.current_count);
+
+  // A view into the middle of a live array finds that array's memory; an address devmem never
+  // allocated or viewed has no owner (such a view is the caller's to keep alive).
+  const DeviceArray kept = devmem::device_array<int>({16}, Order::C, s);
+  const auto middle = kept.slice(0, 4, 12).view<int, 1>();
+  CHECK(devmem::detail::launch_view_owner(middle.data()) == kept.memory());
+  int not_device_memory = 0;
+  CHECK(devmem::detail::launch_view_owner(&not_device_memory) == nullptr);
+  devmem::launch({1, 1, 0, s}, fill_after_flag, flag.device().view<int, 1>(), middle, 3, 1LL);
+  CHECK(kept.to_vector<int>(s)[4] == 3);
+}
+
 // ---- What the host simulator detects (device code cannot throw or share host atomics) ----------
 #if !defined(__CUDACC__) && !defined(__HIPCC__)
 

@@ -1,0 +1,82 @@
+// Which device memory an address belongs to. A kernel's ArrayView parameter is a trivially
+// copyable value (it must be, to be a kernel argument on a GPU), so it cannot own the memory it
+// points into; devmem::launch instead looks up each view's address here and keeps that memory
+// alive until the kernel has run, as it does for a DeviceArray argument.
+#include "core/internal.hpp"
+
+#include <iterator>
+#include <map>
+#include <mutex>
+
+namespace devmem::detail {
+namespace {
+
+class MemoryOwners {
+ public:
+  void add(const std::shared_ptr<DeviceMemory>& memory) {
+    const std::lock_guard lock(mutex_);
+    entries_.emplace(memory->ptr, Entry{memory->ptr + memory->bytes, memory.get(), memory});
+  }
+
+  void remove(const DeviceMemory& memory) noexcept {
+    const std::lock_guard lock(mutex_);
+    const auto [first, last] = entries_.equal_range(memory.ptr);
+    for (auto it = first; it != last; ++it) {
+      if (it->second.memory == &memory) {
+        entries_.erase(it);
+        return;
+      }
+    }
+  }
+
+  [[nodiscard]] std::shared_ptr<const void> owner_of(const void* address) const {
+    const auto* byte = static_cast<const std::byte*>(address);
+    const std::lock_guard lock(mutex_);
+    // Allocations devmem owns never overlap; views of foreign memory may lie inside them, so a
+    // few entries starting before the address are looked at, nearest first.
+    auto it = entries_.upper_bound(byte);
+    for (int looked = 0; it != entries_.begin() && looked < kMaxLookBack; ++looked) {
+      --it;
+      if (byte < it->second.end) {
+        if (auto owner = it->second.weak.lock()) return owner;
+      }
+    }
+    return nullptr;
+  }
+
+ private:
+  static constexpr int kMaxLookBack = 8;
+  struct Entry {
+    const std::byte* end;
+    const DeviceMemory* memory;
+    std::weak_ptr<DeviceMemory> weak;
+  };
+  mutable std::mutex mutex_;
+  std::multimap<const std::byte*, Entry> entries_;  // by the memory's first byte
+};
+
+MemoryOwners& owners() {
+  // Never destroyed: device memory held by static objects is released after static destructors
+  // of this library may have run.
+  static auto* const instance = new MemoryOwners;
+  return *instance;
+}
+
+}  // namespace
+
+void track_device_memory(const std::shared_ptr<DeviceMemory>& memory) {
+  if (memory->ptr == nullptr || memory->bytes <= 0) return;
+  owners().add(memory);
+  memory->tracked = true;
+}
+
+void untrack_device_memory(const DeviceMemory& memory) noexcept {
+  if (memory.tracked) owners().remove(memory);
+}
+
+std::shared_ptr<const void> device_memory_owner(const void* address) {
+  if (address == nullptr) return nullptr;
+  return owners().owner_of(address);
+}
+
+}  // namespace devmem::detail
