@@ -17,19 +17,29 @@
 namespace devmem {
 
 template <class Derived>
+/// The metadata (shape, byte strides, dtype) and view operations of HostArray and DeviceArray
+/// NumPy's and Numba's array attributes; every view shares its array's memory.
 class ArrayBase {
  public:
+  /// Extent of each axis (NumPy's shape).
   [[nodiscard]] const Shape& shape() const noexcept { return layout_.shape; }
   /// Byte strides.
   [[nodiscard]] const Strides& strides() const noexcept { return layout_.strides; }
+  /// The element type (NumPy's dtype).
   [[nodiscard]] const DType& dtype() const noexcept { return dtype_; }
+  /// Shape, byte strides and the byte offset of element 0 from the buffer's start.
   [[nodiscard]] const Layout& layout() const noexcept { return layout_; }
+  /// Number of axes (0 for a scalar array).
   [[nodiscard]] int ndim() const noexcept { return layout_.ndim(); }
+  /// Number of elements (1 for a 0-d array).
   [[nodiscard]] std::int64_t size() const noexcept { return layout_.size(); }
   /// size() * itemsize() (not the extent the elements span).
   [[nodiscard]] std::int64_t nbytes() const noexcept { return layout_.nbytes(); }
+  /// Bytes per element.
   [[nodiscard]] std::int64_t itemsize() const noexcept { return dtype_.itemsize(); }
+  /// NumPy's flags['C_CONTIGUOUS'] (size-1 axes ignore their stride).
   [[nodiscard]] bool is_c_contiguous() const noexcept { return layout_.is_c_contiguous(); }
+  /// NumPy's flags['F_CONTIGUOUS'].
   [[nodiscard]] bool is_f_contiguous() const noexcept { return layout_.is_f_contiguous(); }
   /// Length of the first axis (InvalidArgument for a 0-d array).
   [[nodiscard]] std::int64_t len() const {
@@ -42,6 +52,7 @@ class ArrayBase {
                               std::optional<std::int64_t> stop, std::int64_t step = 1) const {
     return derived().with_layout(layout::slice(layout_, dim, Slice{start, stop, step}), dtype_);
   }
+  /// The same with a Slice value.
   [[nodiscard]] Derived slice(int dim, const Slice& s) const {
     return derived().with_layout(layout::slice(layout_, dim, s), dtype_);
   }
@@ -62,9 +73,11 @@ class ArrayBase {
   [[nodiscard]] Derived transpose() const {
     return derived().with_layout(layout::transpose(layout_), dtype_);
   }
+  /// Permutes the axes: axis k of the result is axis axes[k] (NumPy's transpose(axes)).
   [[nodiscard]] Derived transpose(std::span<const int> axes) const {
     return derived().with_layout(layout::transpose(layout_, axes), dtype_);
   }
+  /// The same, a.transpose({1, 0, 2}).
   [[nodiscard]] Derived transpose(std::initializer_list<int> axes) const {
     return transpose(std::span<const int>(axes.begin(), axes.size()));
   }

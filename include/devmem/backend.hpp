@@ -60,6 +60,7 @@ constexpr bool has_flag(E value, E flag) noexcept {
 
 /// Direction of a copy. Host means host memory of any kind (pageable, pinned, mapped).
 enum class CopyKind { HostToDevice, DeviceToHost, DeviceToDevice, HostToHost };
+/// "HostToDevice", "DeviceToHost", "DeviceToDevice" or "HostToHost".
 [[nodiscard]] DEVMEM_API const char* to_string(CopyKind kind) noexcept;
 
 /// What a device is and can do.
@@ -91,6 +92,10 @@ struct MemoryInfo {
 using NativeStream = void*;
 using NativeEvent = void*;
 
+/// The vendor layer behind every context: one object per backend (host, cuda, roc), thin calls
+/// that throw BackendError (vendor code and name), OutOfMemory or NoDevice. Every member may be
+/// called from several threads. Public so that tests and tools can drive a backend directly;
+/// applications use the array API.
 class DEVMEM_API Backend {
  public:
   Backend() = default;
@@ -104,11 +109,15 @@ class DEVMEM_API Backend {
   [[nodiscard]] virtual int device_count() = 0;
   /// Why device_count() is 0, in the vendor's words (empty when there are devices).
   [[nodiscard]] virtual std::string no_device_reason() { return {}; }
+  /// Name, architecture, memory and launch limits of `device`.
   [[nodiscard]] virtual DeviceProperties properties(int device) = 0;
+  /// Free and total device memory as the runtime reports them (cudaMemGetInfo).
   [[nodiscard]] virtual MemoryInfo memory_info(int device) = 0;
 
   // Device memory.
+  /// `bytes` of device memory (cudaMalloc; nullptr for 0 bytes); OutOfMemory when there is no room.
   [[nodiscard]] virtual void* allocate(int device, std::size_t bytes) = 0;
+  /// Frees memory from allocate (cudaFree: waits for the device's work first).
   virtual void deallocate(int device, void* ptr) = 0;
 
   // Stream-ordered device memory (cudaMallocAsync / hipMallocAsync from the device's memory
@@ -128,8 +137,11 @@ class DEVMEM_API Backend {
   // Page-locked host memory and registration of existing host memory.
   [[nodiscard]] virtual void* host_allocate(int device, std::size_t bytes,
                                             HostAllocFlags flags) = 0;
+  /// Frees memory from host_allocate (cudaFreeHost).
   virtual void host_deallocate(int device, void* ptr) = 0;
+  /// Page-locks existing host memory (cudaHostRegister); CUDA's errors for overlapping ranges.
   virtual void host_register(int device, void* ptr, std::size_t bytes, HostRegisterFlags flags) = 0;
+  /// Undoes host_register of the range starting at `ptr` (cudaHostUnregister).
   virtual void host_unregister(int device, void* ptr) = 0;
   /// The device address of mapped (allocated or registered) host memory.
   [[nodiscard]] virtual void* mapped_device_pointer(int device, void* host_ptr) = 0;
@@ -140,14 +152,21 @@ class DEVMEM_API Backend {
 
   // Streams and events.
   [[nodiscard]] virtual NativeStream create_stream(int device) = 0;
+  /// Destroys a stream from create_stream; its queued work still completes.
   virtual void destroy_stream(int device, NativeStream stream) = 0;
+  /// Waits for the stream's work (nullptr: the legacy default stream); reports its failures.
   virtual void synchronize_stream(int device, NativeStream stream) = 0;
   /// True when all work enqueued on the stream has completed.
   [[nodiscard]] virtual bool query_stream(int device, NativeStream stream) = 0;
+  /// A new timing event (cudaEventCreate).
   [[nodiscard]] virtual NativeEvent create_event(int device) = 0;
+  /// Destroys an event from create_event or create_completion_event.
   virtual void destroy_event(int device, NativeEvent event) = 0;
+  /// Records `event` at the current end of `stream`.
   virtual void record_event(int device, NativeEvent event, NativeStream stream) = 0;
+  /// Waits until the work before the event's last record has completed.
   virtual void synchronize_event(int device, NativeEvent event) = 0;
+  /// True when that work has completed (or the event was never recorded).
   [[nodiscard]] virtual bool query_event(int device, NativeEvent event) = 0;
   /// Milliseconds between two completed events.
   [[nodiscard]] virtual float elapsed_ms(int device, NativeEvent start, NativeEvent end) = 0;
@@ -165,6 +184,9 @@ class DEVMEM_API Backend {
   [[nodiscard]] virtual bool is_capturing(int device, NativeStream stream);
 
   // Data movement. All enqueue on `stream`; pointers must stay valid until the work completes.
+  // With pageable (not page-locked) host memory on a non-default stream the vendors' rules apply,
+  // on every backend: a device-to-host copy returns once it is complete, a host-to-device copy
+  // once its source has been read.
   virtual void copy(int device, void* dst, const void* src, std::size_t bytes, CopyKind kind,
                     NativeStream stream) = 0;
   /// `height` rows of `width` bytes; row r at src + r*src_pitch and dst + r*dst_pitch. Pitches
@@ -177,6 +199,7 @@ class DEVMEM_API Backend {
   /// can do better (the host backend enqueues the whole plan as one operation).
   virtual void copy_strided(int device, void* dst, const void* src, const layout::CopyPlan& plan,
                             CopyKind kind, NativeStream stream);
+  /// Sets `bytes` bytes of device memory to `byte_value` (cudaMemsetAsync).
   virtual void memset(int device, void* dst, int byte_value, std::size_t bytes,
                       NativeStream stream) = 0;
   /// Runs `fn` on a backend thread once all work enqueued on `stream` before it has completed

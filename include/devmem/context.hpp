@@ -19,20 +19,28 @@ namespace detail {
 struct ContextState;
 }
 
+/// One device of the active backend and everything devmem keeps for it (Numba's Context): its
+/// memory manager, deferred-deallocation queue, default stream and statistics. One per device per
+/// process, shared by every thread (all members are thread-safe); get it with current_context().
 class DEVMEM_API Context {
  public:
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
   ~Context();
 
+  /// The device index (Numba's Context.device.id).
   [[nodiscard]] int device() const noexcept { return device_; }
+  /// The backend the device belongs to.
   [[nodiscard]] Backend& backend() const noexcept { return *backend_; }
+  /// "host", "cuda" or "roc".
   [[nodiscard]] std::string_view backend_name() const noexcept { return backend_->name(); }
+  /// The device's properties, read once (Numba's Device attributes).
   [[nodiscard]] DeviceProperties properties() const;
   /// Free and total device memory in bytes, as the context's memory manager reports them (Numba's
   /// Context.get_memory_info: a plugin's own numbers; the pool counts its cached blocks as free).
   /// Backend::memory_info(device) has the device's raw numbers.
   [[nodiscard]] MemoryInfo memory_info() const;
+  /// The device's legacy default stream (Numba's cuda.default_stream()).
   [[nodiscard]] Stream default_stream() const;
   /// Waits for all work on the default stream and on every stream of this context.
   void synchronize();
@@ -55,7 +63,9 @@ class DEVMEM_API Context {
   [[nodiscard]] std::size_t operations_in_flight() const;
   /// Number and bytes of queued deallocations.
   [[nodiscard]] std::size_t pending_deallocations() const;
+  /// Bytes of queued deallocations (device and page-locked host).
   [[nodiscard]] std::int64_t pending_deallocation_bytes() const;
+  /// The queue limits now in force.
   [[nodiscard]] DeallocationConfig deallocation_config() const;
   /// InvalidArgument for a negative count or a ratio outside [0, 1].
   void set_deallocation_config(const DeallocationConfig& config);
@@ -63,6 +73,7 @@ class DEVMEM_API Context {
   [[nodiscard]] DeferCleanup defer_cleanup();
   /// Device and page-locked host allocations made through this context.
   [[nodiscard]] MemoryStatistics device_statistics() const;
+  /// The same for page-locked host allocations.
   [[nodiscard]] MemoryStatistics host_statistics() const;
   /// Free failures of flushes devmem started itself (and reported on stderr), oldest first;
   /// clears the list.

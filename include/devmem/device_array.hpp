@@ -42,6 +42,9 @@ DEVMEM_API void check_view(const DType& expected, std::size_t rank, const DType&
                            const Layout& layout, const void* data);
 }  // namespace detail
 
+/// An n-d array in device memory (Numba's DeviceNDArray). A shared handle: copies and views share
+/// the memory, which goes to the deferred-deallocation queue after the last one (and its queued
+/// work) is gone. Methods may be called from several threads; writes to the same elements race.
 class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
  public:
   /// An empty 1-d float64 array of size 0 (no device memory, no context needed).
@@ -51,6 +54,7 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
   [[nodiscard]] void* data() const noexcept;
   /// The stream this array's methods use by default.
   [[nodiscard]] const Stream& stream() const noexcept { return stream_; }
+  /// The context (device) the memory belongs to; null for an empty default-constructed array.
   [[nodiscard]] std::shared_ptr<Context> context() const;
   /// Bytes of device memory the elements span (Numba's alloc_size).
   [[nodiscard]] std::int64_t alloc_size() const noexcept { return layout_.extent().bytes(); }
@@ -77,6 +81,7 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
   /// asynchronously on a non-default stream.
   void copy_to_host(const HostArray& destination, const Stream& stream = {}) const;
   template <Element T>
+  /// Copies into a contiguous span of exactly size() elements (C order).
   void copy_to_host(std::span<T> destination, const Stream& stream = {}) const {
     copy_to_host(HostArray::view(destination).reshape(shape()), stream);
   }
@@ -85,6 +90,7 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
   /// asynchronously on a non-default stream.
   void copy_to_device(const HostArray& source, const Stream& stream = {}) const;
   template <Element T>
+  /// Copies from a contiguous span of exactly size() elements (C order).
   void copy_to_device(std::span<const T> source, const Stream& stream = {}) const {
     copy_to_device(HostArray::view(source).reshape(shape()), stream);
   }
@@ -149,7 +155,8 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
   /// multiple of the alignment 4 of dtype float32"). A GPU faults on a misaligned typed access;
   /// such layouts come from odd strides given to device_array or an import, or from view(DType).
   /// Copies of a misaligned array work (they move bytes); only the typed view is refused.
-  /// The view does not keep the memory alive (devmem::launch does, for arrays passed to it).
+  /// The view does not keep the memory alive; devmem::launch keeps it alive for the kernel (it
+  /// finds the memory by the view's address).
   template <class T, std::size_t Rank>
     requires Element<std::remove_const_t<T>>
   [[nodiscard]] ArrayView<T, Rank> view() const {

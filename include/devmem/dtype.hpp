@@ -37,13 +37,17 @@ class DEVMEM_API DType {
   static DType record(std::int64_t itemsize, std::int64_t alignment = 1,
                       std::string_view type_name = {});
 
+  /// NumPy's kind character: 'b' bool, 'i' signed, 'u' unsigned, 'f' float, 'c' complex, 'V' record.
   [[nodiscard]] char kind() const noexcept { return kind_; }
+  /// Bytes per element.
   [[nodiscard]] std::int64_t itemsize() const noexcept { return itemsize_; }
+  /// Alignment a typed access needs, in bytes (a power of two).
   [[nodiscard]] std::int64_t alignment() const noexcept { return alignment_; }
   /// The NumPy typestr ("<f8", "|b1", "|V24").
   [[nodiscard]] std::string typestr() const;
   /// The NumPy name ("float64", "complex128", "bool", "V24").
   [[nodiscard]] std::string name() const;
+  /// True for raw record bytes (kind 'V', NumPy's void / structured dtypes).
   [[nodiscard]] bool is_record() const noexcept { return kind_ == 'V'; }
 
   friend bool operator==(const DType& a, const DType& b) noexcept;

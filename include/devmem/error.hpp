@@ -30,6 +30,7 @@ class DEVMEM_API InvalidArgument : public Error {
 /// An allocation failed even after pending deallocations were flushed and the allocation retried.
 class DEVMEM_API OutOfMemory : public Error {
  public:
+  /// `message` names the operation, the size and the device's free/total memory.
   OutOfMemory(const std::string& message, std::int64_t requested_bytes);
   ~OutOfMemory() override;
   /// The size of the allocation that failed.
@@ -43,12 +44,17 @@ class DEVMEM_API OutOfMemory : public Error {
 /// vendor's numeric error code and its name (e.g. "cudaErrorInvalidValue").
 class DEVMEM_API BackendError : public Error {
  public:
+  /// `message` is what what() returns; the other values are kept for programs to inspect.
   BackendError(std::string backend, std::string function, int code, std::string code_name,
                const std::string& message);
   ~BackendError() override;
+  /// "host", "cuda" or "roc".
   [[nodiscard]] const std::string& backend() const noexcept { return backend_; }
+  /// The vendor function that failed, e.g. "cudaMemcpyAsync".
   [[nodiscard]] const std::string& function() const noexcept { return function_; }
+  /// The vendor's numeric error code (cudaError_t, hipError_t, hsa_status_t, the host Status).
   [[nodiscard]] int code() const noexcept { return code_; }
+  /// The code's name, e.g. "cudaErrorInvalidValue" (the host backend: "InvalidValue").
   [[nodiscard]] const std::string& code_name() const noexcept { return code_name_; }
 
  private:

@@ -22,7 +22,10 @@ namespace devmem {
 
 class DeviceArray;
 
+/// What backs a HostArray: ordinary memory, page-locked memory, or page-locked memory mapped into
+/// the device address space (Numba's pinned_array / mapped_array).
 enum class HostMemoryKind { Pageable, Pinned, Mapped };
+/// "pageable", "pinned" or "mapped".
 [[nodiscard]] DEVMEM_API const char* to_string(HostMemoryKind kind) noexcept;
 
 namespace detail {

@@ -37,6 +37,7 @@ enum class Call {
   Launch,  // kernel launches (<devmem/kernel.hpp>)
   Count_  // number of kinds; not a call
 };
+/// The kind's name ("Allocate", "Copy", ...).
 [[nodiscard]] DEVMEM_API std::string_view to_string(Call call) noexcept;
 
 /// Error codes the host backend reports, numbered like the CUDA runtime's cudaError_t.
@@ -54,11 +55,13 @@ enum class Status : int {
   HostMemoryNotRegistered = 713,
   Injected = 999,  // a failure requested with fail_nth
 };
+/// The status's name ("InvalidValue", ...), as BackendError::code_name() reports it.
 [[nodiscard]] DEVMEM_API std::string_view to_string(Status status) noexcept;
 
 /// Device memory capacity of every simulated device, in bytes. Shrinking below what is in use is
 /// allowed: allocations fail until enough is freed. Throws InvalidArgument for a negative value.
 DEVMEM_API void set_device_memory_capacity(std::int64_t bytes);
+/// The capacity set_device_memory_capacity (or DEVMEM_HOST_DEVICE_MEMORY) gave.
 [[nodiscard]] DEVMEM_API std::int64_t device_memory_capacity() noexcept;
 /// Bytes of simulated device memory currently allocated on `device`.
 [[nodiscard]] DEVMEM_API std::int64_t device_memory_used(int device = 0);
@@ -66,14 +69,16 @@ DEVMEM_API void set_device_memory_capacity(std::int64_t bytes);
 /// Makes the `nth` (1-based) call of `kind` from now on, and the `count` - 1 calls right after
 /// it, fail with `status` (Injected by default; MemoryAllocation makes an allocation report
 /// out-of-memory). Replaces an earlier request for the same kind. InvalidArgument for nth < 1,
-/// count < 1 or a Success status. The failure is reported like the vendor's: synchronously by the call, or for work on
-/// a non-default stream by the next synchronize / query of that stream.
+/// count < 1 or a Success status. The failure is reported like the vendor's: synchronously by the
+/// call, or for work on a non-default stream by the next synchronize / query of that stream (a
+/// copy into pageable host memory, which the call waits for, reports it at once).
 DEVMEM_API void fail_nth(Call kind, std::int64_t nth, Status status = Status::Injected,
                          std::int64_t count = 1);
 /// Cancels every pending fail_nth request.
 DEVMEM_API void clear_failures() noexcept;
 /// Number of calls of `kind` made since the process started or reset_call_counts().
 [[nodiscard]] DEVMEM_API std::int64_t call_count(Call kind) noexcept;
+/// Sets every call_count to 0.
 DEVMEM_API void reset_call_counts() noexcept;
 
 }  // namespace devmem::host

@@ -36,6 +36,7 @@ struct Slice {
 struct Extent {
   std::int64_t begin = 0;
   std::int64_t end = 0;
+  /// Bytes spanned: end - begin.
   [[nodiscard]] std::int64_t bytes() const noexcept { return end - begin; }
   friend bool operator==(const Extent&, const Extent&) = default;
 };
@@ -47,6 +48,7 @@ struct DEVMEM_API Layout {
   std::int64_t offset = 0;
   std::int64_t itemsize = 1;
 
+  /// Number of axes.
   [[nodiscard]] int ndim() const noexcept { return static_cast<int>(shape.size()); }
   /// Number of elements (1 for a 0-d array).
   [[nodiscard]] std::int64_t size() const noexcept;
@@ -55,12 +57,14 @@ struct DEVMEM_API Layout {
   /// NumPy's relaxed rules: size-1 axes are ignored, an empty array is both C and F contiguous,
   /// an array with a zero stride on an axis longer than 1 (broadcast) is neither.
   [[nodiscard]] bool is_c_contiguous() const noexcept;
+  /// The same rules for Fortran order.
   [[nodiscard]] bool is_f_contiguous() const noexcept;
   /// Contiguous in C or F order: the elements fill exactly nbytes() bytes with no gaps.
   [[nodiscard]] bool is_contiguous() const noexcept { return is_c_contiguous() || is_f_contiguous(); }
   /// Elements occupy every byte of their extent exactly once in some axis order (no gaps, no
   /// overlaps), e.g. a transpose of a 3-d C array.
   [[nodiscard]] bool is_dense() const;
+  /// The byte range the elements occupy, relative to the buffer's start.
   [[nodiscard]] Extent extent() const noexcept;
   /// Byte offset of the element at `index` from the start of the buffer (no bounds check).
   [[nodiscard]] std::int64_t offset_of(std::span<const std::int64_t> index) const noexcept;
@@ -174,7 +178,9 @@ struct DEVMEM_API CopyPlan {
 
   /// No bytes to copy (some dimension is 0).
   [[nodiscard]] bool empty() const noexcept { return width == 0 || height == 0; }
+  /// Number of blocks: the product of outer_shape (1 when it is empty).
   [[nodiscard]] std::int64_t block_count() const noexcept;
+  /// Bytes the whole plan copies.
   [[nodiscard]] std::int64_t total_bytes() const noexcept { return block_count() * width * height; }
 
   /// Calls fn(src_offset, dst_offset) for every block, in row-major order of outer_shape.

@@ -50,8 +50,11 @@ namespace devmem {
 
 /// A memory space of a SmartArray.
 enum class Where { Host, Device };
+/// "host" / "device" ("invalid" for a value outside the enum).
 [[nodiscard]] DEVMEM_API const char* to_string(Where where) noexcept;
 
+/// An array with a host side and a device side that transfers only what is stale (Numba's
+/// SmartArray). A shared handle; not thread-safe (one thread at a time per array).
 class DEVMEM_API SmartArray {
  public:
   /// A SmartArray holding `host_obj` (copy = false) or a copy of it (copy = true).
@@ -63,7 +66,9 @@ class DEVMEM_API SmartArray {
   [[nodiscard]] const HostArray& get_host();
   /// The up-to-date device side (allocated and transferred if needed).
   [[nodiscard]] const DeviceArray& get_device();
+  /// Same as get_host() (Numba's .host()).
   [[nodiscard]] const HostArray& host() { return get_host(); }
+  /// Same as get_device() (Numba's .gpu()).
   [[nodiscard]] const DeviceArray& device() { return get_device(); }
   /// get_host() for Where::Host, get_device() for Where::Device.
   template <Where W>
@@ -84,13 +89,18 @@ class DEVMEM_API SmartArray {
 
   /// Whether side `where` exists / is up to date.
   [[nodiscard]] bool is_allocated(Where where) const;
+  /// True when side `where` holds the newest data.
   [[nodiscard]] bool is_valid(Where where) const;
 
   /// Frozen at construction.
   [[nodiscard]] const Shape& shape() const noexcept;
+  /// Byte strides of the host side.
   [[nodiscard]] const Strides& strides() const noexcept;
+  /// The element type.
   [[nodiscard]] const DType& dtype() const noexcept;
+  /// Number of axes.
   [[nodiscard]] int ndim() const noexcept { return static_cast<int>(shape().size()); }
+  /// Number of elements.
   [[nodiscard]] std::int64_t size() const noexcept;
 
  private:

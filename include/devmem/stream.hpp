@@ -25,6 +25,9 @@ struct StreamState;
 struct EventState;
 }  // namespace detail
 
+/// A queue of device work (Numba's Stream; cudaStream_t / hipStream_t). A shared handle: copies
+/// name the same queue, which is destroyed (after its queued work finishes) with the last copy.
+/// Unlike Numba there is no stream 0 object: an unspecified Stream means "the default".
 class DEVMEM_API Stream {
  public:
   /// Unspecified: resolves to the default stream, or to an array's own stream in array methods.
@@ -72,7 +75,9 @@ class DEVMEM_API Event {
   void record(const Stream& stream = {});
   /// Blocks until the work before the event has completed.
   void synchronize() const;
+  /// True when all work before the event has completed (or it was never recorded).
   [[nodiscard]] bool query() const;
+  /// cudaEvent_t / hipEvent_t / the host backend's event.
   [[nodiscard]] NativeEvent native_handle() const noexcept;
   /// Milliseconds between two completed events. BackendError when either is not complete.
   [[nodiscard]] static float elapsed_ms(const Event& start, const Event& end);
@@ -89,7 +94,9 @@ class DEVMEM_API Event {
 /// Synchronizes a stream at scope exit. Move-only. Numba's `with stream.auto_synchronize():`.
 class [[nodiscard]] DEVMEM_API AutoSynchronize {
  public:
+  /// Made by Stream::auto_synchronize().
   explicit AutoSynchronize(Stream stream) noexcept;
+  /// The moved-from scope synchronizes nothing.
   AutoSynchronize(AutoSynchronize&& other) noexcept;
   AutoSynchronize& operator=(AutoSynchronize&&) = delete;
   AutoSynchronize(const AutoSynchronize&) = delete;
@@ -99,6 +106,7 @@ class [[nodiscard]] DEVMEM_API AutoSynchronize {
   ~AutoSynchronize() noexcept(false);
   /// Synchronizes now (throwing on error); the destructor then does nothing.
   void close();
+  /// The stream synchronized at scope exit.
   [[nodiscard]] const Stream& stream() const noexcept { return stream_; }
 
  private:
