@@ -102,7 +102,9 @@ class DEVMEM_API MemoryManager {
   /// is dropped (devmem never hands it back twice), the blocks queued after it stay queued, and the
   /// error is thrown by flush_deallocations() (a BackendError keeps its type, anything else becomes
   /// Error, with the block and the queue state in the message) or, for flushes devmem starts
-  /// itself, written to stderr and kept for Context::take_deallocation_errors().
+  /// itself, written to stderr and kept for Context::take_deallocation_errors(). (When memory
+  /// cannot even be queued, for lack of host memory, it is freed at once and an error only
+  /// written to stderr.)
   virtual void deallocate(void* ptr, std::size_t bytes, const Stream& stream) = 0;
   /// Page-locked host memory of `bytes` (> 0) with `flags` (Mapped: device-accessible; Portable;
   /// WriteCombined). Errors as allocate(): OutOfMemory flushes the queue and retries once.
