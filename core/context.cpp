@@ -185,8 +185,8 @@ void ContextState::set_config(const DeallocationConfig& new_config) {
   max_pending_bytes = limit;
 }
 
-std::shared_ptr<DeviceMemory> ContextState::allocate_device(std::int64_t bytes, NativeStream stream,
-                                                            const char* operation) {
+std::shared_ptr<DeviceMemory> ContextState::allocate_device(
+    std::int64_t bytes, const std::shared_ptr<StreamState>& stream, const char* operation) {
   auto memory = std::make_shared<DeviceMemory>();
   memory->context = shared();
   memory->bytes = bytes;
@@ -194,11 +194,13 @@ std::shared_ptr<DeviceMemory> ContextState::allocate_device(std::int64_t bytes, 
   collect_retired();
   auto mgr = manager();
   const auto size = static_cast<std::size_t>(bytes);
-  void* ptr = allocate_with_retry([&] { return mgr->allocate(size, stream); }, operation, bytes,
+  const Stream on = StreamState::wrap(stream);
+  void* ptr = allocate_with_retry([&] { return mgr->allocate(size, on); }, operation, bytes,
                                   "device memory");
   memory->ptr = static_cast<std::byte*>(ptr);
   memory->owned = true;
   memory->manager = std::move(mgr);
+  memory->stream = stream;
   device_counters.add(bytes);
   track_device_memory(memory);
   return memory;
@@ -234,13 +236,20 @@ std::shared_ptr<HostMemory> ContextState::allocate_host(std::int64_t bytes, Host
   return memory;
 }
 
+Stream ContextState::deallocation_stream(const std::weak_ptr<StreamState>& stream) const noexcept {
+  if (auto alive = stream.lock()) return StreamState::wrap(std::move(alive));
+  return StreamState::wrap(default_stream);
+}
+
 void ContextState::release(std::shared_ptr<MemoryManager> manager, void* ptr, std::int64_t bytes,
-                           bool host, HostAllocFlags flags) noexcept {
+                           bool host, HostAllocFlags flags,
+                           std::weak_ptr<StreamState> stream) noexcept {
   (host ? host_counters : device_counters).remove(bytes);
   bool over_limit = false;
   try {
     std::lock_guard lock(queue_mutex);
-    queue.push_back(Pending{std::move(manager), ptr, bytes, host, flags});
+    // Copies, not moves: the fallback below still needs the manager and the stream.
+    queue.push_back(Pending{manager, ptr, bytes, host, flags, stream});
     queue_bytes += bytes;
     // Strict comparisons, as Numba: with the default count of 10 the 11th item flushes.
     over_limit = static_cast<std::int64_t>(queue.size()) > config.max_pending_count ||
@@ -253,7 +262,7 @@ void ContextState::release(std::shared_ptr<MemoryManager> manager, void* ptr, st
       if (host) {
         manager->host_deallocate(ptr, static_cast<std::size_t>(bytes), flags);
       } else {
-        manager->deallocate(ptr, static_cast<std::size_t>(bytes));
+        manager->deallocate(ptr, static_cast<std::size_t>(bytes), deallocation_stream(stream));
       }
     } catch (const std::exception& e2) {
       report_error(fmt::format("freeing {}: {}", static_cast<void*>(ptr), e2.what()));
@@ -276,7 +285,8 @@ void ContextState::flush(bool implicit) {
       if (it->host) {
         it->manager->host_deallocate(it->ptr, static_cast<std::size_t>(it->bytes), it->flags);
       } else {
-        it->manager->deallocate(it->ptr, static_cast<std::size_t>(it->bytes));
+        it->manager->deallocate(it->ptr, static_cast<std::size_t>(it->bytes),
+                                deallocation_stream(it->stream));
       }
     } catch (const std::exception& e) {
       // The failed item is dropped: its state is unknown and freeing it twice would be worse.

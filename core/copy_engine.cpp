@@ -16,7 +16,8 @@ namespace devmem::detail {
 DeviceMemory::~DeviceMemory() {
   untrack_device_memory(*this);
   if (owned && ptr != nullptr) {
-    context->state().release(std::move(manager), ptr, bytes, false, HostAllocFlags::None);
+    context->state().release(std::move(manager), ptr, bytes, false, HostAllocFlags::None,
+                             std::move(stream));
   }
 }
 
@@ -25,7 +26,7 @@ HostMemory::~HostMemory() {
   if (kind == HostMemoryKind::Pageable) {
     std::free(ptr);  // NOLINT(cppcoreguidelines-no-malloc): paired with calloc in make_host_array
   } else {
-    context->state().release(std::move(manager), ptr, bytes, true, alloc_flags);
+    context->state().release(std::move(manager), ptr, bytes, true, alloc_flags, {});
   }
 }
 
@@ -251,9 +252,11 @@ DeviceArray make_device_array_like(Context& context, const Layout& like, DType d
 
 DeviceArray make_device_array(Context& context, Layout layout, DType dtype, Stream stream,
                               const char* operation) {
-  const auto& stream_state = StreamState::of(stream);
+  // The manager is told the array's stream; InvalidArgument for another context's stream.
+  (void)resolve_stream(stream, Stream{}, context, operation);
+  const auto& requested = StreamState::of(stream);
   auto memory = context.state().allocate_device(
-      layout.extent().end, stream_state ? stream_state->handle : nullptr, operation);
+      layout.extent().end, requested ? requested : context.state().default_stream, operation);
   return DeviceArray(std::move(memory), std::move(layout), std::move(dtype), std::move(stream));
 }
 

@@ -30,6 +30,8 @@ void report_error(std::string_view what) noexcept;
 /// element off the dtype's alignment: a typed access there faults on a GPU.
 void check_stride_alignment(const char* operation, const Layout& layout, const DType& dtype);
 
+struct StreamState;
+
 /// Device-addressable memory: a device allocation owned by devmem, or memory owned by someone
 /// else (mapped host memory, foreign memory) kept alive by `keep_alive`.
 struct DeviceMemory {
@@ -38,6 +40,9 @@ struct DeviceMemory {
   std::int64_t bytes = 0;
   bool owned = false;
   std::shared_ptr<MemoryManager> manager;  // the manager that allocated `ptr` (owned memory)
+  // The stream `ptr` was allocated on, handed to MemoryManager::deallocate. Weak: memory must not
+  // keep a stream (and its vendor queue) alive after the last stream handle goes.
+  std::weak_ptr<StreamState> stream;
   std::shared_ptr<const void> keep_alive;
   // For device views of mapped host memory: the host address of `ptr`. Lets the copy engine see
   // that a host array and a device view are the same bytes.
@@ -131,9 +136,11 @@ struct ContextState {
   [[nodiscard]] int device() const noexcept { return self.device(); }
 
   // ---- The one path by which memory is obtained and returned (memory_manager.hpp). ----
-  /// Device memory of `bytes` (none for 0 bytes) through the context's manager; on OutOfMemory
-  /// flushes the deferred queue and retries once. OutOfMemory names `operation`.
-  std::shared_ptr<DeviceMemory> allocate_device(std::int64_t bytes, NativeStream stream,
+  /// Device memory of `bytes` (none for 0 bytes) through the context's manager, allocated on
+  /// `stream` (a stream of this context, not null); on OutOfMemory flushes the deferred queue and
+  /// retries once. OutOfMemory names `operation`.
+  std::shared_ptr<DeviceMemory> allocate_device(std::int64_t bytes,
+                                                const std::shared_ptr<StreamState>& stream,
                                                 const char* operation);
   /// Page-locked host memory (zero-filled unless write-combined), same retry rule.
   std::shared_ptr<HostMemory> allocate_host(std::int64_t bytes, HostAllocFlags flags,
@@ -144,8 +151,12 @@ struct ContextState {
   void* allocate_with_retry(Allocate&& allocate, const char* operation, std::int64_t bytes,
                             const char* what);
   /// Queues memory whose last user is gone; flushes when a limit is exceeded. Never throws.
+  /// `stream`: the stream device memory was allocated on (unused for host memory).
   void release(std::shared_ptr<MemoryManager> manager, void* ptr, std::int64_t bytes, bool host,
-               HostAllocFlags flags) noexcept;
+               HostAllocFlags flags, std::weak_ptr<StreamState> stream) noexcept;
+  /// The stream to hand to MemoryManager::deallocate for memory allocated on `stream`: that
+  /// stream while it exists, else this context's default stream.
+  [[nodiscard]] Stream deallocation_stream(const std::weak_ptr<StreamState>& stream) const noexcept;
   /// Frees the queue now unless deferred. `implicit`: started by devmem (errors are reported and
   /// kept instead of thrown).
   void flush(bool implicit);
@@ -160,6 +171,9 @@ struct ContextState {
     std::int64_t bytes = 0;
     bool host = false;
     HostAllocFlags flags = HostAllocFlags::None;
+    // Weak: a strong Stream here would make a cycle (context -> queue -> stream -> context) and
+    // keep destroyed streams' vendor queues alive until the next flush.
+    std::weak_ptr<StreamState> stream;
   };
   struct Counters {
     std::atomic<std::int64_t> current_bytes{0}, peak_bytes{0}, total_bytes{0};

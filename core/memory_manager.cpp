@@ -21,10 +21,10 @@ MemoryManager::~MemoryManager() = default;
 
 DirectMemoryManager::~DirectMemoryManager() = default;
 
-void* DirectMemoryManager::allocate(std::size_t bytes, NativeStream /*stream*/) {
+void* DirectMemoryManager::allocate(std::size_t bytes, const Stream& /*stream*/) {
   return context().backend().allocate(context().device(), bytes);
 }
-void DirectMemoryManager::deallocate(void* ptr, std::size_t /*bytes*/) {
+void DirectMemoryManager::deallocate(void* ptr, std::size_t /*bytes*/, const Stream& /*stream*/) {
   context().backend().deallocate(context().device(), ptr);
 }
 void* DirectMemoryManager::host_allocate(std::size_t bytes, HostAllocFlags flags) {
@@ -34,7 +34,7 @@ void DirectMemoryManager::host_deallocate(void* ptr, std::size_t /*bytes*/,
                                           HostAllocFlags /*flags*/) {
   context().backend().host_deallocate(context().device(), ptr);
 }
-MemoryInfo DirectMemoryManager::memory_info() {
+MemoryInfo DirectMemoryManager::memory_info() const {
   return context().backend().memory_info(context().device());
 }
 
@@ -54,10 +54,10 @@ AsyncMemoryManager::~AsyncMemoryManager() = default;
 // On the legacy default stream, whatever stream asked: an allocation ordered on one devmem stream
 // would not be ordered before another stream's use of the array, while every blocking stream's
 // later work waits for the legacy stream's earlier work.
-void* AsyncMemoryManager::allocate(std::size_t bytes, NativeStream /*stream*/) {
+void* AsyncMemoryManager::allocate(std::size_t bytes, const Stream& /*stream*/) {
   return context().backend().allocate_async(context().device(), bytes, nullptr);
 }
-void AsyncMemoryManager::deallocate(void* ptr, std::size_t /*bytes*/) {
+void AsyncMemoryManager::deallocate(void* ptr, std::size_t /*bytes*/, const Stream& /*stream*/) {
   context().backend().deallocate_async(context().device(), ptr, nullptr);
 }
 
@@ -102,7 +102,7 @@ std::size_t PoolMemoryManager::size_class(std::size_t bytes) noexcept {
   return (bytes + step - 1) / step * step;
 }
 
-void* PoolMemoryManager::allocate(std::size_t bytes, NativeStream /*stream*/) {
+void* PoolMemoryManager::allocate(std::size_t bytes, const Stream& /*stream*/) {
   const std::size_t cls = size_class(bytes);
   {
     std::lock_guard lock(state_->mutex);
@@ -131,7 +131,7 @@ void* PoolMemoryManager::allocate(std::size_t bytes, NativeStream /*stream*/) {
   return block;
 }
 
-void PoolMemoryManager::deallocate(void* ptr, std::size_t bytes) {
+void PoolMemoryManager::deallocate(void* ptr, std::size_t bytes, const Stream& /*stream*/) {
   const std::size_t cls = size_class(bytes);
   const auto cls_bytes = static_cast<std::int64_t>(cls);
   {
@@ -190,7 +190,7 @@ void PoolMemoryManager::host_deallocate(void* ptr, std::size_t bytes, HostAllocF
   context().backend().host_deallocate(context().device(), ptr);
 }
 
-MemoryInfo PoolMemoryManager::memory_info() {
+MemoryInfo PoolMemoryManager::memory_info() const {
   MemoryInfo info = context().backend().memory_info(context().device());
   // Cached blocks are free for this context's arrays.
   info.free += cached_bytes();
@@ -320,6 +320,10 @@ std::shared_ptr<MemoryManager> make_memory_manager(std::string_view name, Contex
         fmt::format("make_memory_manager: the factory of '{}' returned null", name));
   }
   return manager;
+}
+
+std::shared_ptr<MemoryManager> make_memory_manager(std::string_view name) {
+  return make_memory_manager(name, *current_context());
 }
 
 void set_memory_manager(std::shared_ptr<MemoryManager> manager) {

@@ -27,6 +27,7 @@
 
 #include <devmem/backend.hpp>
 #include <devmem/export.hpp>
+#include <devmem/stream.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -52,34 +53,75 @@ struct MemoryStatistics {
   std::int64_t total_count = 0;
 };
 
-/// The allocator behind a context. Implementations must be thread-safe.
+/// The allocator behind a context: Numba's External Memory Management plugin, with RMM's
+/// stream-ordered allocate / deallocate. Derive from it (or from DirectMemoryManager to override
+/// part of it) and install it with set_memory_manager() or register_memory_manager().
+///
+/// Thread safety: devmem calls allocate, deallocate, host_allocate, host_deallocate and
+/// memory_info from any thread, concurrently with each other and with themselves (arrays are made
+/// and released on every thread; flushes of the deferred queue run on whichever thread triggers
+/// them, several at once): these must be thread-safe. name() and interface_version() are read by
+/// set_memory_manager() and in messages, also concurrently: return constants. devmem never calls
+/// trim() or cached_bytes(): they are the application's (the built-in managers make them
+/// thread-safe too). The destructor runs wherever the last reference goes: a context keeps its
+/// manager, and each allocation keeps the manager that made it until the memory is handed back,
+/// so a replaced manager may be destroyed during a later flush, on any thread.
 class DEVMEM_API MemoryManager {
  public:
-  /// The interface version this build of devmem expects (Numba's EMM plugins use 1 too).
-  static constexpr int kInterfaceVersion = 1;
+  /// The interface version this build of devmem expects. 2: allocate and deallocate receive the
+  /// devmem Stream (version 1, Numba's EMM number, took a native handle in allocate and no stream
+  /// in deallocate), so a plugin built against version 1 is refused by set_memory_manager()
+  /// instead of being called through the wrong signatures.
+  static constexpr int kInterfaceVersion = 2;
 
   explicit MemoryManager(Context& context) noexcept : context_(&context) {}
   MemoryManager(const MemoryManager&) = delete;
   MemoryManager& operator=(const MemoryManager&) = delete;
   virtual ~MemoryManager();
 
+  /// The manager's name, as in messages and register_memory_manager().
   [[nodiscard]] virtual std::string_view name() const noexcept = 0;
-  /// Checked by set_memory_manager: must equal kInterfaceVersion.
+  /// Checked by set_memory_manager(): must equal kInterfaceVersion (else InvalidArgument, "memory
+  /// manager 'NAME' has interface version V - version 2 required"). Leave it to the default,
+  /// which is the version of the header the manager is compiled against.
   [[nodiscard]] virtual int interface_version() const noexcept { return kInterfaceVersion; }
-  /// Device memory of `bytes` (> 0) that work on `stream` will use first. Throws OutOfMemory when
-  /// there is no room (the context then flushes its queue and retries once).
-  [[nodiscard]] virtual void* allocate(std::size_t bytes, NativeStream stream) = 0;
-  /// Takes back memory from allocate(). No work uses it any more.
-  virtual void deallocate(void* ptr, std::size_t bytes) = 0;
-  /// Page-locked host memory with `flags`; OutOfMemory when there is no room.
+  /// Device memory of `bytes` (> 0) for an array made on `stream`: the work devmem enqueues on
+  /// the memory goes to that stream first (RMM's stream-ordered allocation). `stream` is never
+  /// unspecified: an array made without a stream gets the context's default stream. The memory
+  /// must stay valid until deallocate() takes it back.
+  /// Errors: OutOfMemory when there is no room; the context then flushes its deferred queue and
+  /// calls allocate once more, and a second OutOfMemory reaches the caller as OutOfMemory naming
+  /// the operation, the size and the free/total memory (memory_info), with this message appended.
+  /// Any other exception reaches the caller (device_array, to_device, ...) unchanged.
+  [[nodiscard]] virtual void* allocate(std::size_t bytes, const Stream& stream) = 0;
+  /// Takes back memory from allocate() (`bytes` as requested there). `stream` is the stream the
+  /// memory was allocated on, or the context's default stream when that stream has been destroyed
+  /// (the deferred queue does not keep streams alive). No work devmem enqueued uses the memory any
+  /// more (see the file comment), so it may be handed to any stream at once.
+  /// Errors (types derived from std::exception): a throw stops the flush that called it: the block
+  /// is dropped (devmem never hands it back twice), the blocks queued after it stay queued, and the
+  /// error is thrown by flush_deallocations() (a BackendError keeps its type, anything else becomes
+  /// Error, with the block and the queue state in the message) or, for flushes devmem starts
+  /// itself, written to stderr and kept for Context::take_deallocation_errors(). (When memory
+  /// cannot even be queued, for lack of host memory, it is freed at once and an error only
+  /// written to stderr.)
+  virtual void deallocate(void* ptr, std::size_t bytes, const Stream& stream) = 0;
+  /// Page-locked host memory of `bytes` (> 0) with `flags` (Mapped: device-accessible; Portable;
+  /// WriteCombined). Errors as allocate(): OutOfMemory flushes the queue and retries once.
   [[nodiscard]] virtual void* host_allocate(std::size_t bytes, HostAllocFlags flags) = 0;
+  /// Takes back memory from host_allocate() (`bytes` and `flags` as given there). Errors as
+  /// deallocate().
   virtual void host_deallocate(void* ptr, std::size_t bytes, HostAllocFlags flags) = 0;
   /// Free and total device memory as the manager sees it: what Context::memory_info() reports
-  /// (so it must not call Context::memory_info() itself; ask the backend).
-  [[nodiscard]] virtual MemoryInfo memory_info() = 0;
-  /// Gives cached memory back to the backend (a no-op for managers that cache nothing).
+  /// (so it must not call Context::memory_info() itself; ask the backend). Also read by
+  /// set_memory_manager() and set_deallocation_config() (the queue's byte limit is a ratio of
+  /// `total`) and for out-of-memory messages. Errors reach those callers, except in an
+  /// out-of-memory message, where they are ignored.
+  [[nodiscard]] virtual MemoryInfo memory_info() const = 0;
+  /// Gives cached memory back to the backend (a no-op for managers that cache nothing). Called by
+  /// the application only.
   virtual void trim() {}
-  /// Bytes held in caches, not in use by arrays.
+  /// Bytes held in caches, not in use by arrays. Called by the application only.
   [[nodiscard]] virtual std::int64_t cached_bytes() const noexcept { return 0; }
 
   [[nodiscard]] Context& context() const noexcept { return *context_; }
@@ -94,31 +136,31 @@ class DEVMEM_API DirectMemoryManager : public MemoryManager {
   explicit DirectMemoryManager(Context& context) noexcept : MemoryManager(context) {}
   ~DirectMemoryManager() override;
   [[nodiscard]] std::string_view name() const noexcept override { return "direct"; }
-  [[nodiscard]] void* allocate(std::size_t bytes, NativeStream stream) override;
-  void deallocate(void* ptr, std::size_t bytes) override;
+  [[nodiscard]] void* allocate(std::size_t bytes, const Stream& stream) override;
+  void deallocate(void* ptr, std::size_t bytes, const Stream& stream) override;
   [[nodiscard]] void* host_allocate(std::size_t bytes, HostAllocFlags flags) override;
   void host_deallocate(void* ptr, std::size_t bytes, HostAllocFlags flags) override;
-  [[nodiscard]] MemoryInfo memory_info() override;
+  [[nodiscard]] MemoryInfo memory_info() const override;
 };
 
 /// The vendor's stream-ordered allocator ("async"): cudaMallocAsync / hipMallocAsync from the
 /// device's memory pool, and cudaFreeAsync / hipFreeAsync for the frees, so that a flush of the
 /// deferred queue costs no device-wide synchronisation (cudaFree / hipFree each synchronise the
-/// device). Both are ordered on the legacy default stream: the memory is usable by later work of
-/// every devmem stream (all blocking streams), and a free runs after the work enqueued before it
-/// on every devmem stream. Memory used on a non-blocking stream devmem does not know must be
-/// waited for first (DeviceArray::record_use). The pool keeps freed memory for reuse and hands it
-/// back to the system at synchronisations (the pool's release threshold, 0 by default).
-/// InvalidArgument at construction when the device has no stream-ordered allocator (CUDA before
-/// 11.2, ROCm before 5.3, or a device without memory pools).
-/// Page-locked host memory and memory_info are the direct manager's.
+/// device). Both are ordered on the legacy default stream, whichever stream devmem passes: the
+/// memory is usable by later work of every devmem stream (all blocking streams), and a free runs
+/// after the work enqueued before it on every devmem stream. Memory used on a non-blocking stream
+/// devmem does not know must be waited for first (DeviceArray::record_use). The pool keeps freed
+/// memory for reuse and hands it back to the system at synchronisations (the pool's release
+/// threshold, 0 by default). InvalidArgument at construction when the device has no stream-ordered
+/// allocator (CUDA before 11.2, ROCm before 5.3, or a device without memory pools). Page-locked
+/// host memory and memory_info are the direct manager's.
 class DEVMEM_API AsyncMemoryManager : public DirectMemoryManager {
  public:
   explicit AsyncMemoryManager(Context& context);
   ~AsyncMemoryManager() override;
   [[nodiscard]] std::string_view name() const noexcept override { return "async"; }
-  [[nodiscard]] void* allocate(std::size_t bytes, NativeStream stream) override;
-  void deallocate(void* ptr, std::size_t bytes) override;
+  [[nodiscard]] void* allocate(std::size_t bytes, const Stream& stream) override;
+  void deallocate(void* ptr, std::size_t bytes, const Stream& stream) override;
 };
 
 /// Statistics of a PoolMemoryManager.
@@ -148,11 +190,11 @@ class DEVMEM_API PoolMemoryManager : public MemoryManager {
   PoolMemoryManager(Context& context, Options options);
   ~PoolMemoryManager() override;
   [[nodiscard]] std::string_view name() const noexcept override { return "pool"; }
-  [[nodiscard]] void* allocate(std::size_t bytes, NativeStream stream) override;
-  void deallocate(void* ptr, std::size_t bytes) override;
+  [[nodiscard]] void* allocate(std::size_t bytes, const Stream& stream) override;
+  void deallocate(void* ptr, std::size_t bytes, const Stream& stream) override;
   [[nodiscard]] void* host_allocate(std::size_t bytes, HostAllocFlags flags) override;
   void host_deallocate(void* ptr, std::size_t bytes, HostAllocFlags flags) override;
-  [[nodiscard]] MemoryInfo memory_info() override;
+  [[nodiscard]] MemoryInfo memory_info() const override;
   void trim() override;
   [[nodiscard]] std::int64_t cached_bytes() const noexcept override;
   [[nodiscard]] PoolStatistics statistics() const;
@@ -170,9 +212,14 @@ using MemoryManagerFactory = std::function<std::shared_ptr<MemoryManager>(Contex
 /// Makes `factory` available to DEVMEM_MEMORY_MANAGER under `name` ("direct", "pool" and "async"
 /// are built in). Replaces an earlier registration of the same name.
 DEVMEM_API void register_memory_manager(std::string name, MemoryManagerFactory factory);
-/// The manager registered under `name`, made for `context`. InvalidArgument for unknown names.
+/// The manager registered under `name`, made for `context`. InvalidArgument for unknown names
+/// ("make_memory_manager: unknown memory manager 'NAME' (known: ...)") and for a factory that
+/// returns null; the factory's own errors (the async manager's InvalidArgument on a device without
+/// a stream-ordered allocator) pass through.
 [[nodiscard]] DEVMEM_API std::shared_ptr<MemoryManager> make_memory_manager(std::string_view name,
                                                                             Context& context);
+/// The same, for the current context (NoDevice when there is no device).
+[[nodiscard]] DEVMEM_API std::shared_ptr<MemoryManager> make_memory_manager(std::string_view name);
 /// Replaces the current context's manager (Context::set_memory_manager).
 DEVMEM_API void set_memory_manager(std::shared_ptr<MemoryManager> manager);
 

@@ -266,10 +266,11 @@ class MemoryStateGuard {
   devmem::DeallocationConfig config_;
 };
 
-/// A direct manager that records every call: the pointers it handed out and took back, in order.
-/// `fail_allocations` makes the next that many allocate() calls throw OutOfMemory without calling
-/// the backend; `fail_deallocation_at` makes the nth deallocate() call from now (1-based) free the
-/// memory and then throw a BackendError.
+/// A direct manager that records every call: the pointers it handed out and took back, in order,
+/// and the streams allocate() and deallocate() were given (as StreamUse: a Stream itself would keep
+/// the stream alive). `fail_allocations` makes the next that many allocate() calls throw
+/// OutOfMemory without calling the backend; `fail_deallocation_at` makes the nth deallocate() call
+/// from now (1-based) free the memory and then throw a BackendError.
 class RecordingManager : public devmem::DirectMemoryManager {
  public:
   struct Block {
@@ -277,11 +278,23 @@ class RecordingManager : public devmem::DirectMemoryManager {
     std::size_t bytes;
     friend bool operator==(const Block&, const Block&) = default;
   };
+  /// What a manager can see of a stream: its native handle (nullptr for the default stream),
+  /// whether it is the default stream, and whether it belongs to the manager's context.
+  struct StreamUse {
+    devmem::NativeStream handle;
+    bool is_default;
+    bool same_context;
+    friend bool operator==(const StreamUse&, const StreamUse&) = default;
+    friend std::ostream& operator<<(std::ostream& os, const StreamUse& u) {
+      return os << "{handle " << u.handle << (u.is_default ? ", default" : "")
+                << (u.same_context ? "" : ", another context") << "}";
+    }
+  };
   explicit RecordingManager(devmem::Context& context, std::string name = "recording")
       : DirectMemoryManager(context), name_(std::move(name)) {}
   [[nodiscard]] std::string_view name() const noexcept override { return name_; }
 
-  [[nodiscard]] void* allocate(std::size_t bytes, devmem::NativeStream stream) override {
+  [[nodiscard]] void* allocate(std::size_t bytes, const devmem::Stream& stream) override {
     {
       const std::lock_guard lock(mutex_);
       ++allocate_calls_;
@@ -295,17 +308,19 @@ class RecordingManager : public devmem::DirectMemoryManager {
     void* const p = DirectMemoryManager::allocate(bytes, stream);
     const std::lock_guard lock(mutex_);
     allocations_.push_back({p, bytes});
+    allocation_streams_.push_back(use_of(stream));
     return p;
   }
-  void deallocate(void* ptr, std::size_t bytes) override {
+  void deallocate(void* ptr, std::size_t bytes, const devmem::Stream& stream) override {
     bool fail = false;
     {
       const std::lock_guard lock(mutex_);
       if (fail_deallocation_at_ > 0) fail = --fail_deallocation_at_ == 0;
     }
-    DirectMemoryManager::deallocate(ptr, bytes);
+    DirectMemoryManager::deallocate(ptr, bytes, stream);
     const std::lock_guard lock(mutex_);
     deallocations_.push_back({ptr, bytes});
+    deallocation_streams_.push_back(use_of(stream));
     if (fail) {
       throw devmem::BackendError("recording", "deallocate", 999, "Injected",
                                  "recording manager: injected deallocation failure");
@@ -361,6 +376,16 @@ class RecordingManager : public devmem::DirectMemoryManager {
     const std::lock_guard lock(mutex_);
     return host_deallocation_flags_;
   }
+  /// The stream of each allocate() call that succeeded, in order (matches allocations()).
+  [[nodiscard]] std::vector<StreamUse> allocation_streams() const {
+    const std::lock_guard lock(mutex_);
+    return allocation_streams_;
+  }
+  /// The stream of each deallocate() call, in order (matches deallocations()).
+  [[nodiscard]] std::vector<StreamUse> deallocation_streams() const {
+    const std::lock_guard lock(mutex_);
+    return deallocation_streams_;
+  }
   /// Pointers given back by deallocate(), in order.
   [[nodiscard]] std::vector<void*> freed() const {
     std::vector<void*> out;
@@ -374,8 +399,14 @@ class RecordingManager : public devmem::DirectMemoryManager {
   int allocate_calls_ = 0;
   int fail_allocations_ = 0;
   int fail_deallocation_at_ = 0;
+  [[nodiscard]] StreamUse use_of(const devmem::Stream& stream) const {
+    return {stream.native_handle(), stream.is_default(), stream.context().get() == &context()};
+  }
+
   std::vector<Block> allocations_;
   std::vector<Block> deallocations_;
+  std::vector<StreamUse> allocation_streams_;
+  std::vector<StreamUse> deallocation_streams_;
   std::vector<Block> host_allocations_;
   std::vector<devmem::HostAllocFlags> host_flags_;
   std::vector<Block> host_deallocations_;

@@ -13,7 +13,7 @@ class FutureManager : public devmem::DirectMemoryManager {
  public:
   using DirectMemoryManager::DirectMemoryManager;
   [[nodiscard]] std::string_view name() const noexcept override { return "future"; }
-  [[nodiscard]] int interface_version() const noexcept override { return 2; }
+  [[nodiscard]] int interface_version() const noexcept override { return 3; }
 };
 
 }  // namespace
@@ -35,7 +35,7 @@ TEST_CASE("bad input, context: devices and memory managers", "[bad-input][contex
   REQUIRE_THROWS_MATCHES(ctx->set_memory_manager(std::make_shared<FutureManager>(*ctx)),
                          InvalidArgument,
                          Message("set_memory_manager: memory manager 'future' has interface "
-                                 "version 2 - version 1 required"));
+                                 "version 3 - version 2 required"));
   REQUIRE_THROWS_MATCHES(devmem::make_memory_manager("nonexistent", *ctx), InvalidArgument,
                          MessageStartsWith("make_memory_manager: unknown memory manager "
                                            "'nonexistent' (known: "));
@@ -94,9 +94,9 @@ TEST_CASE("bad input, context: host backend controls", "[bad-input][host-only]")
                          InvalidArgument, Message("fail_nth: count must be >= 1, got 0"));
   REQUIRE_THROWS_MATCHES(devmem::host::fail_nth(Call::Copy, 1, Status::Success), InvalidArgument,
                          Message("fail_nth: status must be a failure, got Success (call Copy)"));
-  REQUIRE_THROWS_MATCHES(devmem::host::fail_nth(Call::Count_, 1), InvalidArgument,
-                         Message("fail_nth: invalid call kind " +
-                                 std::to_string(static_cast<int>(Call::Count_))));
+  REQUIRE_THROWS_MATCHES(
+      devmem::host::fail_nth(Call::Count_, 1), InvalidArgument,
+      Message("fail_nth: invalid call kind " + std::to_string(static_cast<int>(Call::Count_))));
   REQUIRE_THROWS_MATCHES(devmem::host::device_memory_used(7), devmem::BackendError,
                          MessageStartsWith("host device_memory_used: InvalidDevice (101): device 7 "
                                            "does not exist"));

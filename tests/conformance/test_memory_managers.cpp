@@ -5,7 +5,10 @@
 #include "support.hpp"
 
 #include <bit>
+#include <concepts>
 #include <cstdlib>
+#include <optional>
+#include <string_view>
 
 using namespace conformance;
 using Catch::Matchers::Message;
@@ -22,11 +25,12 @@ devmem::DeallocationConfig limits(int64_t count, double ratio) {
   return c;
 }
 
-/// A direct manager that claims another interface version.
-class Version2Manager : public devmem::DirectMemoryManager {
+/// A direct manager that claims the previous interface version (1: allocate took a native stream
+/// handle, deallocate no stream), as a plugin built against that header would.
+class Version1Manager : public devmem::DirectMemoryManager {
  public:
   using DirectMemoryManager::DirectMemoryManager;
-  [[nodiscard]] int interface_version() const noexcept override { return 2; }
+  [[nodiscard]] int interface_version() const noexcept override { return 1; }
 };
 
 /// A manager written against the bare interface: it asks the backend for 256 bytes more than
@@ -37,13 +41,13 @@ class OffsetManager : public devmem::MemoryManager {
   static constexpr std::size_t kOffset = 256;
   explicit OffsetManager(devmem::Context& context) : MemoryManager(context) {}
   [[nodiscard]] std::string_view name() const noexcept override { return "offset"; }
-  [[nodiscard]] void* allocate(std::size_t bytes, devmem::NativeStream /*stream*/) override {
+  [[nodiscard]] void* allocate(std::size_t bytes, const devmem::Stream& /*stream*/) override {
     auto* base =
         static_cast<std::byte*>(context().backend().allocate(context().device(), bytes + kOffset));
     ++live_;
     return base + kOffset;
   }
-  void deallocate(void* ptr, std::size_t /*bytes*/) override {
+  void deallocate(void* ptr, std::size_t /*bytes*/, const devmem::Stream& /*stream*/) override {
     context().backend().deallocate(context().device(), static_cast<std::byte*>(ptr) - kOffset);
     --live_;
   }
@@ -56,7 +60,7 @@ class OffsetManager : public devmem::MemoryManager {
     context().backend().host_deallocate(context().device(), ptr);
     --live_host_;
   }
-  [[nodiscard]] devmem::MemoryInfo memory_info() override {
+  [[nodiscard]] devmem::MemoryInfo memory_info() const override {
     return context().backend().memory_info(context().device());
   }
   [[nodiscard]] int live() const noexcept { return live_.load(); }
@@ -65,6 +69,14 @@ class OffsetManager : public devmem::MemoryManager {
  private:
   std::atomic<int> live_{0};
   std::atomic<int> live_host_{0};
+};
+
+/// A plugin reporting its own numbers, as Numba's EMM test plugins do.
+class FixedInfoManager : public devmem::DirectMemoryManager {
+ public:
+  using DirectMemoryManager::DirectMemoryManager;
+  [[nodiscard]] std::string_view name() const noexcept override { return "fixed-info"; }
+  [[nodiscard]] devmem::MemoryInfo memory_info() const override { return {32, 64}; }
 };
 
 std::int64_t i64(std::size_t v) {
@@ -84,7 +96,7 @@ TEST_CASE("memory manager: the default manager", "[memory-manager]") {
   CHECK(m->name() == std::string_view(env != nullptr && *env != '\0' ? env : "direct"));
   CHECK(&m->context() == ctx.get());
   CHECK(m->interface_version() == devmem::MemoryManager::kInterfaceVersion);
-  CHECK(devmem::MemoryManager::kInterfaceVersion == 1);
+  CHECK(devmem::MemoryManager::kInterfaceVersion == 2);
   CHECK(ctx->memory_manager() == m);  // the same instance every time
 }
 
@@ -103,7 +115,7 @@ TEST_CASE("memory manager: make_memory_manager makes the built-in managers", "[m
   REQUIRE(pool != nullptr);
   CHECK(pool->name() == "pool");
   CHECK(dynamic_cast<PoolMemoryManager*>(pool.get()) != nullptr);
-  CHECK(pool->interface_version() == 1);
+  CHECK(pool->interface_version() == 2);
   CHECK(pool->cached_bytes() == 0);
   CHECK(devmem::make_memory_manager("pool", *ctx) != pool);  // a new instance per call
   // Both report the device's memory.
@@ -134,13 +146,13 @@ TEST_CASE("memory manager: set_memory_manager rejects null and other interface v
   const MemoryStateGuard mem;
   const auto& ctx = mem.context();
   const auto before = ctx->memory_manager();
-  SECTION("interface version 2") {
-    const auto v2 = std::make_shared<Version2Manager>(*ctx);
+  SECTION("interface version 1") {
+    const auto v1 = std::make_shared<Version1Manager>(*ctx);
     const std::string expected =
-        "set_memory_manager: memory manager 'direct' has interface version 2 - version 1 "
+        "set_memory_manager: memory manager 'direct' has interface version 1 - version 2 "
         "required";
-    REQUIRE_THROWS_MATCHES(ctx->set_memory_manager(v2), devmem::InvalidArgument, Message(expected));
-    REQUIRE_THROWS_MATCHES(devmem::set_memory_manager(v2), devmem::InvalidArgument,
+    REQUIRE_THROWS_MATCHES(ctx->set_memory_manager(v1), devmem::InvalidArgument, Message(expected));
+    REQUIRE_THROWS_MATCHES(devmem::set_memory_manager(v1), devmem::InvalidArgument,
                            Message(expected));
   }
   SECTION("null") {
@@ -307,6 +319,210 @@ TEST_CASE("memory manager: registered factories", "[memory-manager]") {
   });
   CHECK(devmem::make_memory_manager("counting", *ctx)->name() == "counting-v2");
   CHECK(made->load() == 1);
+}
+
+// ---- the streams a manager is given (RMM's stream-ordered contract) -----------------------------
+
+namespace {
+
+using StreamUse = RecordingManager::StreamUse;
+
+StreamUse use_of(const devmem::Stream& s) {
+  return {s.native_handle(), s.is_default(), true};
+}
+
+const StreamUse kDefaultStream{nullptr, true, true};
+
+/// The stream deallocate() was given for `ptr` (exactly one deallocation of it is expected).
+StreamUse freed_with(const RecordingManager& manager, void* ptr) {
+  const std::vector<RecordingManager::Block> freed = manager.deallocations();
+  const std::vector<StreamUse> streams = manager.deallocation_streams();
+  REQUIRE(freed.size() == streams.size());
+  std::vector<StreamUse> found;
+  for (std::size_t i = 0; i < freed.size(); ++i) {
+    if (freed[i].ptr == ptr) found.push_back(streams[i]);
+  }
+  REQUIRE(found.size() == 1);
+  return found.front();
+}
+
+}  // namespace
+
+TEST_CASE("memory manager: allocate receives the stream the array is made on",
+          "[memory-manager][stream]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  ctx->set_deallocation_config(limits(10, 1.0));
+  const auto recording = use_recording_manager();
+  const devmem::Stream s1 = devmem::stream();
+  const devmem::Stream s2 = devmem::stream();
+  REQUIRE(s1.native_handle() != nullptr);
+  REQUIRE(s1.native_handle() != s2.native_handle());
+  // Outlives the asynchronous copy from it.
+  const std::vector<double> values = iota_vec(32);
+  {
+    const DeviceArray a = devmem::device_array(Shape{64}, f8(), {}, devmem::Order::C, s1);
+    const DeviceArray b = devmem::to_device(values, s2);
+    const DeviceArray c = b.copy();  // an array method: the array's stream
+    const DeviceArray d = devmem::device_array_like(b, s1);
+    const DeviceArray e = devmem::device_array(Shape{8}, f8());  // no stream: the default stream
+    const DeviceArray f = devmem::to_device(values, devmem::default_stream());
+    const DeviceArray g = devmem::device_array_like(b);  // no stream: the default, not b's
+    CHECK(recording->allocation_streams() ==
+          std::vector<StreamUse>{use_of(s1), use_of(s2), use_of(s2), use_of(s1), kDefaultStream,
+                                 kDefaultStream, kDefaultStream});
+    // The stream given is the array's own stream.
+    const std::vector<StreamUse> given = recording->allocation_streams();
+    const std::vector<const DeviceArray*> arrays{&a, &b, &c, &d, &e, &f, &g};
+    REQUIRE(given.size() == arrays.size());
+    for (std::size_t i = 0; i < arrays.size(); ++i) {
+      CAPTURE(i);
+      CHECK(given[i] == use_of(arrays[i]->stream()));
+    }
+    CHECK(device_values(c) == iota_vec(32));
+  }
+  // Zero-byte arrays allocate nothing and ask the manager nothing.
+  { const DeviceArray empty = devmem::device_array(Shape{0}, f8(), {}, devmem::Order::C, s1); }
+  CHECK(recording->allocation_streams().size() == 7);
+}
+
+TEST_CASE("memory manager: deallocate receives the stream the memory was allocated on",
+          "[memory-manager][stream]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  ctx->set_deallocation_config(limits(10, 1.0));
+  const auto recording = use_recording_manager();
+  const devmem::Stream s = devmem::stream();
+  const devmem::Stream other = devmem::stream();
+  void* on_s = nullptr;
+  void* rebound = nullptr;
+  void* on_default = nullptr;
+  const std::vector<double> values = iota_vec(64);
+  {
+    const DeviceArray a = devmem::to_device(values, s);
+    // Bound to another stream later: the memory still goes back with the stream it came from.
+    const DeviceArray b =
+        devmem::device_array(Shape{16}, f8(), {}, devmem::Order::C, s).bind(other);
+    b.fill(1.0);  // work on `other` holds the memory until it is done
+    const DeviceArray c = devmem::device_array(Shape{16}, f8());
+    on_s = a.data();
+    rebound = b.data();
+    on_default = c.data();
+  }
+  ctx->synchronize();  // the copies are done: the memory reaches the queue
+  CHECK(ctx->pending_deallocations() == 3);
+  CHECK(recording->deallocations().empty());
+  ctx->flush_deallocations();
+  CHECK(recording->deallocations().size() == 3);
+  CHECK(freed_with(*recording, on_s) == use_of(s));
+  CHECK(freed_with(*recording, rebound) == use_of(s));
+  CHECK(freed_with(*recording, on_default) == kDefaultStream);
+  // A full queue flushes on release: the stream goes along there too.
+  ctx->set_deallocation_config(limits(0, 1.0));
+  void* at_once = nullptr;
+  {
+    const DeviceArray d = devmem::device_array(Shape{16}, f8(), {}, devmem::Order::C, other);
+    at_once = d.data();
+  }
+  CHECK(freed_with(*recording, at_once) == use_of(other));
+}
+
+TEST_CASE(
+    "memory manager: deallocate receives the default stream when the allocation's stream "
+    "is gone",
+    "[memory-manager][stream]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  ctx->set_deallocation_config(limits(10, 1.0));
+  const auto recording = use_recording_manager();
+  std::optional<devmem::Stream> gone = devmem::stream();
+  const devmem::Stream kept = devmem::stream();
+  void* on_gone = nullptr;
+  void* on_kept = nullptr;
+  const std::vector<double> values = iota_vec(64);
+  SECTION("the stream goes while its memory is queued, inside a defer_cleanup scope") {
+    {
+      const devmem::DeferCleanup scope = devmem::defer_cleanup();
+      {
+        const DeviceArray a = devmem::to_device(values, *gone);
+        const DeviceArray b = devmem::to_device(values, kept);
+        on_gone = a.data();
+        on_kept = b.data();
+      }
+      ctx->synchronize();
+      CHECK(ctx->pending_deallocations() == 2);
+      gone.reset();  // the last handle: the stream is destroyed, its memory still queued
+      ctx->flush_deallocations();
+      CHECK(recording->deallocations().empty());  // deferred
+    }
+    CHECK(ctx->pending_deallocations() == 2);  // leaving the scope does not flush
+  }
+  SECTION("the stream goes while its work still holds the memory") {
+    {
+      const DeviceArray a = devmem::to_device(values, *gone);
+      const DeviceArray b = devmem::to_device(values, kept);
+      on_gone = a.data();
+      on_kept = b.data();
+    }
+    gone.reset();
+    ctx->synchronize();
+    CHECK(ctx->pending_deallocations() == 2);
+  }
+  ctx->flush_deallocations();
+  CHECK(freed_with(*recording, on_gone) == kDefaultStream);
+  CHECK(freed_with(*recording, on_kept) == use_of(kept));
+}
+
+// ---- make_memory_manager for the current context, memory_info on a const manager -------------
+
+TEST_CASE("memory manager: make_memory_manager without a context uses the current one",
+          "[memory-manager]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  for (const std::string_view name : {"direct", "pool"}) {
+    CAPTURE(name);
+    const auto m = devmem::make_memory_manager(name);
+    REQUIRE(m != nullptr);
+    CHECK(m->name() == name);
+    CHECK(&m->context() == ctx.get());
+  }
+  CHECK(dynamic_cast<PoolMemoryManager*>(devmem::make_memory_manager("pool").get()) != nullptr);
+  CHECK(devmem::make_memory_manager("pool") != devmem::make_memory_manager("pool"));
+  REQUIRE_THROWS_MATCHES(
+      devmem::make_memory_manager("nope"), devmem::InvalidArgument,
+      MessageStartsWith("make_memory_manager: unknown memory manager 'nope' (known: "));
+  REQUIRE_THROWS_MATCHES(devmem::make_memory_manager(""), devmem::InvalidArgument,
+                         MessageStartsWith("make_memory_manager: unknown memory manager '' "));
+  // What it makes is accepted by the current context.
+  devmem::set_memory_manager(devmem::make_memory_manager("pool"));
+  CHECK(ctx->memory_manager()->name() == "pool");
+  const DeviceArray d = iota_device(Shape{8});
+  CHECK(device_values(d) == iota_vec(8));
+  if (devmem::device_count() >= 2) {
+    const int original = devmem::current_device();
+    devmem::select_device(1);
+    const auto on_1 = devmem::make_memory_manager("direct");
+    devmem::select_device(original);
+    CHECK(&on_1->context() == devmem::context_for_device(1).get());
+  }
+}
+
+TEST_CASE("memory manager: memory_info is callable on a const manager", "[memory-manager]") {
+  STATIC_REQUIRE(requires(const devmem::MemoryManager& m) {
+                   { m.memory_info() } -> std::same_as<devmem::MemoryInfo>;
+                 });
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  const auto direct = devmem::make_memory_manager("direct");
+  const auto pool = devmem::make_memory_manager("pool");
+  const devmem::MemoryManager& direct_ref = *direct;
+  const devmem::MemoryManager& pool_ref = *pool;
+  CHECK(direct_ref.memory_info().total == ctx->backend().memory_info(ctx->device()).total);
+  CHECK(pool_ref.memory_info().total == direct_ref.memory_info().total);
+  const std::shared_ptr<const devmem::MemoryManager> fixed =
+      std::make_shared<FixedInfoManager>(*ctx);
+  CHECK(fixed->memory_info().free == 32);
+  CHECK(fixed->memory_info().total == 64);
 }
 
 // ---- the pool -----------------------------------------------------------------------------------
@@ -686,16 +902,6 @@ TEST_CASE("async: the stream-ordered allocator where the device has one", "[memo
   // The memory went back: what the device has in use is what it had (host backend's count).
   if (host) CHECK(devmem::host::device_memory_used(ctx->device()) == used_before);
 }
-
-namespace {
-/// A plugin reporting its own numbers, as Numba's EMM test plugins do.
-class FixedInfoManager : public devmem::DirectMemoryManager {
- public:
-  using DirectMemoryManager::DirectMemoryManager;
-  [[nodiscard]] std::string_view name() const noexcept override { return "fixed-info"; }
-  [[nodiscard]] devmem::MemoryInfo memory_info() override { return {32, 64}; }
-};
-}  // namespace
 
 TEST_CASE("memory manager: Context::memory_info is the manager's answer (Numba get_memory_info)",
           "[memory-manager]") {
