@@ -180,27 +180,47 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
   Stream stream_;
 };
 
-/// One value of a trivially copyable type on the device (Numba's DeviceRecord).
+/// One value of a trivially copyable type on the device (Numba's DeviceRecord): a 0-d DeviceArray
+/// of dtype_of<T>(). Made by to_device(value) or from an existing 0-d array. A stream left
+/// unspecified means the record's. Errors: InvalidArgument (a stream of another device, a wrong
+/// array), BackendError. Thread safety: as DeviceArray.
 template <Element T>
 class DeviceRecord {
  public:
+  /// Wraps a 0-d array of dtype_of<T>() (InvalidArgument otherwise); shares its memory.
   explicit DeviceRecord(DeviceArray array) : array_(std::move(array)) {
     detail::check_dtype(dtype_of<T>(), array_.dtype(), "DeviceRecord");
     if (array_.ndim() != 0) throw InvalidArgument("DeviceRecord: the array must be 0-d");
   }
-  /// Copies the value to the host.
+  /// Copies the value to the host and returns it, after waiting for the stream used (a value
+  /// cannot be returned before it has arrived, unlike DeviceArray::copy_to_host's new HostArray).
   [[nodiscard]] T get(const Stream& stream = {}) const {
     T value;
-    array_.copy_to_host(HostArray::view(static_cast<void*>(&value), Shape{}, array_.dtype()),
-                        stream);
+    copy_to_host(value, stream);
     (stream.is_specified() ? stream : array_.stream()).synchronize();
     return value;
   }
-  /// Copies `value` to the device (synchronously: the host value may change right after).
+  /// Copies `value` to the device and waits for the stream used: the host value may change right
+  /// after.
   void set(const T& value, const Stream& stream = {}) const {
-    array_.copy_to_device(HostArray::view(static_cast<const void*>(&value), Shape{}, array_.dtype()),
-                          stream);
+    copy_to_device(value, stream);
     (stream.is_specified() ? stream : array_.stream()).synchronize();
+  }
+  /// Numba's copy_to_host() without a destination: get(stream).
+  [[nodiscard]] T copy_to_host(const Stream& stream = {}) const { return get(stream); }
+  /// Copies the value into `destination` (Numba's copy_to_host(ary, stream)). Asynchronous on a
+  /// stream other than the default one, as DeviceArray::copy_to_host(destination): `destination`
+  /// must stay alive and unread until the stream is synchronized.
+  void copy_to_host(T& destination, const Stream& stream = {}) const {
+    array_.copy_to_host(HostArray::view(static_cast<void*>(&destination), Shape{}, array_.dtype()),
+                        stream);
+  }
+  /// Copies `value` to the device (Numba's copy_to_device). Asynchronous on a stream other than
+  /// the default one, as DeviceArray::copy_to_device: `value` must stay alive and unchanged until
+  /// the stream is synchronized (set() waits instead).
+  void copy_to_device(const T& value, const Stream& stream = {}) const {
+    array_.copy_to_device(
+        HostArray::view(static_cast<const void*>(&value), Shape{}, array_.dtype()), stream);
   }
   [[nodiscard]] const DeviceArray& array() const noexcept { return array_; }
   [[nodiscard]] void* data() const noexcept { return array_.data(); }
