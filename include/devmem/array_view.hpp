@@ -46,20 +46,29 @@ class ArrayView {
 
   /// Element at the given indices (one per dimension, not bounds-checked).
   template <class... Index>
-  requires(sizeof...(Index) == Rank && (std::is_integral_v<Index> && ...)) DEVMEM_HOST_DEVICE T&
-  operator()(Index... index) const {
+    requires(sizeof...(Index) == Rank && (std::is_integral_v<Index> && ...))
+  DEVMEM_HOST_DEVICE T& operator()(Index... index) const {
     return *address(static_cast<std::int64_t>(index)...);
   }
   /// Element i of a 1-d view.
-  DEVMEM_HOST_DEVICE T& operator[](std::int64_t i) const requires(Rank == 1) { return *address(i); }
+  DEVMEM_HOST_DEVICE T& operator[](std::int64_t i) const
+    requires(Rank == 1)
+  {
+    return *address(i);
+  }
 
   [[nodiscard]] DEVMEM_HOST_DEVICE T* data() const { return data_; }
+  /// Length of dimension `dim` < Rank (Numba's `arr.shape[dim]`).
   [[nodiscard]] DEVMEM_HOST_DEVICE std::int64_t shape(std::size_t dim) const { return shape_[dim]; }
+  /// The same as shape(dim), the name std::mdspan uses.
+  [[nodiscard]] DEVMEM_HOST_DEVICE std::int64_t extent(std::size_t dim) const {
+    return shape_[dim];
+  }
   /// Byte stride of dimension `dim`.
   [[nodiscard]] DEVMEM_HOST_DEVICE std::int64_t stride(std::size_t dim) const {
     return strides_[dim];
   }
-  /// Number of elements.
+  /// Number of elements (Numba's `arr.size`; 1 for Rank 0).
   [[nodiscard]] DEVMEM_HOST_DEVICE std::int64_t size() const {
     std::int64_t n = 1;
     for (std::size_t d = 0; d != Rank; ++d) n *= shape_[d];
@@ -67,9 +76,8 @@ class ArrayView {
   }
   /// A read-only view from a writable one.
   template <class U>
-  requires(std::is_const_v<T>&& std::is_same_v<const U, T> &&
-           !std::is_same_v<U, T>) DEVMEM_HOST_DEVICE ArrayView(const ArrayView<U, Rank>& other)
-      : data_(other.data_) {
+    requires(std::is_const_v<T> && std::is_same_v<const U, T> && !std::is_same_v<U, T>)
+  DEVMEM_HOST_DEVICE ArrayView(const ArrayView<U, Rank>& other) : data_(other.data_) {
     for (std::size_t d = 0; d != Rank; ++d) {
       shape_[d] = other.shape_[d];
       strides_[d] = other.strides_[d];
