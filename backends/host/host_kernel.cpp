@@ -26,6 +26,7 @@
 #include <devmem/kernel.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -35,6 +36,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -137,6 +139,12 @@ std::string describe(const SourceSite& where) {
   return fmt::format("{}:{}", file, where.line);
 }
 
+/// A constant shape as Python writes a tuple: (8,) or (16, 16).
+std::string describe_shape(std::span<const std::size_t> shape) {
+  if (shape.size() == 1) return fmt::format("({},)", shape[0]);
+  return fmt::format("({})", fmt::join(shape, ", "));
+}
+
 bool same_site(const SourceSite& a, const SourceSite& b) {
   return a.line == b.line && std::strcmp(a.file, b.file) == 0;
 }
@@ -190,19 +198,33 @@ class BlockRunner {
     }
   }
 
-  [[nodiscard]] bool in_thread() const noexcept {
-    return current_ != kScheduler;
-  }
-  [[nodiscard]] const ThreadCoords& coords() const noexcept {
-    return threads_[current_].coords;
-  }
-  [[nodiscard]] int warp_size() const noexcept {
-    return static_cast<int>(grid_.warp_size);
-  }
+  [[nodiscard]] bool in_thread() const noexcept { return current_ != kScheduler; }
+  [[nodiscard]] const ThreadCoords& coords() const noexcept { return threads_[current_].coords; }
+  [[nodiscard]] int warp_size() const noexcept { return static_cast<int>(grid_.warp_size); }
 
-  void* shared_storage(const void* key, std::size_t bytes, std::size_t alignment) {
+  void* shared_storage(const void* key, std::size_t element_size,
+                       std::span<const std::size_t> shape, std::size_t alignment,
+                       const SourceSite* untagged_site) {
+    std::size_t count = 1;
+    for (const std::size_t n : shape) count *= n;
+    const std::size_t bytes = element_size * count;
     for (const auto& a : shared_arrays_) {
-      if (a.key == key) return shared_base_ + a.offset;
+      if (a.key != key) continue;
+      // Untagged arrays are keyed by type and shape only, as on a GPU, where two call sites
+      // would silently share one __shared__ variable: only one call site may use the key.
+      if (untagged_site != nullptr && a.untagged && !same_site(a.site, *untagged_site)) {
+        fail_in_thread(
+            Status::LaunchFailure,
+            fmt::format(
+                "shared_array: two untagged shared arrays of shape {} with {}-byte "
+                "elements ({} bytes) in one kernel, at {} and at {} (thread {} of block "
+                "{}): on a GPU they are one array, silently sharing its memory; give each "
+                "a tag: DEVMEM_SHARED_ARRAY(name, T, N...) or shared_array<T, N...>([] {{}})",
+                describe_shape(shape), element_size, bytes, describe(a.site),
+                describe(*untagged_site), describe(threads_[current_].coords.thread_idx),
+                describe(block_index_)));
+      }
+      return shared_base_ + a.offset;
     }
     const std::size_t offset = (shared_end_ + alignment - 1) / alignment * alignment;
     if (offset + bytes > grid_.shared_limit) {
@@ -214,7 +236,9 @@ class BlockRunner {
                                  offset + bytes - grid_.dynamic_shared_bytes,
                                  grid_.dynamic_shared_bytes, grid_.shared_limit));
     }
-    shared_arrays_.push_back(SharedArrayPlace{key, offset});
+    shared_arrays_.push_back(
+        SharedArrayPlace{key, offset, untagged_site != nullptr,
+                         untagged_site != nullptr ? *untagged_site : SourceSite{}});
     shared_end_ = offset + bytes;
     std::memset(shared_base_ + offset, kUninitialisedShared, bytes);
     return shared_base_ + offset;
@@ -263,6 +287,8 @@ class BlockRunner {
   struct SharedArrayPlace {
     const void* key;
     std::size_t offset;
+    bool untagged;    // asked for by an untagged shared_array call
+    SourceSite site;  // that call's site (untagged only)
   };
 
   void start_block(const Dim3& index) {
@@ -568,8 +594,10 @@ const ThreadCoords& current_thread(const char* function) {
   return runner_in_thread(function).coords();
 }
 
-void* shared_storage(const void* key, std::size_t bytes, std::size_t alignment) {
-  return runner_in_thread("devmem::shared_array").shared_storage(key, bytes, alignment);
+void* shared_storage(const void* key, std::size_t element_size, std::span<const std::size_t> shape,
+                     std::size_t alignment, const SourceSite* untagged_site) {
+  return runner_in_thread("devmem::shared_array")
+      .shared_storage(key, element_size, shape, alignment, untagged_site);
 }
 
 void* dynamic_shared_storage(std::size_t alignment) {

@@ -59,12 +59,17 @@ class ArrayView {
   }
 
   [[nodiscard]] DEVMEM_HOST_DEVICE T* data() const { return data_; }
+  /// Length of dimension `dim` < Rank (Numba's `arr.shape[dim]`).
   [[nodiscard]] DEVMEM_HOST_DEVICE std::int64_t shape(std::size_t dim) const { return shape_[dim]; }
+  /// The same as shape(dim), the name std::mdspan uses.
+  [[nodiscard]] DEVMEM_HOST_DEVICE std::int64_t extent(std::size_t dim) const {
+    return shape_[dim];
+  }
   /// Byte stride of dimension `dim`.
   [[nodiscard]] DEVMEM_HOST_DEVICE std::int64_t stride(std::size_t dim) const {
     return strides_[dim];
   }
-  /// Number of elements.
+  /// Number of elements (Numba's `arr.size`; 1 for Rank 0).
   [[nodiscard]] DEVMEM_HOST_DEVICE std::int64_t size() const {
     std::int64_t n = 1;
     for (std::size_t d = 0; d != Rank; ++d) n *= shape_[d];

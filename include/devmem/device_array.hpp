@@ -202,31 +202,57 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
   Stream stream_;
 };
 
-/// One value of a trivially copyable type on the device (Numba's DeviceRecord).
+/// One value of a trivially copyable type on the device (Numba's DeviceRecord): a 0-d DeviceArray
+/// of dtype_of<T>(). Made by to_device(value) or from an existing 0-d array. A stream left
+/// unspecified means the record's. Errors: InvalidArgument (a stream of another device, a wrong
+/// array), BackendError. Thread safety: as DeviceArray.
 template <Element T>
 class DeviceRecord {
  public:
+  /// Wraps a 0-d array of dtype_of<T>() (InvalidArgument otherwise); shares its memory.
   explicit DeviceRecord(DeviceArray array) : array_(std::move(array)) {
     detail::check_dtype(dtype_of<T>(), array_.dtype(), "DeviceRecord");
     if (array_.ndim() != 0) throw InvalidArgument("DeviceRecord: the array must be 0-d");
   }
-  /// Copies the value to the host.
+  /// Copies the value to the host and returns it, after waiting for the stream used (so errors
+  /// of earlier work on it are reported here too).
   [[nodiscard]] T get(const Stream& stream = {}) const {
     T value;
-    array_.copy_to_host(HostArray::view(static_cast<void*>(&value), Shape{}, array_.dtype()),
-                        stream);
+    copy_to_host(value, stream);
     (stream.is_specified() ? stream : array_.stream()).synchronize();
     return value;
   }
-  /// Copies `value` to the device (synchronously: the host value may change right after).
+  /// Copies `value` to the device and waits for the stream used: the copy has reached the device
+  /// when it returns.
   void set(const T& value, const Stream& stream = {}) const {
-    array_.copy_to_device(
-        HostArray::view(static_cast<const void*>(&value), Shape{}, array_.dtype()), stream);
+    copy_to_device(value, stream);
     (stream.is_specified() ? stream : array_.stream()).synchronize();
   }
+  /// Numba's copy_to_host() without a destination: get(stream).
+  [[nodiscard]] T copy_to_host(const Stream& stream = {}) const { return get(stream); }
+  /// Copies the value into `destination` (Numba's copy_to_host(ary, stream)). The rules of
+  /// DeviceArray::copy_to_host(destination): for ordinary (pageable) memory the value is there
+  /// when the call returns; a `destination` inside page-locked memory is written asynchronously
+  /// on a non-default stream.
+  void copy_to_host(T& destination, const Stream& stream = {}) const {
+    array_.copy_to_host(HostArray::view(static_cast<void*>(&destination), Shape{}, array_.dtype()),
+                        stream);
+  }
+  /// Copies `value` to the device (Numba's copy_to_device), by DeviceArray::copy_to_device's
+  /// rules: a `value` in pageable memory has been read when the call returns (it may change
+  /// at once), while the device side may still be in flight on a non-default stream (set() waits
+  /// for it).
+  void copy_to_device(const T& value, const Stream& stream = {}) const {
+    array_.copy_to_device(
+        HostArray::view(static_cast<const void*>(&value), Shape{}, array_.dtype()), stream);
+  }
+  /// The 0-d array holding the value.
   [[nodiscard]] const DeviceArray& array() const noexcept { return array_; }
+  /// The value's device address.
   [[nodiscard]] void* data() const noexcept { return array_.data(); }
+  /// dtype_of<T>().
   [[nodiscard]] const DType& dtype() const noexcept { return array_.dtype(); }
+  /// The stream the record's methods use by default.
   [[nodiscard]] const Stream& stream() const noexcept { return array_.stream(); }
 
  private:

@@ -96,7 +96,21 @@ enum class FenceScope : unsigned {
   return (static_cast<unsigned>(value) & static_cast<unsigned>(scope)) != 0;
 }
 
+namespace detail {
+/// Extent `dim` of the constant shape N... (0 when dim >= sizeof...(N)). A fold rather than a
+/// local array indexed at run time, which device compilers would have to place in memory.
+template <std::size_t... N>
+[[nodiscard]] DEVMEM_HOST_DEVICE constexpr std::size_t static_extent(std::size_t dim) {
+  std::size_t result = 0;
+  std::size_t d = 0;
+  ((result = (d++ == dim) ? N : result), ...);
+  return result;
+}
+}  // namespace detail
+
 /// A block-shared array of constant shape N... (C order), as returned by shared_array.
+/// Thread safety: every thread of the block sees the same elements; order accesses from several
+/// threads with syncthreads() / barrier() as on a GPU.
 template <class T, std::size_t... N>
 class SharedArray {
   static_assert(sizeof...(N) >= 1, "a shared array has at least one dimension");
@@ -115,10 +129,15 @@ class SharedArray {
   }
   DEVMEM_HOST_DEVICE T& operator[](std::size_t i) const { return data_[i]; }
   [[nodiscard]] DEVMEM_HOST_DEVICE T* data() const { return data_; }
+  /// Number of elements (Numba's `arr.size`).
   [[nodiscard]] DEVMEM_HOST_DEVICE static constexpr std::size_t size() { return extent_count; }
+  /// Length of dimension `dim` < rank (Numba's `arr.shape[dim]`).
   [[nodiscard]] DEVMEM_HOST_DEVICE static constexpr std::size_t shape(std::size_t dim) {
-    constexpr std::size_t dims[] = {N...};
-    return dims[dim];
+    return detail::static_extent<N...>(dim);
+  }
+  /// The same as shape(dim), the name ArrayView and std::mdspan use.
+  [[nodiscard]] DEVMEM_HOST_DEVICE static constexpr std::size_t extent(std::size_t dim) {
+    return shape(dim);
   }
 
  private:
@@ -127,6 +146,7 @@ class SharedArray {
 
 /// A per-thread scratch array of constant shape N... (C order), Numba's cuda.local.array:
 ///   devmem::local_array<float, 8> scratch;   // in a kernel; uninitialised like a C array
+/// An aggregate holding its elements, so each thread's copy lives in its own (local) memory.
 template <class T, std::size_t... N>
 struct local_array {
   static_assert(sizeof...(N) >= 1, "a local array has at least one dimension");
@@ -143,14 +163,25 @@ struct local_array {
   DEVMEM_HOST_DEVICE T& operator[](std::size_t i) { return elements[i]; }
   DEVMEM_HOST_DEVICE const T& operator[](std::size_t i) const { return elements[i]; }
   [[nodiscard]] DEVMEM_HOST_DEVICE T* data() { return elements; }
+  /// Number of elements (Numba's `arr.size`).
   [[nodiscard]] DEVMEM_HOST_DEVICE static constexpr std::size_t size() { return extent_count; }
+  /// Length of dimension `dim` < rank (Numba's `arr.shape[dim]`).
+  [[nodiscard]] DEVMEM_HOST_DEVICE static constexpr std::size_t shape(std::size_t dim) {
+    return detail::static_extent<N...>(dim);
+  }
+  /// The same as shape(dim), the name ArrayView and std::mdspan use.
+  [[nodiscard]] DEVMEM_HOST_DEVICE static constexpr std::size_t extent(std::size_t dim) {
+    return shape(dim);
+  }
 
   T elements[extent_count];
 };
 
 namespace detail {
 
-/// The default tag of shared_array: arrays of the same type and shape without a tag are one array.
+/// The tag of an untagged shared_array on the GPU backends: untagged arrays of the same type and
+/// shape are one __shared__ variable there (see shared_array in the host simulator, which reports
+/// two such call sites in one kernel as a launch failure).
 struct SharedArrayDefaultTag {};
 
 /// Where a launch goes, after launch_prepare checked it.
@@ -267,6 +298,15 @@ auto convert_kernel_arguments(const PreparedLaunch& launch, std::index_sequence<
 
 /// Declares a block-shared array named `name` of element type T and shape `...`, distinct from
 /// every other shared array of the kernel: DEVMEM_SHARED_ARRAY(tile, float, 16, 16);
+///
+/// shared_array<T, N...>() without a tag names the array by its type and shape alone: on CUDA and
+/// ROC two untagged call sites of the same type and shape in one kernel are silently the same
+/// memory (the GPU compilers cannot tell the call sites apart). The host backend's simulator
+/// detects it and fails the launch naming both source lines, so run kernels on the host backend
+/// in tests. Numba gives every cuda.shared.array call its own memory; here each array needs a tag
+/// (this macro, or shared_array<T, N...>([] {})) unless it is the only one of its type and shape.
+/// The same call site reached again (a loop, a device function called twice) is the same array,
+/// as a __shared__ declaration is.
 #define DEVMEM_SHARED_ARRAY(name, T, ...) auto name = ::devmem::shared_array<T, __VA_ARGS__>([] {})
 
 namespace devmem {

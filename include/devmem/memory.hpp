@@ -64,12 +64,24 @@ template <class T, std::size_t N>
 struct is_span<std::span<T, N>> : std::true_type {};
 }  // namespace detail
 
-/// Copies one value to the device (Numba's to_device of a record / scalar).
+/// Copies one value to a new DeviceRecord on `stream` (Numba's to_device of a record or scalar).
+/// With copy = false the record is allocated but not filled (uninitialised, like device_array).
+/// With `to`, copies into that record instead (not at all with copy = false) and returns it,
+/// sharing its memory; its dtype is T's by construction. The copy waits for the stream (as
+/// DeviceRecord::set does), so `value` may be a temporary; Numba's copy on a stream is
+/// asynchronous (use DeviceRecord::copy_to_device for that). Errors as the array overloads:
+/// InvalidArgument when `stream` belongs to another device than `to` ("copy_to_device: the stream
+/// belongs to device 1 ..."), OutOfMemory, BackendError.
 template <Element T>
   requires(!detail::is_span<T>::value)
-[[nodiscard]] DeviceRecord<T> to_device(const T& value, const Stream& stream = {}) {
+[[nodiscard]] DeviceRecord<T> to_device(const T& value, const Stream& stream = {}, bool copy = true,
+                                        const std::type_identity_t<DeviceRecord<T>>* to = nullptr) {
+  if (to != nullptr) {
+    if (copy) to->set(value, stream);
+    return *to;
+  }
   DeviceRecord<T> record(device_array(Shape{}, dtype_of<T>(), {}, Order::C, stream));
-  record.set(value, stream);
+  if (copy) record.set(value, stream);
   return record;
 }
 

@@ -1,5 +1,6 @@
 // Allocation: device_array, device_array<T>, device_array_like, to_device (HostArray, span,
-// vector, record), alloc_size (Numba's extent rules).
+// vector, record, with copy = false and `to`), DeviceRecord's transfers, alloc_size (Numba's
+// extent rules).
 #include "support.hpp"
 
 #include <array>
@@ -622,5 +623,158 @@ TEST_CASE("to_device: records give a DeviceRecord", "[allocation][record]") {
     REQUIRE_THROWS_MATCHES(devmem::DeviceRecord<float>(devmem::device_array(Shape{}, f8())),
                            devmem::InvalidArgument,
                            Message("DeviceRecord: the array's dtype is float64, not float32"));
+  }
+}
+
+namespace {
+// Whether to_device(value, stream, copy, &record) compiles: `to` must be a DeviceRecord of the
+// value's own type, so a dtype mismatch is a compile-time error rather than a run-time one.
+template <class Value, class Record>
+concept copies_into =
+    requires(const Value& v, const Record* r) { devmem::to_device(v, devmem::Stream{}, true, r); };
+static_assert(copies_into<Particle, devmem::DeviceRecord<Particle>>);
+static_assert(copies_into<double, devmem::DeviceRecord<double>>);
+static_assert(!copies_into<double, devmem::DeviceRecord<float>>);
+static_assert(!copies_into<float, devmem::DeviceRecord<Particle>>);
+}  // namespace
+
+TEST_CASE("to_device: a record with copy = false or into an existing record (`to`)",
+          "[allocation][record]") {
+  SECTION("copy = false allocates an uninitialised record that is usable") {
+    const devmem::Stream s = devmem::stream();
+    const Particle p{3, {1.0, 2.0, 3.0}, 4.0F};
+    const devmem::DeviceRecord<Particle> r = devmem::to_device(p, s, false);
+    CHECK(r.stream() == s);
+    CHECK(r.dtype() == devmem::dtype_of<Particle>());
+    CHECK(r.array().ndim() == 0);
+    CHECK(r.array().alloc_size() == static_cast<int64_t>(sizeof(Particle)));
+    CHECK(r.data() != nullptr);
+    r.set(p);
+    CHECK(same_particle(r.get(), p));
+  }
+  SECTION("copy = false: the record is real memory that takes values afterwards") {
+    const devmem::DeviceRecord<std::int64_t> r = devmem::to_device(std::int64_t{5}, {}, false);
+    r.array().fill(std::int64_t{-7});
+    CHECK(r.get() == -7);
+  }
+  const devmem::DeviceRecord<Particle> target = devmem::to_device(Particle{0, {0, 0, 0}, 0.0F});
+  SECTION("`to` copies into the same record and returns it") {
+    const Particle p{9, {-1.0, -2.0, -3.0}, 0.5F};
+    const devmem::DeviceRecord<Particle> r = devmem::to_device(p, {}, true, &target);
+    CHECK(r.data() == target.data());
+    CHECK(r.array().memory() == target.array().memory());
+    CHECK(same_particle(target.get(), p));
+  }
+  SECTION("`to` on a stream") {
+    const devmem::Stream s = devmem::stream();
+    const Particle p{11, {1.5, 2.5, 3.5}, 8.0F};
+    const devmem::DeviceRecord<Particle> r = devmem::to_device(p, s, true, &target);
+    CHECK(r.data() == target.data());
+    CHECK(same_particle(target.get(s), p));
+  }
+  SECTION("`to` with copy = false leaves the record untouched") {
+    const devmem::DeviceRecord<Particle> r =
+        devmem::to_device(Particle{1, {1, 1, 1}, 1.0F}, {}, false, &target);
+    CHECK(r.data() == target.data());
+    CHECK(same_particle(target.get(), Particle{0, {0, 0, 0}, 0.0F}));
+  }
+  SECTION("a scalar into an existing record") {
+    const devmem::DeviceRecord<double> d = devmem::to_device(1.0);
+    const devmem::DeviceRecord<double> r = devmem::to_device(2.25, {}, true, &d);
+    CHECK(r.data() == d.data());
+    CHECK(d.get() == 2.25);
+  }
+}
+
+TEST_CASE("to_device: `to` and a stream of another device",
+          "[allocation][record][errors][multi-device]") {
+  if (devmem::device_count() < 2) {
+    // One device: a stream of this device is accepted.
+    const devmem::DeviceRecord<double> r = devmem::to_device(0.0);
+    const devmem::Stream s = devmem::stream();
+    (void)devmem::to_device(4.0, s, true, &r);
+    CHECK(r.get() == 4.0);
+    return;
+  }
+  const int original = devmem::current_device();
+  devmem::select_device(1);
+  const devmem::Stream other = devmem::stream();
+  const devmem::DeviceRecord<double> on_device_1 = devmem::to_device(1.5, other);
+  devmem::select_device(0);
+  const devmem::DeviceRecord<double> r = devmem::to_device(0.5);
+  const std::string backend = devmem::backend_name();
+  const std::string message = "copy_to_device: the stream belongs to device 1 of backend '" +
+                              backend + "' but the array is on device 0 of backend '" + backend +
+                              "'";
+  // As for arrays: the record `to` and the stream must be on one device.
+  REQUIRE_THROWS_MATCHES(devmem::to_device(2.0, other, true, &r), devmem::InvalidArgument,
+                         Message(message));
+  CHECK(r.get() == 0.5);
+  const DeviceArray array_target = devmem::device_array(Shape{1}, f8());
+  REQUIRE_THROWS_MATCHES(devmem::to_device(HostArray(Shape{1}, f8()), other, true, &array_target),
+                         devmem::InvalidArgument, Message(message));
+  // A record of device 1 takes values on its own stream, whichever device is current.
+  (void)devmem::to_device(2.5, {}, true, &on_device_1);
+  CHECK(on_device_1.get() == 2.5);
+  REQUIRE_THROWS_MATCHES(
+      on_device_1.copy_to_device(1.0, devmem::default_stream()), devmem::InvalidArgument,
+      Message("copy_to_device: the stream belongs to device 0 of backend '" + backend +
+              "' but the array is on device 1 of backend '" + backend + "'"));
+  double host = 0.0;
+  REQUIRE_THROWS_MATCHES(
+      on_device_1.copy_to_host(host, devmem::default_stream()), devmem::InvalidArgument,
+      Message("copy_to_host: the stream belongs to device 0 of backend '" + backend +
+              "' but the array is on device 1 of backend '" + backend + "'"));
+  devmem::select_device(original);
+}
+
+TEST_CASE("DeviceRecord: copy_to_host and copy_to_device (Numba's names)", "[allocation][record]") {
+  const Particle p{21, {0.5, 1.5, 2.5}, 3.0F};
+  SECTION("copy_to_host() returns the value") {
+    const devmem::DeviceRecord<Particle> r = devmem::to_device(p);
+    CHECK(same_particle(r.copy_to_host(), p));
+  }
+  SECTION("copy_to_host(stream) waits for the stream before returning the value") {
+    const devmem::Stream s = devmem::stream();
+    const devmem::DeviceRecord<Particle> r = devmem::to_device(p, s);
+    const Particle q{22, {1, 2, 3}, 4.0F};
+    r.copy_to_device(q, s);  // asynchronous on s; q lives until s is synchronized below
+    CHECK(same_particle(r.copy_to_host(s), q));
+  }
+  SECTION("copy_to_host(destination) on the default stream") {
+    const devmem::DeviceRecord<Particle> r = devmem::to_device(p);
+    Particle out{};
+    r.copy_to_host(out);
+    CHECK(same_particle(out, p));
+  }
+  SECTION("copy_to_host(destination, stream) is complete after the stream") {
+    const devmem::Stream s = devmem::stream();
+    const devmem::DeviceRecord<double> r = devmem::to_device(6.5, s);
+    double out = 0.0;
+    r.copy_to_host(out, s);
+    s.synchronize();
+    CHECK(out == 6.5);
+  }
+  SECTION("copy_to_device on the default stream") {
+    const devmem::DeviceRecord<Particle> r = devmem::to_device(Particle{}, {}, false);
+    Particle q = p;
+    r.copy_to_device(q);
+    q.id = -1;  // the default stream's copy is complete
+    CHECK(r.get().id == 21);
+  }
+  SECTION("copy_to_device on the record's own stream (none given)") {
+    const devmem::Stream s = devmem::stream();
+    const devmem::DeviceRecord<std::int32_t> r = devmem::to_device(std::int32_t{1}, s);
+    const std::int32_t value = 77;
+    r.copy_to_device(value);
+    s.synchronize();
+    CHECK(r.array().item<std::int32_t>() == 77);
+    CHECK(r.copy_to_host() == 77);
+  }
+  SECTION("get and set stay") {
+    const devmem::DeviceRecord<double> r = devmem::to_device(1.0);
+    r.set(2.0);
+    CHECK(r.get() == 2.0);
+    CHECK(r.copy_to_host() == 2.0);
   }
 }

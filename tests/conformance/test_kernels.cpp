@@ -6,7 +6,8 @@
 // local scratch arrays, a constant-memory lookup table, global-memory ordering across barrier(),
 // wave barriers, dynamic shared memory, multi-dimensional indices, strided views. Then the launch
 // errors every backend reports the same way, and ([host-only]) what the simulator detects:
-// barrier divergence, exceptions in kernel code, shared memory over the limit, injected failures.
+// barrier divergence, two untagged shared arrays of one type and shape, exceptions in kernel code,
+// shared memory over the limit, injected failures.
 #include "support.hpp"
 
 #include <devmem/kernel.hpp>
@@ -153,6 +154,8 @@ DEVMEM_KERNEL void record_coordinates(ArrayView<long long, 3> out) {
                  100000000LL * (b.x * b.y * b.z) + 10000000000LL * (devmem::warp_size() > 0);
 }
 
+struct SharedScratchTag {};
+
 DEVMEM_KERNEL void distinct_shared_arrays(ArrayView<int, 1> out, ArrayView<int, 1> aliasing) {
   DEVMEM_SHARED_ARRAY(first, int, 32);
   DEVMEM_SHARED_ARRAY(second, int, 32);
@@ -162,12 +165,61 @@ DEVMEM_KERNEL void distinct_shared_arrays(ArrayView<int, 1> out, ArrayView<int, 
   devmem::syncthreads();
   out[t] = first[31 - t] + second[t];
   if (t == 0) {
-    // Without a tag, the same type and shape is the same array.
-    const auto untagged_a = devmem::shared_array<int, 8>();
-    const auto untagged_b = devmem::shared_array<int, 8>();
-    aliasing[0] = untagged_a.data() == untagged_b.data() ? 1 : 0;
+    // One tag type names one array wherever it is used: how two call sites share one on purpose.
+    const auto shared_a = devmem::shared_array<int, 8>(SharedScratchTag{});
+    const auto shared_b = devmem::shared_array<int, 8>(SharedScratchTag{});
+    aliasing[0] = shared_a.data() == shared_b.data() ? 1 : 0;
     aliasing[1] = first.data() == second.data() ? 1 : 0;
   }
+}
+
+// The only untagged int[4] of its kernel: every call returns the same array, as one __shared__
+// declaration does, however often it is reached.
+DEVMEM_DEVICE int* block_scratch() {
+  return devmem::shared_array<int, 4>().data();
+}
+
+DEVMEM_KERNEL void untagged_site_reached_twice(ArrayView<int, 2> out) {
+  const unsigned t = devmem::thread_idx().x;
+  int* previous = nullptr;
+  for (int round = 0; round < 2; ++round) {
+    int* const scratch = block_scratch();
+    if (t == 0) scratch[0] = 10 * (round + 1);
+    devmem::syncthreads();
+    out(t, round) = scratch[0] + (previous != nullptr && previous != scratch ? 1000 : 0);
+    devmem::syncthreads();
+    previous = scratch;
+  }
+}
+
+// shape, extent and size of every array kind a kernel uses, written by thread 0.
+DEVMEM_KERNEL void report_array_shapes(ArrayView<const float, 2> view,
+                                       ArrayView<long long, 1> out) {
+  DEVMEM_SHARED_ARRAY(tile, float, 4, 6);
+  devmem::local_array<int, 3, 5, 2> scratch;
+  if (devmem::thread_idx().x != 0) return;
+  scratch(2, 4, 1) = 7;
+  int k = 0;
+  const auto put = [&](std::int64_t value) { out[k++] = static_cast<long long>(value); };
+  put(static_cast<std::int64_t>(tile.rank));
+  for (std::size_t d = 0; d < tile.rank; ++d) {
+    put(static_cast<std::int64_t>(tile.shape(d)));
+    put(static_cast<std::int64_t>(tile.extent(d)));
+  }
+  put(static_cast<std::int64_t>(tile.size()));
+  put(static_cast<std::int64_t>(scratch.rank));
+  for (std::size_t d = 0; d < scratch.rank; ++d) {
+    put(static_cast<std::int64_t>(scratch.shape(d)));
+    put(static_cast<std::int64_t>(scratch.extent(d)));
+  }
+  put(static_cast<std::int64_t>(scratch.size()));
+  put(scratch(2, 4, 1));
+  put(static_cast<std::int64_t>(view.rank));
+  for (std::size_t d = 0; d < view.rank; ++d) {
+    put(view.shape(d));
+    put(view.extent(d));
+  }
+  put(view.size());
 }
 
 DEVMEM_KERNEL void add_to_view(ArrayView<double, 2> view, double amount) {
@@ -436,7 +488,50 @@ TEST_CASE("kernels: two shared arrays of the same type and shape", "[kernels]") 
   devmem::launch({1, 32}, distinct_shared_arrays, out, aliasing);
   const auto got = out.to_vector<int>();
   for (int t = 0; t < 32; ++t) CHECK(got[static_cast<std::size_t>(t)] == (31 - t) + 100 + t);
+  // Distinct tags: distinct arrays; one tag type at two call sites: one array.
   CHECK(aliasing.to_vector<int>() == std::vector<int>{1, 0});
+}
+
+TEST_CASE("kernels: an untagged shared array's call site reached twice is one array", "[kernels]") {
+  const DeviceArray out = devmem::device_array<int>({32, 2});
+  devmem::launch({1, 32}, untagged_site_reached_twice, out);
+  const auto got = out.to_vector<int>();
+  for (std::size_t t = 0; t < 32; ++t) {
+    CHECK(got[2 * t] == 10);
+    CHECK(got[2 * t + 1] == 20);
+  }
+}
+
+TEST_CASE("kernels: every array kind answers shape, extent and size", "[kernels]") {
+  // Constant shapes are known at compile time.
+  static_assert(devmem::SharedArray<float, 4, 6>::shape(1) == 6);
+  static_assert(devmem::SharedArray<float, 4, 6>::extent(0) == 4);
+  static_assert(devmem::SharedArray<float, 4, 6>::size() == 24);
+  static_assert(devmem::local_array<int, 3, 5, 2>::shape(0) == 3);
+  static_assert(devmem::local_array<int, 3, 5, 2>::extent(2) == 2);
+  static_assert(devmem::local_array<int, 3, 5, 2>::size() == 30);
+  static_assert(devmem::local_array<double, 9>::extent(0) == 9);
+  static_assert(
+      std::is_same_v<decltype(std::declval<ArrayView<float, 2>>().extent(0)), std::int64_t>);
+  static_assert(std::is_trivially_copyable_v<ArrayView<const float, 2>>);
+
+  const DeviceArray d = devmem::device_array<float>({5, 7});
+  const DeviceArray columns = d.slice(1, 1, std::nullopt, 3);  // shape (5, 2), strided
+  const ArrayView<const float, 2> view = columns.view<const float, 2>();
+  CHECK(view.shape(0) == 5);
+  CHECK(view.extent(0) == 5);
+  CHECK(view.shape(1) == 2);
+  CHECK(view.extent(1) == 2);
+  CHECK(view.size() == 10);
+
+  const DeviceArray out = devmem::device_array<long long>({23});
+  out.fill(-1LL);
+  devmem::launch({1, 4}, report_array_shapes, view, out);
+  CHECK(out.to_vector<long long>() ==
+        std::vector<long long>{2,  4, 4, 6, 6, 24,            // shared float[4][6]
+                               3,  3, 3, 5, 5, 2,  2, 30, 7,  // local int[3][5][2]
+                               2,  5, 5, 2, 2, 10,            // the view (5, 2)
+                               -1, -1});
 }
 
 TEST_CASE("kernels: strided and transposed views", "[kernels]") {
@@ -477,6 +572,8 @@ TEST_CASE("kernels: DeviceArray::view checks dtype and rank", "[kernels]") {
   CHECK(v.data() == d.data());
   CHECK(v.size() == 12);
   CHECK(v.shape(1) == 4);
+  CHECK(v.extent(0) == 3);
+  CHECK(v.extent(1) == 4);
   CHECK(v.stride(0) == 16);
   const ArrayView<const float, 2> read_only = v;
   CHECK(read_only.data() == d.data());
@@ -860,6 +957,32 @@ DEVMEM_KERNEL void too_much_static_shared(ArrayView<int, 1> out) {
   out[0] = big[0];
 }
 
+// Two untagged call sites of one type and shape: on a GPU one array, in the simulator an error.
+constexpr unsigned kUntaggedFirstLine = __LINE__ + 3;
+DEVMEM_KERNEL void two_untagged_shared_arrays(ArrayView<int, 1> out) {
+  const unsigned t = devmem::thread_idx().x;
+  const auto first = devmem::shared_array<int, 8>();
+  const auto second = devmem::shared_array<int, 8>();
+  first[t % 8] = 1;
+  second[t % 8] = 2;
+  out[t] = first[t % 8];
+}
+
+// The same from two device functions, reached by different threads of the block.
+constexpr unsigned kUntaggedHelperLine = __LINE__ + 2;
+DEVMEM_DEVICE float* untagged_tile_a() {
+  return devmem::shared_array<float, 2, 3>().data();
+}
+DEVMEM_DEVICE float* untagged_tile_b() {
+  return devmem::shared_array<float, 2, 3>().data();
+}
+DEVMEM_KERNEL void untagged_arrays_in_two_branches(ArrayView<int, 1> out) {
+  const unsigned t = devmem::thread_idx().x;
+  float* tile = t < 4 ? untagged_tile_a() : untagged_tile_b();
+  tile[0] = 1.0f;
+  out[t] = 1;
+}
+
 DEVMEM_KERNEL void wait_for_flag(const std::atomic<bool>* flag, ArrayView<int, 1> out) {
   while (!flag->load()) std::this_thread::yield();
   out[devmem::global_id()] = 42;
@@ -949,6 +1072,47 @@ TEST_CASE("kernels: an exception in kernel code fails the launch and unwinds eve
   }
   CHECK(g_live_guards.load() == 0);
   CHECK_NOTHROW(s.synchronize());  // reported once
+}
+
+TEST_CASE("kernels: the simulator refuses two untagged shared arrays of one type and shape",
+          "[kernels][host-only]") {
+  const std::string file = "test_kernels.cpp:";
+  const devmem::Stream s = devmem::stream();
+  const DeviceArray out = devmem::device_array<int>({32}, Order::C, s);
+  SECTION("in the kernel itself") {
+    devmem::launch({2, 32, 0, s}, two_untagged_shared_arrays, out);
+    try {
+      s.synchronize();
+      FAIL("synchronize did not report the untagged arrays");
+    } catch (const devmem::BackendError& e) {
+      check_launch_failure(
+          e,
+          "host launch: LaunchFailure (719): shared_array: two untagged shared arrays of shape "
+          "(8,) with 4-byte elements (32 bytes) in one kernel, at " +
+              file + std::to_string(kUntaggedFirstLine) + " and at " + file +
+              std::to_string(kUntaggedFirstLine + 1) + " (thread (0, 0, 0) of block (");
+      CHECK_THAT(std::string(e.what()),
+                 Catch::Matchers::EndsWith(
+                     "): on a GPU they are one array, silently sharing its memory; give each a "
+                     "tag: DEVMEM_SHARED_ARRAY(name, T, N...) or shared_array<T, N...>([] {})"));
+    }
+  }
+  SECTION("in two device functions that different threads call") {
+    try {
+      devmem::launch({1, 8}, untagged_arrays_in_two_branches, out);  // default stream: throws here
+      FAIL("launch did not report the untagged arrays");
+    } catch (const devmem::BackendError& e) {
+      check_launch_failure(e,
+                           "two untagged shared arrays of shape (2, 3) with 4-byte elements (24 "
+                           "bytes) in one kernel, at " +
+                               file + std::to_string(kUntaggedHelperLine) + " and at " + file +
+                               std::to_string(kUntaggedHelperLine + 3) +
+                               " (thread (4, 0, 0) of block (0, 0, 0))");
+    }
+  }
+  // The stream and the simulator keep working afterwards.
+  devmem::launch({1, 32, 0, s}, fill_iota, out, 1);
+  CHECK(out.to_vector<int>(s)[31] == 32);
 }
 
 TEST_CASE("kernels: the simulator enforces the shared-memory limit", "[kernels][host-only]") {

@@ -129,6 +129,10 @@ void copy_to_constant(T (&symbol)[N], int device, const void* values, std::size_
   return warpSize;
 }
 
+/// The block-shared array of type T and shape N... named by `Tag` (see kernel_host.hpp). Untagged
+/// calls take the default tag, so two untagged call sites of the same type and shape in one kernel
+/// are one array: the device compilers give no portable way to tell call sites apart (nvcc rejects
+/// a lambda as a default template argument). The host simulator reports such kernels.
 template <class T, std::size_t... N, class Tag = detail::SharedArrayDefaultTag>
 [[nodiscard]] DEVMEM_DETAIL_DEVICE SharedArray<T, N...> shared_array(Tag = {}) {
   // One __shared__ variable per instantiation (type, shape, tag), per block.

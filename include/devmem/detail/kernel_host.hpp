@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <functional>
+#include <span>
 #include <tuple>
 
 #define DEVMEM_KERNEL
@@ -44,9 +45,14 @@ struct ThreadCoords {
 /// when called outside a kernel.
 [[nodiscard]] DEVMEM_API const ThreadCoords& current_thread(const char* function);
 /// The block's shared storage for the array identified by `key` (the same for every thread of the
-/// block). Fails the launch when the block's shared memory would exceed the device limit.
-[[nodiscard]] DEVMEM_API void* shared_storage(const void* key, std::size_t bytes,
-                                              std::size_t alignment);
+/// block), of `shape` elements of `element_size` bytes. `untagged_site` is where an untagged
+/// shared_array is called (null for a tagged one): a second untagged call site for the same key
+/// in the block fails the launch naming both, since on a GPU the two would silently alias. Fails
+/// the launch too when the block's shared memory would exceed the device limit.
+[[nodiscard]] DEVMEM_API void* shared_storage(const void* key, std::size_t element_size,
+                                              std::span<const std::size_t> shape,
+                                              std::size_t alignment,
+                                              const SourceSite* untagged_site);
 /// The block's dynamic shared memory (LaunchConfig::shared_bytes bytes).
 [[nodiscard]] DEVMEM_API void* dynamic_shared_storage(std::size_t alignment);
 /// Waits until every thread of the block has arrived (at the same barrier).
@@ -113,17 +119,42 @@ void copy_to_constant(T (&symbol)[N], int /*device*/, const void* values, std::s
   return detail::sim::warp_size();
 }
 
-/// The block-shared array of element type T and shape N... identified by T, N... and `Tag`: every
-/// thread of a block gets the same memory, uninitialised at block start. Pass a distinct tag
-/// (e.g. a lambda, `shared_array<float, 16, 16>([] {})`, or use DEVMEM_SHARED_ARRAY) for two
-/// arrays of the same type and shape.
-template <class T, std::size_t... N, class Tag = detail::SharedArrayDefaultTag>
-[[nodiscard]] SharedArray<T, N...> shared_array(Tag = {}) {
+namespace detail::sim {
+template <class T, std::size_t... N>
+void* shared_array_storage(const void* key, const SourceSite* untagged_site) {
   static_assert(std::is_trivially_default_constructible_v<T> && std::is_trivially_destructible_v<T>,
                 "shared memory holds trivial types only (as __shared__ does)");
-  void* storage = detail::sim::shared_storage(&detail::sim::shared_key<T, Tag, N...>,
-                                              sizeof(T) * (N * ...), alignof(T));
-  return SharedArray<T, N...>(static_cast<T*>(storage));
+  static constexpr std::size_t shape[] = {N...};
+  return shared_storage(key, sizeof(T), shape, alignof(T), untagged_site);
+}
+}  // namespace detail::sim
+
+/// The block-shared array of element type T and shape N... identified by T, N... and `Tag`: every
+/// thread of a block gets the same memory, uninitialised at block start. Give every array its own
+/// tag type (a lambda: `shared_array<float, 16, 16>([] {})`, or use DEVMEM_SHARED_ARRAY); call
+/// sites passing the same tag type share one array, which is how two device functions share one
+/// on purpose. Fails the launch (BackendError from the stream's next synchronize) when the block's
+/// shared memory would exceed the device's limit. Thread safety: as a __shared__ array.
+template <class T, std::size_t... N, class Tag>
+  requires(!std::is_same_v<Tag, detail::sim::SourceSite> &&
+           !std::is_same_v<Tag, detail::SharedArrayDefaultTag>)
+[[nodiscard]] SharedArray<T, N...> shared_array(Tag) {
+  return SharedArray<T, N...>(static_cast<T*>(
+      detail::sim::shared_array_storage<T, N...>(&detail::sim::shared_key<T, Tag, N...>, nullptr)));
+}
+/// The untagged block-shared array of element type T and shape N...: one array per type and shape
+/// in a kernel. On CUDA and ROC two untagged call sites of the same type and shape in one kernel
+/// silently share their memory; the simulator fails the launch instead (LaunchFailure naming both
+/// source lines, from the stream's next synchronize), so test kernels on the host backend. One call
+/// site reached several times (a loop, a device function called twice) is one array, as a
+/// __shared__ declaration is. Numba gives every cuda.shared.array call site its own array (its
+/// simulator one per source line); here that takes a tag, as above. `where` is the call site
+/// (left to its default).
+template <class T, std::size_t... N>
+[[nodiscard]] SharedArray<T, N...> shared_array(
+    const detail::sim::SourceSite& where = detail::sim::SourceSite::current()) {
+  return SharedArray<T, N...>(static_cast<T*>(detail::sim::shared_array_storage<T, N...>(
+      &detail::sim::shared_key<T, detail::SharedArrayDefaultTag, N...>, &where)));
 }
 /// The block's dynamic shared memory (LaunchConfig::shared_bytes bytes) as elements of T.
 template <class T>
