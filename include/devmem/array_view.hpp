@@ -33,8 +33,10 @@ template <class T, std::size_t Rank>
 class ArrayView {
  public:
   using element_type = T;
+  /// Number of dimensions (Numba's `arr.ndim`).
   static constexpr std::size_t rank = Rank;
 
+  /// A null view of shape (0, ...): what a kernel gets for an empty array.
   ArrayView() = default;
   /// A view of `data` with the given shape and byte strides (arrays of Rank values).
   DEVMEM_HOST_DEVICE ArrayView(T* data, const std::int64_t* shape, const std::int64_t* strides)
@@ -58,6 +60,7 @@ class ArrayView {
     return *address(i);
   }
 
+  /// Address of element (0, ..., 0).
   [[nodiscard]] DEVMEM_HOST_DEVICE T* data() const { return data_; }
   /// Length of dimension `dim` < Rank (Numba's `arr.shape[dim]`).
   [[nodiscard]] DEVMEM_HOST_DEVICE std::int64_t shape(std::size_t dim) const { return shape_[dim]; }

@@ -35,7 +35,7 @@ enum class Call {
   CreateEvent,
   RecordEvent,
   Launch,  // kernel launches (<devmem/kernel.hpp>)
-  Count_  // number of kinds; not a call
+  Count_   // number of kinds; not a call
 };
 /// The kind's name ("Allocate", "Copy", ...).
 [[nodiscard]] DEVMEM_API std::string_view to_string(Call call) noexcept;

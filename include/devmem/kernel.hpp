@@ -54,13 +54,16 @@ struct Dim3 {
   unsigned x = 1;
   unsigned y = 1;
   unsigned z = 1;
+  /// (1, 1, 1).
   constexpr Dim3() = default;
+  /// (x, y, z); also the implicit conversion from one number, as for dim3.
   DEVMEM_HOST_DEVICE constexpr Dim3(unsigned x_, unsigned y_ = 1, unsigned z_ = 1)
       : x(x_), y(y_), z(z_) {}
   /// Dimension 0 (x), 1 (y) or 2 (z).
   [[nodiscard]] DEVMEM_HOST_DEVICE constexpr unsigned operator[](int dim) const {
     return dim == 0 ? x : (dim == 1 ? y : z);
   }
+  /// x * y * z: the number of blocks of a grid, or of threads of a block.
   [[nodiscard]] DEVMEM_HOST_DEVICE constexpr std::uint64_t volume() const {
     return std::uint64_t{x} * std::uint64_t{y} * std::uint64_t{z};
   }
@@ -76,7 +79,9 @@ struct LaunchConfig {
   std::size_t shared_bytes = 0;
   Stream stream;
 
+  /// An unset configuration: one block of one thread on the default stream.
   LaunchConfig() = default;
+  /// {grid, block, shared_bytes, stream}, as CUDA's <<<grid, block, shared_bytes, stream>>>.
   // A constructor rather than an aggregate so that {grid, block} needs no trailing members
   // (-Wmissing-field-initializers would flag the aggregate form in users' code).
   LaunchConfig(Dim3 grid_, Dim3 block_, std::size_t shared_bytes_ = 0, Stream stream_ = {})
@@ -92,6 +97,7 @@ enum class FenceScope : unsigned {
 [[nodiscard]] DEVMEM_HOST_DEVICE constexpr FenceScope operator|(FenceScope a, FenceScope b) {
   return static_cast<FenceScope>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
 }
+/// True when `value` includes `scope`.
 [[nodiscard]] DEVMEM_HOST_DEVICE constexpr bool has_scope(FenceScope value, FenceScope scope) {
   return (static_cast<unsigned>(value) & static_cast<unsigned>(scope)) != 0;
 }
@@ -116,10 +122,14 @@ class SharedArray {
   static_assert(sizeof...(N) >= 1, "a shared array has at least one dimension");
 
  public:
+  /// Number of dimensions.
   static constexpr std::size_t rank = sizeof...(N);
+  /// Number of elements, N0 * N1 * ...
   static constexpr std::size_t extent_count = (N * ...);
 
+  /// Made by shared_array(), over the block's storage.
   DEVMEM_HOST_DEVICE explicit SharedArray(T* data) : data_(data) {}
+  /// Element at the given indices, one per dimension, C order (not bounds-checked).
   template <class... Index>
     requires(sizeof...(Index) == rank && (std::is_integral_v<Index> && ...))
   DEVMEM_HOST_DEVICE T& operator()(Index... index) const {
@@ -127,7 +137,9 @@ class SharedArray {
     ((flat = flat * N + static_cast<std::size_t>(index)), ...);
     return data_[flat];
   }
+  /// Element i in C order (flat index, not bounds-checked).
   DEVMEM_HOST_DEVICE T& operator[](std::size_t i) const { return data_[i]; }
+  /// The first element's address in shared memory.
   [[nodiscard]] DEVMEM_HOST_DEVICE T* data() const { return data_; }
   /// Number of elements (Numba's `arr.size`).
   [[nodiscard]] DEVMEM_HOST_DEVICE static constexpr std::size_t size() { return extent_count; }
@@ -150,9 +162,12 @@ class SharedArray {
 template <class T, std::size_t... N>
 struct local_array {
   static_assert(sizeof...(N) >= 1, "a local array has at least one dimension");
+  /// Number of dimensions.
   static constexpr std::size_t rank = sizeof...(N);
+  /// Number of elements, N0 * N1 * ...
   static constexpr std::size_t extent_count = (N * ...);
 
+  /// Element at the given indices, one per dimension, C order (not bounds-checked).
   template <class... Index>
     requires(sizeof...(Index) == rank && (std::is_integral_v<Index> && ...))
   DEVMEM_HOST_DEVICE T& operator()(Index... index) {
@@ -160,8 +175,11 @@ struct local_array {
     ((flat = flat * N + static_cast<std::size_t>(index)), ...);
     return elements[flat];
   }
+  /// Element i in C order (flat index, not bounds-checked).
   DEVMEM_HOST_DEVICE T& operator[](std::size_t i) { return elements[i]; }
+  /// Element i of a const array.
   DEVMEM_HOST_DEVICE const T& operator[](std::size_t i) const { return elements[i]; }
+  /// The first element's address.
   [[nodiscard]] DEVMEM_HOST_DEVICE T* data() { return elements; }
   /// Number of elements (Numba's `arr.size`).
   [[nodiscard]] DEVMEM_HOST_DEVICE static constexpr std::size_t size() { return extent_count; }

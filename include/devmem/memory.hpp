@@ -27,6 +27,7 @@ namespace devmem {
 [[nodiscard]] DEVMEM_API DeviceArray device_array(Shape shape, DType dtype = {},
                                                   Strides strides = {}, Order order = Order::C,
                                                   const Stream& stream = {});
+/// The same for elements of type T: device_array<float>({n}) (Numba's device_array(n, np.float32)).
 template <Element T>
 [[nodiscard]] DeviceArray device_array(Shape shape, Order order = Order::C,
                                        const Stream& stream = {}) {
@@ -36,6 +37,7 @@ template <Element T>
 /// strides in its axis order (NumPy's empty_like with order K).
 [[nodiscard]] DEVMEM_API DeviceArray device_array_like(const DeviceArray& like,
                                                        const Stream& stream = {});
+/// The same for a host array (Numba's device_array_like(ary) of a NumPy array).
 [[nodiscard]] DEVMEM_API DeviceArray device_array_like(const HostArray& like,
                                                        const Stream& stream = {});
 
@@ -46,11 +48,13 @@ template <Element T>
 /// dtype must match) and returns it.
 [[nodiscard]] DEVMEM_API DeviceArray to_device(const HostArray& source, const Stream& stream = {},
                                                bool copy = true, const DeviceArray* to = nullptr);
+/// to_device of a contiguous 1-d range of elements.
 template <Element T>
 [[nodiscard]] DeviceArray to_device(std::span<const T> source, const Stream& stream = {},
                                     bool copy = true, const DeviceArray* to = nullptr) {
   return to_device(HostArray::view(source), stream, copy, to);
 }
+/// to_device of a std::vector's elements (a 1-d array).
 template <Element T>
 [[nodiscard]] DeviceArray to_device(const std::vector<T>& source, const Stream& stream = {},
                                     bool copy = true, const DeviceArray* to = nullptr) {
@@ -87,9 +91,11 @@ template <Element T>
 
 // ---- Page-locked host memory ----
 
-/// Page-locked (pinned) host memory: faster transfers, truly asynchronous on a stream.
+/// Page-locked (pinned) host memory (Numba's pinned_array): faster transfers, truly asynchronous
+/// on a non-default stream (synchronize before reading what a copy writes into it).
 [[nodiscard]] DEVMEM_API HostArray pinned_array(Shape shape, DType dtype = {}, Strides strides = {},
                                                 Order order = Order::C);
+/// The same for elements of type T (Numba's pinned_array(shape, dtype)).
 template <Element T>
 [[nodiscard]] HostArray pinned_array(Shape shape, Order order = Order::C) {
   return pinned_array(std::move(shape), dtype_of<T>(), {}, order);
@@ -100,6 +106,7 @@ template <Element T>
                                                   Strides strides = {}, Order order = Order::C,
                                                   const Stream& stream = {}, bool portable = false,
                                                   bool wc = false);
+/// The same for elements of type T (Numba's mapped_array(shape, dtype)).
 template <Element T>
 [[nodiscard]] MappedArray mapped_array(Shape shape, Order order = Order::C,
                                        const Stream& stream = {}) {
@@ -113,7 +120,10 @@ template <Element T>
 /// queue, so the same memory can be pinned again right away. Move-only.
 class [[nodiscard]] DEVMEM_API PinnedScope {
  public:
+  /// Registers every array's memory with `flags` (use pinned(), registered() or mapped());
+  /// `operation` names the caller in errors. On a failure nothing stays registered.
   PinnedScope(std::vector<HostArray> arrays, HostRegisterFlags flags, const char* operation);
+  /// The moved-from scope unregisters nothing.
   PinnedScope(PinnedScope&& other) noexcept;
   PinnedScope& operator=(PinnedScope&&) = delete;
   PinnedScope(const PinnedScope&) = delete;
@@ -128,6 +138,7 @@ class [[nodiscard]] DEVMEM_API PinnedScope {
   /// unregistration failed are tried once more by the destructor (or the next close()), so a
   /// transient vendor failure does not leave the memory page-locked after the scope.
   void close();
+  /// The arrays whose memory the scope holds page-locked.
   [[nodiscard]] const std::vector<HostArray>& arrays() const noexcept { return arrays_; }
 
  private:
@@ -149,14 +160,19 @@ struct MapOptions {
 /// used after the scope ends (the host backend reports such use as IllegalAddress).
 class [[nodiscard]] DEVMEM_API MappedScope {
  public:
+  /// Registers and maps every array (use mapped()); on a failure nothing stays registered.
   MappedScope(std::vector<HostArray> arrays, const MapOptions& options);
+  /// The moved-from scope unmaps nothing.
   MappedScope(MappedScope&& other) noexcept = default;
   MappedScope& operator=(MappedScope&&) = delete;
   /// Waits for the copies and kernels devmem enqueued that still use the memory (on any stream),
   /// then unmaps; a failure is written to stderr (destructors do not throw).
   ~MappedScope();
+  /// The device views, one per array, in order (what Numba's `with mapped(a) as d:` binds).
   [[nodiscard]] const std::vector<DeviceArray>& device_arrays() const noexcept { return views_; }
+  /// The device view of array i (std::out_of_range past the end).
   [[nodiscard]] const DeviceArray& operator[](std::size_t i) const { return views_.at(i); }
+  /// Number of arrays mapped.
   [[nodiscard]] std::size_t size() const noexcept { return views_.size(); }
   /// Waits for the work devmem enqueued that uses the memory, then unmaps now, throwing the first
   /// failure.
@@ -170,6 +186,7 @@ class [[nodiscard]] DEVMEM_API MappedScope {
 
 /// Page-locks `arrays` until the returned scope ends.
 [[nodiscard]] DEVMEM_API PinnedScope pinned(std::vector<HostArray> arrays);
+/// pinned(a, b, ...) for host arrays given one by one.
 template <class... A>
   requires(sizeof...(A) > 0 && (std::is_convertible_v<const A&, const HostArray&> && ...))
 [[nodiscard]] PinnedScope pinned(const A&... arrays) {
@@ -183,6 +200,7 @@ template <class... A>
 /// CUDA): transfers from them are faster and the device can access them. If one registration fails,
 /// those already made by this call are undone before the error is thrown.
 DEVMEM_API void register_host(std::span<const HostArray> arrays);
+/// register_host(a, b, ...).
 template <class... A>
   requires(sizeof...(A) > 0 && (std::is_convertible_v<const A&, const HostArray&> && ...))
 void register_host(const A&... arrays) {
@@ -191,6 +209,7 @@ void register_host(const A&... arrays) {
 }
 /// Undoes register_host. Every array is attempted; the first failure is thrown afterwards.
 DEVMEM_API void deregister_host(std::span<const HostArray> arrays);
+/// deregister_host(a, b, ...).
 template <class... A>
   requires(sizeof...(A) > 0 && (std::is_convertible_v<const A&, const HostArray&> && ...))
 void deregister_host(const A&... arrays) {
@@ -199,6 +218,7 @@ void deregister_host(const A&... arrays) {
 }
 /// register_host now, deregister at scope exit (Numba's `with roc.register(*arrays)`).
 [[nodiscard]] DEVMEM_API PinnedScope registered(std::vector<HostArray> arrays);
+/// registered(a, b, ...).
 template <class... A>
   requires(sizeof...(A) > 0 && (std::is_convertible_v<const A&, const HostArray&> && ...))
 [[nodiscard]] PinnedScope registered(const A&... arrays) {

@@ -74,6 +74,7 @@ class DEVMEM_API MemoryManager {
   /// instead of being called through the wrong signatures.
   static constexpr int kInterfaceVersion = 2;
 
+  /// A manager for `context` (which must outlive it: the context owns its managers' references).
   explicit MemoryManager(Context& context) noexcept : context_(&context) {}
   MemoryManager(const MemoryManager&) = delete;
   MemoryManager& operator=(const MemoryManager&) = delete;
@@ -124,6 +125,7 @@ class DEVMEM_API MemoryManager {
   /// Bytes held in caches, not in use by arrays. Called by the application only.
   [[nodiscard]] virtual std::int64_t cached_bytes() const noexcept { return 0; }
 
+  /// The context the manager allocates for (set_memory_manager refuses another context's).
   [[nodiscard]] Context& context() const noexcept { return *context_; }
 
  private:
@@ -133,6 +135,7 @@ class DEVMEM_API MemoryManager {
 /// The backend's own allocator, nothing cached ("direct").
 class DEVMEM_API DirectMemoryManager : public MemoryManager {
  public:
+  /// The overrides below call the backend directly (cudaMalloc, cudaFree, cudaHostAlloc, ...).
   explicit DirectMemoryManager(Context& context) noexcept : MemoryManager(context) {}
   ~DirectMemoryManager() override;
   [[nodiscard]] std::string_view name() const noexcept override { return "direct"; }
@@ -186,7 +189,9 @@ class DEVMEM_API PoolMemoryManager : public MemoryManager {
     /// (0: no limit).
     std::int64_t max_cached_bytes = 0;
   };
+  /// A pool with no cache limit.
   explicit PoolMemoryManager(Context& context);
+  /// A pool with `options`.
   PoolMemoryManager(Context& context, Options options);
   ~PoolMemoryManager() override;
   [[nodiscard]] std::string_view name() const noexcept override { return "pool"; }
@@ -197,6 +202,7 @@ class DEVMEM_API PoolMemoryManager : public MemoryManager {
   [[nodiscard]] MemoryInfo memory_info() const override;
   void trim() override;
   [[nodiscard]] std::int64_t cached_bytes() const noexcept override;
+  /// Hits, misses and the cache's contents now (thread-safe).
   [[nodiscard]] PoolStatistics statistics() const;
   /// The size class a request of `bytes` is rounded up to.
   [[nodiscard]] static std::size_t size_class(std::size_t bytes) noexcept;
@@ -225,18 +231,24 @@ DEVMEM_API void set_memory_manager(std::shared_ptr<MemoryManager> manager);
 
 /// Queue limits (see the file comment).
 struct DeallocationConfig {
+  /// More queued items than this flush the queue (Numba's CUDA_DEALLOCS_COUNT).
   std::int64_t max_pending_count = 10;
+  /// More queued bytes than this share of the device's total memory flush it
+  /// (CUDA_DEALLOCS_RATIO).
   double max_pending_ratio = 0.2;
 };
 
 /// While alive, nothing queued in its context is freed. Nestable, move-only.
 class [[nodiscard]] DEVMEM_API DeferCleanup {
  public:
+  /// Starts deferring `context`'s frees (Context::defer_cleanup() and defer_cleanup() make one).
   explicit DeferCleanup(std::shared_ptr<Context> context);
+  /// The moved-from scope ends nothing.
   DeferCleanup(DeferCleanup&& other) noexcept;
   DeferCleanup& operator=(DeferCleanup&&) = delete;
   DeferCleanup(const DeferCleanup&) = delete;
   DeferCleanup& operator=(const DeferCleanup&) = delete;
+  /// Ends the scope; the queue is flushed later by the usual rules, not here (as in Numba).
   ~DeferCleanup();
 
  private:

@@ -107,24 +107,30 @@ void copy_to_constant(T (&symbol)[N], int device, const void* values, std::size_
 
 }  // namespace detail
 
+/// Index of the calling thread in its block (threadIdx; Numba's cuda.threadIdx).
 [[nodiscard]] DEVMEM_DETAIL_DEVICE inline Dim3 thread_idx() {
   return {threadIdx.x, threadIdx.y, threadIdx.z};
 }
+/// Index of the calling thread's block in the grid (blockIdx).
 [[nodiscard]] DEVMEM_DETAIL_DEVICE inline Dim3 block_idx() {
   return {blockIdx.x, blockIdx.y, blockIdx.z};
 }
+/// Threads per block (blockDim).
 [[nodiscard]] DEVMEM_DETAIL_DEVICE inline Dim3 block_dim() {
   return {blockDim.x, blockDim.y, blockDim.z};
 }
+/// Blocks per grid (gridDim).
 [[nodiscard]] DEVMEM_DETAIL_DEVICE inline Dim3 grid_dim() {
   return {gridDim.x, gridDim.y, gridDim.z};
 }
+/// Global index of the calling thread along `dim` (0 = x, 1 = y, 2 = z): Numba's cuda.grid.
 [[nodiscard]] DEVMEM_DETAIL_DEVICE inline std::int64_t global_id(int dim = 0) {
   const unsigned block = dim == 0 ? blockIdx.x : (dim == 1 ? blockIdx.y : blockIdx.z);
   const unsigned size = dim == 0 ? blockDim.x : (dim == 1 ? blockDim.y : blockDim.z);
   const unsigned thread = dim == 0 ? threadIdx.x : (dim == 1 ? threadIdx.y : threadIdx.z);
   return static_cast<std::int64_t>(block) * size + thread;
 }
+/// Threads per warp (32) or wavefront (64 on most AMD GPUs): warpSize.
 [[nodiscard]] DEVMEM_DETAIL_DEVICE inline int warp_size() {
   return warpSize;
 }
@@ -152,14 +158,17 @@ namespace detail {
 }
 }  // namespace detail
 
+/// The block's dynamic shared memory (LaunchConfig::shared_bytes bytes) as elements of T.
 template <class T>
 [[nodiscard]] DEVMEM_DETAIL_DEVICE T* dynamic_shared() {
   return reinterpret_cast<T*>(detail::dynamic_shared_bytes());
 }
 
+/// Block barrier (__syncthreads; Numba's cuda.syncthreads).
 DEVMEM_DETAIL_DEVICE inline void syncthreads() {
   __syncthreads();
 }
+/// Block barrier after a memory fence of `scope` (ROC's roc.barrier).
 DEVMEM_DETAIL_DEVICE inline void barrier(FenceScope scope = FenceScope::Global) {
   if (has_scope(scope, FenceScope::Global)) {
     __threadfence();
@@ -168,6 +177,7 @@ DEVMEM_DETAIL_DEVICE inline void barrier(FenceScope scope = FenceScope::Global) 
   }
   __syncthreads();
 }
+/// Warp (wavefront) barrier (ROC's roc.wavebarrier; __syncwarp).
 DEVMEM_DETAIL_DEVICE inline void wave_barrier() {
   detail::wave_sync();
 }
