@@ -11,7 +11,8 @@
 //     const std::int64_t i = devmem::global_id();
 //     if (i < x.shape(0)) x[i] *= factor;
 //   }
-//   devmem::launch({blocks, 256, 0, stream}, scale, device_array, 2.0f);
+//   devmem::launch({(n + 255) / 256, 256, stream}, scale, device_array, 2.0f);  // Numba's order
+//   devmem::launch({blocks, 256, shared_bytes, stream}, scale, device_array, 2.0f);  // CUDA's
 //
 // The host backend runs kernels in simulation, like Numba's CUDA simulator: every thread of a block
 // really runs (as a fiber: a user-space thread with its own stack), barriers really wait until
@@ -22,9 +23,11 @@
 //
 // Which backend a launch uses: the kernel is compiled for one (nvcc: cuda, hipcc: roc, otherwise
 // host) and runs on that backend's device; launching on another active backend throws
-// InvalidArgument. Errors of the launch configuration (block larger than the device allows,
-// dynamic shared memory over its limit, an empty grid, a wrong view dtype or rank) throw
-// InvalidArgument before anything is enqueued. A failure while the kernel runs is reported like
+// InvalidArgument. An argument of the wrong kind for its parameter (host memory for an ArrayView,
+// an array for a pointer) is a compile error naming its position. Errors of the launch
+// configuration (a negative Dim3, block larger than the device allows, dynamic shared memory over
+// its limit, an empty grid, a wrong view dtype or rank) throw InvalidArgument before anything is
+// enqueued. A failure while the kernel runs is reported like
 // an asynchronous device failure: BackendError from the next synchronize of its stream (or from
 // launch itself on the default stream of the host backend, which runs the kernel before it
 // returns).
