@@ -803,14 +803,27 @@ std::string print_csv(const Report& r) {
   return out;
 }
 
-/// Writes `text` to `path`; an error is a runtime error (exit 1).
-void write_file(const std::string& path, const std::string& text) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
+struct FileCloser {
+  void operator()(std::FILE* f) const noexcept { (void)std::fclose(f); }
+};
+using OutputFile = std::unique_ptr<std::FILE, FileCloser>;
+
+/// Opens `path` for writing when `target` names a file (null for stdout or no output). Done before
+/// the measurements, which take a while: an unwritable path fails at once, not after the run. An
+/// error is a runtime error (exit 1).
+OutputFile open_output(const OutputTarget& target) {
+  if (!target.enabled || target.path.empty()) return nullptr;
+  std::FILE* f = std::fopen(target.path.c_str(), "w");
   if (f == nullptr) {
-    throw Error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+    throw Error(fmt::format("cannot write {}: {}", target.path, std::strerror(errno)));
   }
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  const bool closed = std::fclose(f) == 0;
+  return OutputFile(f);
+}
+
+/// Writes `text` to `file` (opened by open_output for `path`) and closes it.
+void write_file(OutputFile file, const std::string& path, const std::string& text) {
+  const bool ok = std::fwrite(text.data(), 1, text.size(), file.get()) == text.size();
+  const bool closed = std::fclose(file.release()) == 0;
   if (!ok || !closed) throw Error(fmt::format("cannot write {}", path));
 }
 
@@ -847,6 +860,9 @@ int run(const BenchOptions& options) {
     return kExitRuntimeError;
   }
 
+  OutputFile json_file = open_output(options.json);
+  OutputFile csv_file = open_output(options.csv);
+
   const std::unique_ptr<RawBaseline> raw = make_raw_baseline(report.backend);
   report.raw_copy_call = raw->copy_call();
   report.raw_alloc_call = raw->alloc_call();
@@ -873,14 +889,14 @@ int run(const BenchOptions& options) {
     if (options.json.path.empty()) {
       fmt::print("{}", print_json(report));
     } else {
-      write_file(options.json.path, print_json(report));
+      write_file(std::move(json_file), options.json.path, print_json(report));
     }
   }
   if (options.csv.enabled) {
     if (options.csv.path.empty()) {
       fmt::print("{}", print_csv(report));
     } else {
-      write_file(options.csv.path, print_csv(report));
+      write_file(std::move(csv_file), options.csv.path, print_csv(report));
     }
   }
   std::fflush(stdout);

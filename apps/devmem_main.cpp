@@ -102,13 +102,18 @@ int main(int argc, char* argv[]) {
     return kUsageError;
   }
   const std::string_view command = argv[1];
+  if ((command == "info" || command == "--version") && argc > 2) {
+    fmt::print(stderr, "devmem {}: unexpected argument '{}' (it takes none)\n", command, argv[2]);
+    usage(stderr);
+    return kUsageError;
+  }
   try {
-    if (command == "info" && argc == 2) return info();
+    if (command == "info") return info();
     if (command == "bench") {
       const std::vector<std::string_view> args(argv + 2, argv + argc);
       return devmem::app::run_bench(args);
     }
-    if (command == "--version" && argc == 2) {
+    if (command == "--version") {
       fmt::print("devmem {}\n", devmem::version());
       return 0;
     }
@@ -120,7 +125,7 @@ int main(int argc, char* argv[]) {
     fmt::print(stderr, "devmem {}: {}\n", command, e.what());
     return 1;
   }
-  fmt::print(stderr, "devmem: unknown command or extra arguments: '{}'\n", command);
+  fmt::print(stderr, "devmem: unknown command '{}'\n", command);
   usage(stderr);
   return kUsageError;
 }

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <exception>
 #include <iterator>
+#include <string_view>
 #include <utility>
 
 namespace devmem {
@@ -113,9 +114,14 @@ std::shared_ptr<Context> ContextState::create(Backend& backend, int device) {
   // failure then leaves no cycle behind.
   st.config = config_from_environment();
   const char* name = std::getenv("DEVMEM_MEMORY_MANAGER");
+  const bool named = name != nullptr && *name != '\0';
   try {
-    st.set_manager(make_memory_manager(name != nullptr && *name != '\0' ? name : "direct", *ctx));
+    st.set_manager(make_memory_manager(named ? name : "direct", *ctx));
   } catch (const InvalidArgument& e) {
+    // Only the variable's own errors (an unknown name, a factory returning null) get its name:
+    // the factory also queries the device, whose errors (an invalid DEVMEM_HOST_DEVICE_MEMORY)
+    // name their own cause and would be misattributed.
+    if (!named || std::string_view(e.what()).rfind("make_memory_manager:", 0) != 0) throw;
     throw InvalidArgument(fmt::format("DEVMEM_MEMORY_MANAGER: {}", e.what()));
   }
   st.default_stream = std::make_shared<StreamState>(ctx, nullptr, true);

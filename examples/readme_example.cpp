@@ -1,6 +1,8 @@
 // The example shown in README.md, built and run as a test so the README stays true.
 #include <devmem/devmem.hpp>
+#include <array>
 #include <numeric>
+#include <span>
 #include <vector>
 
 int main() {
@@ -16,5 +18,9 @@ int main() {
   s.synchronize();
 
   double x = pinned.at<double>(1, 2);                           // a[2, 1] == -1
+
+  std::array<double, 12> back{};
+  a.copy_to_host(back);                                         // any contiguous range: vector,
+  a.copy_to_device(std::span<double>(values));                  // std::array, span (const or not)
   return x == -1.0 ? 0 : 1;
 }

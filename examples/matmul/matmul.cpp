@@ -64,11 +64,13 @@ int main(int argc, char** argv) {
     const devmem::DeviceArray db =
         devmem::to_device(devmem::HostArray::view(b).reshape({n, n}), stream);
     const devmem::DeviceArray dc = devmem::device_array<float>({n, n}, devmem::Order::C, stream);
-    const auto blocks = static_cast<unsigned>((n + kTile - 1) / kTile);
+    const std::int64_t blocks = (n + kTile - 1) / kTile;  // Dim3 takes any integer type
 
     const devmem::Event start = stream.record();
-    devmem::launch({devmem::Dim3(blocks, blocks), devmem::Dim3(kTile, kTile), 0, stream},
-                   tiled_matmul, da, db, dc);
+    // Numba's order, kernel[grid, block, stream]; CUDA's {grid, block, shared_bytes, stream} works
+    // too.
+    devmem::launch({devmem::Dim3(blocks, blocks), devmem::Dim3(kTile, kTile), stream}, tiled_matmul,
+                   da, db, dc);
     const devmem::Event stop = stream.record();
     const devmem::HostArray c = dc.copy_to_host(stream);
     stream.synchronize();

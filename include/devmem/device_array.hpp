@@ -21,9 +21,13 @@
 #include <devmem/stream.hpp>
 
 #include <array>
+#include <cstddef>
 #include <cstring>
 #include <memory>
+#include <ranges>
 #include <span>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 struct DLManagedTensor;  // <dlpack/dlpack.h>
@@ -40,6 +44,35 @@ struct DeviceMemory;
 /// message names the view and the offending values.
 DEVMEM_API void check_view(const DType& expected, std::size_t rank, const DType& dtype,
                            const Layout& layout, const void* data);
+
+/// A contiguous, sized range of elements (std::vector, std::array, std::span, a C array, ...),
+/// const or not: what the copies and to_device accept besides arrays.
+template <class R>
+concept ElementRange = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
+                       Element<std::remove_cv_t<std::ranges::range_value_t<R>>>;
+/// An ElementRange whose elements may be written (a copy's destination).
+template <class R>
+concept WritableElementRange = ElementRange<R> && !
+std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<R>>>;
+
+/// A 1-d host view of `range`'s elements (read-only for a range of const elements).
+template <ElementRange R>
+[[nodiscard]] HostArray view_range(R&& range) {
+  using Value = std::remove_reference_t<std::ranges::range_reference_t<R>>;
+  return HostArray::view(std::span<Value>(std::ranges::data(range),
+                                          static_cast<std::size_t>(std::ranges::size(range))));
+}
+
+/// InvalidArgument unless a range of `count` elements fills an array of `size` elements:
+/// "copy_to_host: the destination range has 3 elements, the array has 4".
+inline void check_range_size(const char* operation, const char* side, std::size_t count,
+                             std::int64_t size) {
+  if (static_cast<std::int64_t>(count) != size) {
+    throw InvalidArgument(std::string(operation) + ": the " + side + " range has " +
+                          std::to_string(count) + " elements, the array has " +
+                          std::to_string(size));
+  }
+}
 }  // namespace detail
 
 /// An n-d array in device memory (Numba's DeviceNDArray). A shared handle: copies and views share
@@ -80,19 +113,31 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
   /// Returns with the data ready for a pageable destination; a page-locked one is written
   /// asynchronously on a non-default stream.
   void copy_to_host(const HostArray& destination, const Stream& stream = {}) const;
-  template <Element T>
-  /// Copies into a contiguous span of exactly size() elements (C order).
-  void copy_to_host(std::span<T> destination, const Stream& stream = {}) const {
-    copy_to_host(HostArray::view(destination).reshape(shape()), stream);
+  /// Copies into a contiguous range of exactly size() elements in C order (std::vector,
+  /// std::array, std::span, ...; not a range of const elements, which does not compile). Throws
+  /// InvalidArgument for another number of elements ("copy_to_host: the destination range has 3
+  /// elements, the array has 4") or another element type than the dtype.
+  template <class R>
+    requires detail::WritableElementRange<R>
+  void copy_to_host(R&& destination, const Stream& stream = {}) const {
+    detail::check_range_size("copy_to_host", "destination",
+                             static_cast<std::size_t>(std::ranges::size(destination)), size());
+    copy_to_host(detail::view_range(destination).reshape(shape()), stream);
   }
   /// Copies host data into this array (H2D; Numba's copy_to_device); same dtype and shape rules.
   /// A pageable source has been read when the call returns; a page-locked one is read
   /// asynchronously on a non-default stream.
   void copy_to_device(const HostArray& source, const Stream& stream = {}) const;
-  template <Element T>
-  /// Copies from a contiguous span of exactly size() elements (C order).
-  void copy_to_device(std::span<const T> source, const Stream& stream = {}) const {
-    copy_to_device(HostArray::view(source).reshape(shape()), stream);
+  /// Copies from a contiguous range of exactly size() elements in C order (std::vector,
+  /// std::array, std::span of const or non-const elements, ...). Throws InvalidArgument for
+  /// another number of elements ("copy_to_device: the source range has 3 elements, the array has
+  /// 4") or another element type than the dtype.
+  template <class R>
+    requires detail::ElementRange<R>
+  void copy_to_device(R&& source, const Stream& stream = {}) const {
+    detail::check_range_size("copy_to_device", "source",
+                             static_cast<std::size_t>(std::ranges::size(source)), size());
+    copy_to_device(detail::view_range(source).reshape(shape()), stream);
   }
   /// Copies another device array into this one (D2D), any strides, overlapping memory allowed.
   void copy_to_device(const DeviceArray& source, const Stream& stream = {}) const;

@@ -11,7 +11,8 @@
 //     const std::int64_t i = devmem::global_id();
 //     if (i < x.shape(0)) x[i] *= factor;
 //   }
-//   devmem::launch({blocks, 256, 0, stream}, scale, device_array, 2.0f);
+//   devmem::launch({(n + 255) / 256, 256, stream}, scale, device_array, 2.0f);  // Numba's order
+//   devmem::launch({blocks, 256, shared_bytes, stream}, scale, device_array, 2.0f);  // CUDA's
 //
 // The host backend runs kernels in simulation, like Numba's CUDA simulator: every thread of a block
 // really runs (as a fiber: a user-space thread with its own stack), barriers really wait until
@@ -22,9 +23,11 @@
 //
 // Which backend a launch uses: the kernel is compiled for one (nvcc: cuda, hipcc: roc, otherwise
 // host) and runs on that backend's device; launching on another active backend throws
-// InvalidArgument. Errors of the launch configuration (block larger than the device allows,
-// dynamic shared memory over its limit, an empty grid, a wrong view dtype or rank) throw
-// InvalidArgument before anything is enqueued. A failure while the kernel runs is reported like
+// InvalidArgument. An argument of the wrong kind for its parameter (host memory for an ArrayView,
+// an array for a pointer) is a compile error naming its position. Errors of the launch
+// configuration (a negative Dim3, block larger than the device allows, dynamic shared memory over
+// its limit, an empty grid, a wrong view dtype or rank) throw InvalidArgument before anything is
+// enqueued. A failure while the kernel runs is reported like
 // an asynchronous device failure: BackendError from the next synchronize of its stream (or from
 // launch itself on the default stream of the host backend, which runs the kernel before it
 // returns).
@@ -39,10 +42,14 @@
 #include <devmem/export.hpp>
 #include <devmem/stream.hpp>
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
+#include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -50,6 +57,13 @@
 namespace devmem {
 
 /// Grid or block dimensions (CUDA's dim3). Unset dimensions are 1.
+///
+/// Built from any integer type, so that `{(n + 31) / 32, 32}` with an int or std::int64_t `n`
+/// needs no cast: on the host a value that is negative or larger than UINT_MAX throws
+/// InvalidArgument naming it ("Dim3: x = -3 is out of range (0 to 4294967295)"), instead of
+/// wrapping around to a huge or small grid. In device code (a kernel building a Dim3) the value
+/// is converted unchecked, as CUDA's dim3 converts. Values within range but past the device's
+/// limits are refused by launch. Thread safety: a plain value.
 struct Dim3 {
   unsigned x = 1;
   unsigned y = 1;
@@ -59,6 +73,11 @@ struct Dim3 {
   /// (x, y, z); also the implicit conversion from one number, as for dim3.
   DEVMEM_HOST_DEVICE constexpr Dim3(unsigned x_, unsigned y_ = 1, unsigned z_ = 1)
       : x(x_), y(y_), z(z_) {}
+  /// The same from other integer types (checked on the host, see above).
+  template <std::integral X, std::integral Y = unsigned, std::integral Z = unsigned>
+    requires(!std::is_same_v<X, bool> && !std::is_same_v<Y, bool> && !std::is_same_v<Z, bool>)
+  DEVMEM_HOST_DEVICE constexpr Dim3(X x_, Y y_ = 1u, Z z_ = 1u)
+      : x(dimension(x_, "x")), y(dimension(y_, "y")), z(dimension(z_, "z")) {}
   /// Dimension 0 (x), 1 (y) or 2 (z).
   [[nodiscard]] DEVMEM_HOST_DEVICE constexpr unsigned operator[](int dim) const {
     return dim == 0 ? x : (dim == 1 ? y : z);
@@ -68,11 +87,38 @@ struct Dim3 {
     return std::uint64_t{x} * std::uint64_t{y} * std::uint64_t{z};
   }
   friend constexpr bool operator==(const Dim3&, const Dim3&) = default;
+
+ private:
+  template <class I>
+  [[nodiscard]] DEVMEM_HOST_DEVICE static constexpr unsigned dimension(
+      I value, [[maybe_unused]] const char* axis) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+    // Device code cannot throw; a kernel computing dimensions gets dim3's plain conversion.
+    return static_cast<unsigned>(value);
+#else
+    if (!std::in_range<unsigned>(value)) {
+      if constexpr (std::is_signed_v<I>) {
+        throw InvalidArgument(
+            std::string("Dim3: ") + axis + " = " + std::to_string(static_cast<long long>(value)) +
+            " is out of range (0 to " + std::to_string(std::numeric_limits<unsigned>::max()) + ")");
+      } else {
+        throw InvalidArgument(std::string("Dim3: ") + axis + " = " +
+                              std::to_string(static_cast<unsigned long long>(value)) +
+                              " is out of range (0 to " +
+                              std::to_string(std::numeric_limits<unsigned>::max()) + ")");
+      }
+    }
+    return static_cast<unsigned>(value);
+#endif
+  }
 };
 
 /// How a kernel is launched: `grid` blocks of `block` threads, `shared_bytes` of dynamic shared
 /// memory per block (see dynamic_shared), on `stream` (unspecified: the current device's default
-/// stream).
+/// stream). Two orders are accepted:
+///   {grid, block, shared_bytes = 0, stream = {}}  CUDA's <<<grid, block, shared_bytes, stream>>>
+///   {grid, block, stream, shared_bytes = 0}       Numba's kernel[grid, block, stream, shared]
+/// so `launch({blocks, threads, s}, k, ...)` runs on stream s. Thread safety: a plain value.
 struct LaunchConfig {
   Dim3 grid;
   Dim3 block;
@@ -85,6 +131,10 @@ struct LaunchConfig {
   // A constructor rather than an aggregate so that {grid, block} needs no trailing members
   // (-Wmissing-field-initializers would flag the aggregate form in users' code).
   LaunchConfig(Dim3 grid_, Dim3 block_, std::size_t shared_bytes_ = 0, Stream stream_ = {})
+      : grid(grid_), block(block_), shared_bytes(shared_bytes_), stream(std::move(stream_)) {}
+  /// {grid, block, stream, shared_bytes}, Numba's order (kernel[grid, block, stream, shared]).
+  // The stream has no default here, so that {grid, block} stays unambiguous.
+  LaunchConfig(Dim3 grid_, Dim3 block_, Stream stream_, std::size_t shared_bytes_ = 0)
       : grid(grid_), block(block_), shared_bytes(shared_bytes_), stream(std::move(stream_)) {}
 };
 
@@ -240,7 +290,8 @@ DEVMEM_API void check_constant_size(const char* operation, std::size_t capacity,
                                                 std::string_view description);
 
 /// What a kernel parameter of type Param is given for an argument of type Arg: a DeviceArray
-/// becomes a checked ArrayView, anything else is converted as by a function call.
+/// becomes a checked ArrayView, anything else is converted as by a function call. Only reached for
+/// arguments that argument_fit accepts (launch checks them first, with readable messages).
 template <class Param>
 struct KernelArgument {
   template <class Arg>
@@ -275,6 +326,125 @@ template <class Arg>
 inline constexpr bool is_array_view_argument = false;
 template <class T, std::size_t Rank>
 inline constexpr bool is_array_view_argument<ArrayView<T, Rank>> = true;
+
+/// True when an ArrayView argument of type View may be passed for the ArrayView parameter Param
+/// (the same view, or a view of non-const elements for a parameter of const ones).
+template <class Param, class View>
+inline constexpr bool is_view_convertible = false;
+template <class T, std::size_t Rank, class U>
+inline constexpr bool is_view_convertible<ArrayView<T, Rank>, ArrayView<U, Rank>> =
+    std::is_same_v<T, U> || std::is_same_v<T, const U>;
+
+/// How an argument of type Arg fits a kernel parameter of type Param (both without references):
+/// the cases launch refuses at compile time, each with its own message.
+enum class ArgumentFit {
+  Ok,
+  HostArray,        // host memory for a device parameter
+  ViewMismatch,     // an ArrayView of another element type or rank
+  NotAnArray,       // something else than an array for an ArrayView parameter
+  ArrayForNonView,  // an array for a parameter that is not an ArrayView
+  NotConvertible,   // a value the parameter cannot be made from
+};
+
+template <class Param, class Arg>
+[[nodiscard]] constexpr ArgumentFit argument_fit() {
+  constexpr bool is_mapped = std::is_base_of_v<MappedArray, Arg>;
+  constexpr bool is_host = std::is_base_of_v<HostArray, Arg> && !is_mapped;
+  if constexpr (is_array_view_argument<Param>) {
+    if constexpr (std::is_same_v<Arg, DeviceArray> || is_mapped) {
+      return ArgumentFit::Ok;
+    } else if constexpr (is_host) {
+      return ArgumentFit::HostArray;
+    } else if constexpr (is_array_view_argument<Arg>) {
+      return is_view_convertible<Param, Arg> ? ArgumentFit::Ok : ArgumentFit::ViewMismatch;
+    } else {
+      return ArgumentFit::NotAnArray;
+    }
+  } else if constexpr (requires(const Arg& arg) { static_cast<Param>(arg); }) {
+    return ArgumentFit::Ok;
+  } else if constexpr (is_host) {
+    return ArgumentFit::HostArray;
+  } else if constexpr (std::is_same_v<Arg, DeviceArray> || is_mapped ||
+                       is_array_view_argument<Arg>) {
+    return ArgumentFit::ArrayForNonView;
+  } else {
+    return ArgumentFit::NotConvertible;
+  }
+}
+
+// static_assert messages must be string literals (C++20), so the position is spelled out by a
+// macro for the first 16 arguments; later ones get the message without it.
+#define DEVMEM_DETAIL_CHECK_ARGUMENT(N)                                                         \
+  static_assert(I != N || Fit != ArgumentFit::HostArray,                                        \
+                "devmem::launch: argument " #N                                                  \
+                " is host memory (HostArray): use to_device() or "                              \
+                "mapped_array()");                                                              \
+  static_assert(I != N || Fit != ArgumentFit::ViewMismatch,                                     \
+                "devmem::launch: argument " #N                                                  \
+                " is an ArrayView of another element type or "                                  \
+                "rank than the kernel's parameter: pass a DeviceArray or a view of that type"); \
+  static_assert(I != N || Fit != ArgumentFit::NotAnArray,                                       \
+                "devmem::launch: argument " #N                                                  \
+                " is not an array but the kernel's parameter is "                               \
+                "an ArrayView: pass a DeviceArray, a MappedArray or an ArrayView");             \
+  static_assert(I != N || Fit != ArgumentFit::ArrayForNonView,                                  \
+                "devmem::launch: argument " #N                                                  \
+                " is an array but the kernel's parameter is not "                               \
+                "an ArrayView: declare the parameter as devmem::ArrayView<T, Rank>");           \
+  static_assert(I != N || Fit != ArgumentFit::NotConvertible,                                   \
+                "devmem::launch: argument " #N                                                  \
+                " cannot be converted to the kernel's parameter "                               \
+                "type")
+
+/// Fails to compile, naming the position I (counting from 0, as launch's run-time messages do),
+/// when the argument does not fit its parameter; true otherwise.
+template <std::size_t I, ArgumentFit Fit>
+constexpr bool check_argument() {
+  DEVMEM_DETAIL_CHECK_ARGUMENT(0);
+  DEVMEM_DETAIL_CHECK_ARGUMENT(1);
+  DEVMEM_DETAIL_CHECK_ARGUMENT(2);
+  DEVMEM_DETAIL_CHECK_ARGUMENT(3);
+  DEVMEM_DETAIL_CHECK_ARGUMENT(4);
+  DEVMEM_DETAIL_CHECK_ARGUMENT(5);
+  DEVMEM_DETAIL_CHECK_ARGUMENT(6);
+  DEVMEM_DETAIL_CHECK_ARGUMENT(7);
+  DEVMEM_DETAIL_CHECK_ARGUMENT(8);
+  DEVMEM_DETAIL_CHECK_ARGUMENT(9);
+  DEVMEM_DETAIL_CHECK_ARGUMENT(10);
+  DEVMEM_DETAIL_CHECK_ARGUMENT(11);
+  DEVMEM_DETAIL_CHECK_ARGUMENT(12);
+  DEVMEM_DETAIL_CHECK_ARGUMENT(13);
+  DEVMEM_DETAIL_CHECK_ARGUMENT(14);
+  DEVMEM_DETAIL_CHECK_ARGUMENT(15);
+  static_assert(I < 16 || Fit == ArgumentFit::Ok,
+                "devmem::launch: an argument after the 16th does not fit its kernel parameter "
+                "(see the ArgumentFit value above)");
+  return Fit == ArgumentFit::Ok;
+}
+#undef DEVMEM_DETAIL_CHECK_ARGUMENT
+
+/// True when every argument fits its parameter (compile errors naming the others). The types come
+/// as tuples: two packs cannot both be given explicitly.
+template <class ParamTuple, class ArgTuple, std::size_t... I>
+constexpr bool check_arguments(std::index_sequence<I...>) {
+  return (
+      check_argument<I, argument_fit<std::remove_cvref_t<std::tuple_element_t<I, ParamTuple>>,
+                                     std::remove_cvref_t<std::tuple_element_t<I, ArgTuple>>>()>() &&
+      ...);
+}
+
+/// A MappedArray given for an ArrayView parameter becomes its device view (made once: the view
+/// is checked, converted and kept alive like any DeviceArray argument); anything else is passed
+/// on as it is.
+template <class Param, class Arg>
+decltype(auto) launch_argument(Arg&& arg) {
+  if constexpr (is_array_view_argument<std::remove_cvref_t<Param>> &&
+                std::is_base_of_v<MappedArray, std::remove_cvref_t<Arg>>) {
+    return arg.device();
+  } else {
+    return std::forward<Arg>(arg);
+  }
+}
 
 /// The memory of every array among `args` (DeviceArray, or ArrayView into memory devmem knows), to
 /// keep alive while the kernel runs.
@@ -330,27 +500,45 @@ auto convert_kernel_arguments(const PreparedLaunch& launch, std::index_sequence<
 namespace devmem {
 
 /// Launches `kernel` with `config` on the stream's device: a DeviceArray argument becomes the
-/// kernel's ArrayView parameter (dtype, rank and alignment checked as by DeviceArray::view); every
-/// other argument is copied. The memory of every array argument is kept alive until the kernel
-/// has run: a DeviceArray's, and that of an ArrayView into memory devmem allocated or viewed (so
+/// kernel's ArrayView parameter (dtype, rank and alignment checked as by DeviceArray::view), and so
+/// does a MappedArray (its device() view, with the same checks); every other argument is copied.
+/// The memory of every array argument is kept alive until the kernel has run: a DeviceArray's, a
+/// MappedArray's, and that of an ArrayView into memory devmem allocated or viewed (so
 /// `launch(cfg, k, devmem::device_array<float>({n}).view<float, 1>())` is safe; a view over a
 /// pointer devmem never saw is the caller's to keep alive). Numba keeps its arguments alive the
-/// same way. Asynchronous on its
-/// stream. Throws InvalidArgument for a bad configuration or argument, BackendError when the
-/// vendor rejects the launch.
+/// same way. Asynchronous on its stream.
+///
+/// Errors: an argument that cannot be given for its parameter is a compile error naming its
+/// position, counted from 0 like the run-time messages ("devmem::launch: argument 2 is host memory
+/// (HostArray): use to_device() or mapped_array()"); Numba would copy a NumPy array to the device
+/// and back on every launch, devmem asks for the copy to be explicit. Throws InvalidArgument for a
+/// bad configuration or argument (a grid or block past the device's limits, named with the
+/// values; an array on another device; a wrong view dtype or rank), BackendError when the vendor
+/// rejects the launch.
 template <class... Params, class... Args>
 void launch(const LaunchConfig& config, void (*kernel)(Params...), Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args),
                 "devmem::launch: the number of arguments must match the kernel's parameters");
   static_assert((!std::is_reference_v<Params> && ...),
                 "devmem::launch: kernel parameters are passed by value (as on a GPU)");
-  if (kernel == nullptr) throw InvalidArgument("devmem::launch: the kernel is a null pointer");
-  const detail::PreparedLaunch prepared = detail::launch_prepare(
-      config, detail::kKernelBackend, "kernel", detail::kKernelArchitectures);
-  auto keep_alive = detail::launch_keep_alive(args...);
-  auto arguments = detail::convert_kernel_arguments<Params...>(
-      prepared, std::index_sequence_for<Args...>{}, std::forward<Args>(args)...);
-  detail::launch_on_backend(prepared, config, kernel, std::move(arguments), std::move(keep_alive));
+  if constexpr (sizeof...(Params) == sizeof...(Args) && (!std::is_reference_v<Params> && ...)) {
+    // Nothing below is instantiated for arguments that do not fit: the static_assert above is the
+    // whole diagnostic, not the first of many inside KernelArgument.
+    if constexpr (detail::check_arguments<std::tuple<Params...>, std::tuple<Args...>>(
+                      std::index_sequence_for<Args...>{})) {
+      if (kernel == nullptr) throw InvalidArgument("devmem::launch: the kernel is a null pointer");
+      const detail::PreparedLaunch prepared = detail::launch_prepare(
+          config, detail::kKernelBackend, "kernel", detail::kKernelArchitectures);
+      [&](auto&&... passed) {
+        auto keep_alive = detail::launch_keep_alive(passed...);
+        auto arguments = detail::convert_kernel_arguments<Params...>(
+            prepared, std::index_sequence_for<Args...>{},
+            std::forward<decltype(passed)>(passed)...);
+        detail::launch_on_backend(prepared, config, kernel, std::move(arguments),
+                                  std::move(keep_alive));
+      }(detail::launch_argument<Params>(std::forward<Args>(args))...);
+    }
+  }
 }
 
 /// Fills the constant array `symbol` (declared with DEVMEM_CONSTANT_ARRAY) with `values`, which

@@ -48,27 +48,18 @@ template <Element T>
 /// dtype must match) and returns it.
 [[nodiscard]] DEVMEM_API DeviceArray to_device(const HostArray& source, const Stream& stream = {},
                                                bool copy = true, const DeviceArray* to = nullptr);
-/// to_device of a contiguous 1-d range of elements.
-template <Element T>
-[[nodiscard]] DeviceArray to_device(std::span<const T> source, const Stream& stream = {},
-                                    bool copy = true, const DeviceArray* to = nullptr) {
-  return to_device(HostArray::view(source), stream, copy, to);
+/// to_device of a contiguous range of elements (std::vector, std::array, std::span, const or not):
+/// a 1-d array of its size.
+template <class R>
+  requires detail::ElementRange<R>
+[[nodiscard]] DeviceArray to_device(R&& source, const Stream& stream = {}, bool copy = true,
+                                    const DeviceArray* to = nullptr) {
+  return to_device(detail::view_range(source), stream, copy, to);
 }
-/// to_device of a std::vector's elements (a 1-d array).
-template <Element T>
-[[nodiscard]] DeviceArray to_device(const std::vector<T>& source, const Stream& stream = {},
-                                    bool copy = true, const DeviceArray* to = nullptr) {
-  return to_device(HostArray::view(source), stream, copy, to);
-}
-
-namespace detail {
-template <class T>
-struct is_span : std::false_type {};
-template <class T, std::size_t N>
-struct is_span<std::span<T, N>> : std::true_type {};
-}  // namespace detail
 
 /// Copies one value to a new DeviceRecord on `stream` (Numba's to_device of a record or scalar).
+/// A contiguous range of elements (std::array, std::span) is not a value here: it becomes a 1-d
+/// array by the range overload above, as a NumPy array does in Numba.
 /// With copy = false the record is allocated but not filled (uninitialised, like device_array).
 /// With `to`, copies into that record instead (not at all with copy = false) and returns it,
 /// sharing its memory; its dtype is T's by construction. The copy waits for the stream (as
@@ -77,7 +68,7 @@ struct is_span<std::span<T, N>> : std::true_type {};
 /// InvalidArgument when `stream` belongs to another device than `to` ("copy_to_device: the stream
 /// belongs to device 1 ..."), OutOfMemory, BackendError.
 template <Element T>
-  requires(!detail::is_span<T>::value)
+  requires(!detail::ElementRange<const T&>)
 [[nodiscard]] DeviceRecord<T> to_device(const T& value, const Stream& stream = {}, bool copy = true,
                                         const std::type_identity_t<DeviceRecord<T>>* to = nullptr) {
   if (to != nullptr) {

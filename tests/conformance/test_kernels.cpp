@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -231,6 +233,14 @@ DEVMEM_KERNEL void add_to_view(ArrayView<double, 2> view, double amount) {
 DEVMEM_KERNEL void fill_iota(ArrayView<int, 1> out, int start) {
   const std::int64_t i = devmem::global_id();
   if (i < out.shape(0)) out[i] = start + static_cast<int>(i);
+}
+
+// Dim3 from signed integers in device code: the unchecked conversion there (nvcc and hipcc must
+// compile it; device code cannot throw).
+DEVMEM_KERNEL void dims_from_ints(ArrayView<unsigned, 1> out) {
+  const std::int64_t i = devmem::global_id();
+  const Dim3 d{static_cast<int>(i) + 1, std::int64_t{2}, 3L};
+  if (i < out.shape(0)) out[i] = static_cast<unsigned>(d.volume());
 }
 
 unsigned blocks_for(std::int64_t n, unsigned block) {
@@ -737,6 +747,90 @@ TEST_CASE("kernels: launches on several streams", "[kernels][streams]") {
     const auto got = arrays[static_cast<std::size_t>(i)].to_vector<int>();
     CHECK(got.front() == i * 10000 + 2);
     CHECK(got.back() == i * 10000 + 2 + 4999);
+  }
+}
+
+TEST_CASE("kernels: launch configurations in Numba's order and from any integer type",
+          "[kernels]") {
+  const devmem::Stream s = devmem::stream();
+  const int n = 1000;
+  const std::int64_t n64 = 1000;
+  const DeviceArray ints = devmem::device_array<int>({n}, Order::C, s);
+  SECTION("{grid, block, stream} is Numba's kernel[grid, block, stream]") {
+    const LaunchConfig config{(n + 127) / 128, 128, s};
+    CHECK(config.stream == s);
+    CHECK(config.shared_bytes == 0);
+    devmem::launch({(n + 127) / 128, 128, s}, fill_iota, ints, 3);
+    CHECK(ints.to_vector<int>(s) == iota_vec<int>(n, 3));
+  }
+  SECTION("{grid, block, stream, shared_bytes} and CUDA's {grid, block, shared_bytes, stream}") {
+    const LaunchConfig numba{4, 256, s, 512};
+    const LaunchConfig cuda{4, 256, 512, s};
+    CHECK(numba.grid == cuda.grid);
+    CHECK(numba.block == cuda.block);
+    CHECK(numba.shared_bytes == 512);
+    CHECK(cuda.shared_bytes == 512);
+    CHECK(numba.stream == s);
+    CHECK(cuda.stream == s);
+    devmem::launch({(n64 + 255) / 256, 256, s, 512}, fill_iota, ints, 7);
+    CHECK(ints.to_vector<int>(s) == iota_vec<int>(n, 7));
+  }
+  SECTION("Dim3 from int, std::int64_t and std::size_t") {
+    CHECK(Dim3{(n + 31) / 32, 32} == Dim3(32u, 32u));
+    CHECK(Dim3{(n64 + 31) / 32, 2, std::size_t{3}} == Dim3(32u, 2u, 3u));
+    constexpr Dim3 at_compile_time{4, 5L, 6LL};
+    static_assert(at_compile_time.volume() == 120);
+    CHECK(Dim3(std::numeric_limits<unsigned>::max()).x == std::numeric_limits<unsigned>::max());
+  }
+  SECTION("Dim3 from ints in device code") {
+    const DeviceArray out = devmem::device_array<unsigned>({64}, Order::C, s);
+    devmem::launch({1, 64, s}, dims_from_ints, out);
+    const std::vector<unsigned> got = out.to_vector<unsigned>(s);
+    for (unsigned i = 0; i < 64; ++i) CHECK(got[i] == (i + 1) * 6);
+  }
+  SECTION("a negative or too large dimension is refused, naming it") {
+    const int negative = -3;
+    CHECK_THROWS_MATCHES(
+        Dim3(negative), devmem::InvalidArgument,
+        Catch::Matchers::Message("Dim3: x = -3 is out of range (0 to 4294967295)"));
+    const std::int64_t huge = std::int64_t{1} << 32;
+    CHECK_THROWS_MATCHES(
+        Dim3(1, 1, huge), devmem::InvalidArgument,
+        Catch::Matchers::Message("Dim3: z = 4294967296 is out of range (0 to 4294967295)"));
+    CHECK_THROWS_MATCHES(devmem::launch({n - 2000, 128, s}, fill_iota, ints, 0),
+                         devmem::InvalidArgument,
+                         Catch::Matchers::Message("Dim3: x = -1000 is out of range (0 to "
+                                                  "4294967295)"));
+  }
+  SECTION("a grid past the device's limit names the value") {
+    const auto props = devmem::current_context()->properties();
+    const std::int64_t y = props.max_grid_dim[1] + 1;
+    CHECK_THROWS_MATCHES(devmem::launch({Dim3(1, y), 1, s}, fill_iota, ints, 0),
+                         devmem::InvalidArgument,
+                         MessageContains("devmem::launch(kernel): grid (1, " + std::to_string(y) +
+                                         ", 1) exceeds the limit of device 0"));
+  }
+}
+
+TEST_CASE("kernels: a MappedArray argument is its device view", "[kernels][mapped]") {
+  const devmem::Stream s = devmem::stream();
+  devmem::MappedArray mapped = devmem::mapped_array<int>(Shape{300}, Order::C, s);
+  devmem::launch({(300 + 63) / 64, 64, s}, fill_iota, mapped, 5);
+  s.synchronize();
+  CHECK(mapped.to_vector<int>() == iota_vec<int>(300, 5));
+  SECTION("dtype and rank are checked as for a DeviceArray") {
+    const devmem::MappedArray floats = devmem::mapped_array<float>(Shape{64});
+    CHECK_THROWS_MATCHES(devmem::launch({1, 64, s}, fill_iota, floats, 0), devmem::InvalidArgument,
+                         Catch::Matchers::Message("DeviceArray::view<int32, 1>: the array's dtype "
+                                                  "is float32, not int32"));
+  }
+  SECTION("the kernel keeps the mapped memory alive") {
+    // The only handle goes away right after the launch; the kernel still writes into it.
+    auto temporary =
+        std::make_unique<devmem::MappedArray>(devmem::mapped_array<int>(Shape{4096}, Order::C, s));
+    devmem::launch({4096 / 128, 128, s}, fill_iota, *temporary, 1);
+    temporary.reset();
+    s.synchronize();
   }
 }
 

@@ -527,8 +527,9 @@ TEST_CASE("transfers: shape and dtype errors", "[transfers][errors]") {
   }
   SECTION("D2H into a span of the wrong size") {
     std::vector<double> out(5);
-    REQUIRE_THROWS_MATCHES(d.copy_to_host(std::span<double>(out)), devmem::InvalidArgument,
-                           Message("reshape: cannot reshape array of size 5 into shape (3, 4)"));
+    REQUIRE_THROWS_MATCHES(
+        d.copy_to_host(std::span<double>(out)), devmem::InvalidArgument,
+        Message("copy_to_host: the destination range has 5 elements, the array has 12"));
   }
   SECTION("D2H into a span of the wrong type") {
     std::vector<float> out(12);
@@ -557,7 +558,8 @@ TEST_CASE("transfers: shape and dtype errors", "[transfers][errors]") {
   SECTION("H2D from a span of the wrong size") {
     const std::vector<double> v(13);
     REQUIRE_THROWS_MATCHES(d.copy_to_device(std::span<const double>(v)), devmem::InvalidArgument,
-                           Message("reshape: cannot reshape array of size 13 into shape (3, 4)"));
+                           Message("copy_to_device: the source range has 13 elements, the array "
+                                   "has 12"));
   }
   SECTION("D2D dtype mismatch") {
     REQUIRE_THROWS_MATCHES(
@@ -582,6 +584,95 @@ TEST_CASE("transfers: shape and dtype errors", "[transfers][errors]") {
   SECTION("to_vector with the wrong type") {
     REQUIRE_THROWS_MATCHES(d.to_vector<float>(), devmem::InvalidArgument,
                            Message("to_vector: the array's dtype is float64, not float32"));
+  }
+}
+
+TEST_CASE("transfers: contiguous ranges of elements, const or not", "[transfers][ranges]") {
+  // Anything contiguous and sized with an element type: std::vector, std::array, std::span of
+  // const or non-const elements (issue 20 item 3).
+  const DeviceArray d = devmem::device_array<double>(Shape{2, 3});
+  const std::vector<double> expected = iota_vec(6);
+  SECTION("copy_to_device from a std::vector") {
+    std::vector<double> v = expected;
+    d.copy_to_device(v);
+    CHECK(d.to_vector<double>() == expected);
+  }
+  SECTION("copy_to_device from a const std::vector") {
+    const std::vector<double>& v = expected;
+    d.copy_to_device(v);
+    CHECK(d.to_vector<double>() == expected);
+  }
+  SECTION("copy_to_device from a std::array") {
+    const std::array<double, 6> a{0, 1, 2, 3, 4, 5};
+    d.copy_to_device(a);
+    CHECK(d.to_vector<double>() == expected);
+  }
+  SECTION("copy_to_device from a non-const span") {
+    std::vector<double> v = expected;
+    d.copy_to_device(std::span<double>(v));
+    CHECK(d.to_vector<double>() == expected);
+  }
+  SECTION("copy_to_device from a const span") {
+    d.copy_to_device(std::span<const double>(expected));
+    CHECK(d.to_vector<double>() == expected);
+  }
+  SECTION("copy_to_device from a fixed-extent span on a stream") {
+    const devmem::Stream s = devmem::stream();
+    std::array<double, 6> a{0, 1, 2, 3, 4, 5};
+    d.copy_to_device(std::span<double, 6>(a), s);
+    s.synchronize();
+    CHECK(d.to_vector<double>() == expected);
+  }
+  SECTION("copy_to_host into a std::vector") {
+    d.copy_to_device(expected);
+    std::vector<double> out(6, kSentinel);
+    d.copy_to_host(out);
+    CHECK(out == expected);
+  }
+  SECTION("copy_to_host into a std::array") {
+    d.copy_to_device(expected);
+    std::array<double, 6> out{};
+    out.fill(kSentinel);
+    d.copy_to_host(out);
+    CHECK(std::vector<double>(out.begin(), out.end()) == expected);
+  }
+  SECTION("copy_to_host into a span") {
+    d.copy_to_device(expected);
+    std::vector<double> out(6, kSentinel);
+    d.copy_to_host(std::span<double>(out));
+    CHECK(out == expected);
+  }
+  SECTION("to_device of a std::array, a non-const span and a const vector") {
+    const std::array<double, 6> a{0, 1, 2, 3, 4, 5};
+    const DeviceArray from_array = devmem::to_device(a);
+    CHECK(from_array.shape() == Shape{6});
+    CHECK(from_array.to_vector<double>() == expected);
+    std::vector<double> v = expected;
+    CHECK(devmem::to_device(std::span<double>(v)).to_vector<double>() == expected);
+    CHECK(devmem::to_device(expected).to_vector<double>() == expected);
+  }
+  SECTION("size mismatches") {
+    std::vector<double> longer(7);
+    REQUIRE_THROWS_MATCHES(
+        d.copy_to_device(longer), devmem::InvalidArgument,
+        Message("copy_to_device: the source range has 7 elements, the array has 6"));
+    std::array<double, 4> shorter{};
+    REQUIRE_THROWS_MATCHES(
+        d.copy_to_host(shorter), devmem::InvalidArgument,
+        Message("copy_to_host: the destination range has 4 elements, the array has 6"));
+    CHECK(shorter == std::array<double, 4>{});
+    REQUIRE_THROWS_MATCHES(
+        d.copy_to_host(std::span<double>(longer)), devmem::InvalidArgument,
+        Message("copy_to_host: the destination range has 7 elements, the array has 6"));
+  }
+  SECTION("an element type other than the dtype") {
+    std::vector<float> floats(6);
+    REQUIRE_THROWS_MATCHES(
+        d.copy_to_device(floats), devmem::InvalidArgument,
+        Message("copy_to_device: dtype mismatch: source is float32, destination is float64"));
+    REQUIRE_THROWS_MATCHES(
+        d.copy_to_host(floats), devmem::InvalidArgument,
+        Message("copy_to_host: dtype mismatch: source is float64, destination is float32"));
   }
 }
 
