@@ -204,6 +204,14 @@ ReshapeCopy plan_reshape_copy(const Layout& source, const Shape& new_shape, Orde
   return out;
 }
 
+ReshapeCopy plan_ravel_copy(const Layout& source, Order order) {
+  ReshapeCopy out;
+  out.target = layout::make_layout(Shape{source.size()}, source.itemsize, {}, Order::C, "ravel");
+  out.target_as_source = layout::make_layout(
+      source.shape, source.itemsize, layout::ravel_strides(source, order), Order::C, "ravel");
+  return out;
+}
+
 void fill_pattern(std::byte* dst, std::int64_t count, const void* value,
                   std::int64_t itemsize) noexcept {
   if (count <= 0) return;

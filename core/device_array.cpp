@@ -124,13 +124,16 @@ DeviceArray DeviceArray::ravel(Order order, const Stream& stream) const {
   if (auto v = layout::ravel_view(layout_, order)) {
     return DeviceArray(memory_, std::move(*v), dtype_, use);
   }
-  if (order == Order::K) {
-    const DeviceArray dense = copy(Order::K, use);
-    if (auto v = layout::ravel_view(dense.layout_, Order::K)) {
-      return DeviceArray(dense.memory_, std::move(*v), dtype_, use);
-    }
-  }
-  return reshape(Shape{size()}, order == Order::K ? Order::C : order, use);
+  // NumPy's ravel is always contiguous: a strided 1-d view (what reshape({size}) may give) would
+  // not be, so the elements are copied into a new dense array in the order ravel reads them.
+  const detail::ReshapeCopy plan = detail::plan_ravel_copy(layout_, order);
+  const auto ctx_holder = context_of(*this);
+  Context& ctx = *ctx_holder;
+  detail::StreamState& s = detail::resolve_stream(use, Stream{}, ctx, "ravel");
+  DeviceArray out = detail::make_device_array(ctx, plan.target, dtype_, use, "ravel");
+  const DeviceArray target_view(out.memory_, plan.target_as_source, dtype_, use);
+  detail::copy_elements("ravel", ctx, s, detail::endpoint(target_view), detail::endpoint(*this));
+  return out;
 }
 
 std::vector<DeviceArray> DeviceArray::split(std::int64_t section, const Stream& stream) const {

@@ -224,13 +224,12 @@ HostArray HostArray::reshape(Shape new_shape, Order order) const {
 
 HostArray HostArray::ravel(Order order) const {
   if (auto v = layout::ravel_view(layout_, order)) return with_layout(*v, dtype_);
-  if (order == Order::K) {
-    // Elements in memory order: a dense copy keeping the axis order is contiguous in that order.
-    HostArray dense = copy(Order::K);
-    auto v = layout::ravel_view(dense.layout_, Order::K);
-    if (v) return dense.with_layout(*v, dtype_);
-  }
-  return reshape(Shape{size()}, order == Order::K ? Order::C : order);
+  // NumPy's ravel is always contiguous: a strided 1-d view (what reshape({size}) may give) would
+  // not be, so the elements are copied into a new dense array in the order ravel reads them.
+  const detail::ReshapeCopy plan = detail::plan_ravel_copy(layout_, order);
+  HostArray out = detail::make_host_array(plan.target, dtype_);
+  HostArray(out.memory_, plan.target_as_source, dtype_).copy_from(*this);
+  return out;
 }
 
 DeviceArray HostArray::device_view(const Stream& stream) const {

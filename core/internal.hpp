@@ -301,6 +301,9 @@ struct ReshapeCopy {
 };
 ReshapeCopy plan_reshape_copy(const Layout& source, const Shape& new_shape, Order order,
                               const char* operation);
+/// The layouts of a ravel that has to copy: a dense 1-d target holding the elements in the order
+/// NumPy's ravel(`order`) reads them (layout::ravel_strides), for any order C, F, A or K.
+ReshapeCopy plan_ravel_copy(const Layout& source, Order order);
 /// C or F for a copy made under NumPy's `order` rules (A: F when F- and not C-contiguous).
 Order resolve_copy_order(const Layout& source, Order order, const char* operation);
 

@@ -351,6 +351,54 @@ Strides strides_like(const Layout& source) {
   return strides;
 }
 
+Strides ravel_strides(const Layout& source, Order order) {
+  validate(source, "ravel");
+  if (order != Order::C && order != Order::F && order != Order::A && order != Order::K) {
+    detail::throw_invalid("ravel", "order must be 'C', 'F', 'A' or 'K', got '{}'",
+                          order_char(order));
+  }
+  if (order == Order::A) order = order_like(source);
+  // An empty array has no elements to order.
+  if (order != Order::K || source.size() == 0) {
+    return fill_dense_strides(source.shape, source.itemsize, order == Order::K ? Order::C : order,
+                              "ravel");
+  }
+  // The axis order of NumPy's nditer for order K without stride negation (PyArray_CopyAsFlat
+  // passes NPY_ITER_DONT_NEGATE_STRIDES), npyiter_find_best_axis_ordering: a stable insertion
+  // sort by |stride|, innermost first, starting from the reversed C order, in which a zero stride
+  // (a broadcast or size-1 axis) compares with nothing. So broadcast axes stay where C order puts
+  // them, unlike in sorted_stride_perm, and reversed axes are still read from index 0 up.
+  const size_t n = source.shape.size();
+  Strides key(n);
+  for (size_t k = 0; k < n; ++k) key[k] = source.shape[k] == 1 ? 0 : std::abs(source.strides[k]);
+  std::vector<size_t> perm(n);  // innermost axis first
+  for (size_t i = 0; i < n; ++i) perm[i] = n - 1 - i;
+  for (size_t i0 = 1; i0 < n; ++i0) {
+    const size_t axis = perm[i0];
+    size_t pos = i0;
+    for (size_t i1 = i0; i1-- > 0;) {
+      const size_t other = perm[i1];
+      if (key[axis] == 0 || key[other] == 0) continue;  // ambiguous: look further out
+      if (key[other] <= key[axis]) break;
+      pos = i1;
+    }
+    std::move_backward(perm.begin() + static_cast<std::ptrdiff_t>(pos),
+                       perm.begin() + static_cast<std::ptrdiff_t>(i0),
+                       perm.begin() + static_cast<std::ptrdiff_t>(i0) + 1);
+    perm[pos] = axis;
+  }
+  Strides strides(n);
+  int64_t stride = source.itemsize;
+  for (const size_t k : perm) {
+    strides[k] = stride;
+    if (!mul(stride, source.shape[k], stride)) {
+      detail::throw_invalid("ravel", "strides of shape {} with itemsize {} overflow int64",
+                            format_tuple(source.shape), source.itemsize);
+    }
+  }
+  return strides;
+}
+
 Order order_like(const Layout& source) {
   return source.is_f_contiguous() && !source.is_c_contiguous() ? Order::F : Order::C;
 }

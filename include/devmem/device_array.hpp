@@ -106,7 +106,9 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
   // Numba behaves the same for pageable memory; for pinned memory with a stream it is asynchronous
   // too.
   /// A new pageable host array with the same shape and dense strides in the same axis order
-  /// (Numba's copy_to_host()). Returns with the data ready, on any stream.
+  /// (layout::strides_like, NumPy's empty_like(order='K'): reversed axes get positive strides,
+  /// broadcast axes are stored in full, innermost) (Numba's copy_to_host(), which keeps the device
+  /// strides instead). Returns with the data ready, on any stream.
   [[nodiscard]] HostArray copy_to_host(const Stream& stream = {}) const;
   /// Copies into `destination` (same dtype, same shape after removing size-1 axes; Numba's
   /// copy_to_host(ary)). Only the destination's elements are written, whatever its strides.
@@ -154,12 +156,25 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
   /// NumPy reshape; one dimension may be -1. Never a view that reorders elements.
   [[nodiscard]] DeviceArray reshape(Shape shape, Order order = Order::C,
                                     const Stream& stream = {}) const;
-  /// 1-d array of the elements in `order`; a view when possible.
+  /// NumPy ravel: always a C-contiguous 1-d array (strides (itemsize,)) of the elements in `order`:
+  /// C, F, A (F when F- and not C-contiguous, else C) or K (NumPy's memory order: axes by |stride|,
+  /// a broadcast axis where C order has it, every axis, reversed ones too, read from index 0 up).
+  /// A view of the same memory exactly when NumPy's ravel is one (the elements already lie
+  /// contiguously in that order), otherwise a new array filled on the stream. Either way the result
+  /// has the stream `stream`, or this array's. Numba's ravel returns the same views but raises
+  /// NotImplementedError("ravel on non-contiguous array") (and rejects K) where this copies; never
+  /// a strided view, which reshape({size()}) may return. Errors: InvalidArgument for another order;
+  /// allocation errors when it copies.
   [[nodiscard]] DeviceArray ravel(Order order = Order::C, const Stream& stream = {}) const;
   /// Consecutive views of `section` elements (the last smaller); 1-d arrays only.
   [[nodiscard]] std::vector<DeviceArray> split(std::int64_t section,
                                                const Stream& stream = {}) const;
-  /// A new C-contiguous (or F, or K = same axis order) copy on the device.
+  /// A new dense copy on the device: C, F, A (F when F- and not C-contiguous, else C) or K, NumPy's
+  /// copy(order='K') = empty_like(order='K') layout: the source's axis order by |stride| with
+  /// positive strides, and broadcast (zero-stride) axes innermost, so every element is stored
+  /// once per index. The values at each index are the source's; only ravel(K) follows NumPy's
+  /// memory-order reading (a broadcast axis stays in place), so ravel(K) != copy(K).ravel(K) for
+  /// broadcast sources, as in NumPy.
   [[nodiscard]] DeviceArray copy(Order order = Order::K, const Stream& stream = {}) const;
 
   // Element access.

@@ -135,10 +135,15 @@ class DEVMEM_API HostArray : public ArrayBase<HostArray> {
   /// Copies the elements of `source` (same dtype, same shape after removing size-1 axes) into
   /// this array, whatever the strides of either side.
   void copy_from(const HostArray& source) const;
-  /// A deep copy in pageable memory (order K keeps the axis order, dense).
+  /// A deep dense copy in pageable memory, in NumPy's copy(order) layout: C, F, A (F when F- and
+  /// not C-contiguous, else C) or K (empty_like(order='K'): axis order by |stride|, positive
+  /// strides, broadcast axes innermost and stored in full).
   [[nodiscard]] HostArray copy(Order order = Order::K) const;
   /// NumPy reshape: a view when possible, otherwise a copy.
   [[nodiscard]] HostArray reshape(Shape shape, Order order = Order::C) const;
+  /// NumPy ravel: always a C-contiguous 1-d array (strides (itemsize,)) of the elements in `order`
+  /// (C, F, A or K, as DeviceArray::ravel). A view exactly when NumPy's ravel is one, otherwise a
+  /// new pageable array; never a strided view. InvalidArgument for another order.
   [[nodiscard]] HostArray ravel(Order order = Order::C) const;
 
   /// The device view of mapped memory (Mapped arrays, or memory inside a mapped() scope is

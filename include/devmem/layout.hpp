@@ -99,12 +99,24 @@ namespace layout {
                                             Order order = Order::C,
                                             const char* operation = "device_array");
 
-/// NumPy `empty_like(order='K')` strides: dense strides in order_like(source) when the source is C-
-/// or F-contiguous or has ndim <= 1 (so a strided 1-d array gets stride itemsize), otherwise dense
-/// strides that keep the source's axis order (axes sorted by |stride|).
+/// NumPy `empty_like(order='K')` strides (also a.copy(order='K')): dense strides in
+/// order_like(source) when the source is C- or F-contiguous or has ndim <= 1 (so a strided 1-d
+/// array gets stride itemsize), otherwise dense strides that keep the source's axis order (axes
+/// sorted by |stride|, ties in axis order, so zero-stride broadcast axes go innermost; all strides
+/// positive). Not the order ravel(K) reads elements in: see ravel_strides.
 [[nodiscard]] DEVMEM_API Strides strides_like(const Layout& source);
 /// The order a copy of `source` should use by default: F if it is F- and not C-contiguous, else C.
 [[nodiscard]] DEVMEM_API Order order_like(const Layout& source);
+
+/// Dense strides over source.shape that lay the elements out in the order NumPy's
+/// ravel(`order`) reads them, so that copying `source` into memory with these strides and viewing
+/// that memory as 1-d gives the ravel. C and F: dense strides in that order; A: in
+/// order_like(source); K: NumPy's nditer order, in which axes are sorted by |stride| (a zero-stride
+/// broadcast axis keeps its place in C order) and every axis is read from index 0 up, reversed ones
+/// included. So for K a broadcast axis stays outermost where strides_like (NumPy's empty_like) puts
+/// it innermost: shape (2, 3) strides (0, 8) ravels to the row twice. Errors: order not C/F/A/K,
+/// overflow.
+[[nodiscard]] DEVMEM_API Strides ravel_strides(const Layout& source, Order order);
 
 /// Resolves a -1 in `new_shape` against `size` and checks the element count. Errors:
 /// more than one -1 ("can only specify one unknown dimension"), other negative dimensions, a -1

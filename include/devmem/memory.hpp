@@ -34,7 +34,9 @@ template <Element T>
   return device_array(std::move(shape), dtype_of<T>(), {}, order, stream);
 }
 /// Same shape and dtype as `like`; its strides when it is C- or F-contiguous, otherwise dense
-/// strides in its axis order (NumPy's empty_like with order K).
+/// strides in its axis order (layout::strides_like, NumPy's empty_like with order K: axes sorted
+/// by |stride|, broadcast axes innermost). Numba sorts the signed strides, so there a reversed axis
+/// becomes the innermost one; here it keeps its place, as in NumPy.
 [[nodiscard]] DEVMEM_API DeviceArray device_array_like(const DeviceArray& like,
                                                        const Stream& stream = {});
 /// The same for a host array (Numba's device_array_like(ary) of a NumPy array).
@@ -43,7 +45,10 @@ template <Element T>
 
 // ---- Host to device ----
 
-/// Copies `source` to a new device array (dense, in the source's axis order). With copy = false
+/// Copies `source` to a new device array (dense, in the source's axis order: the strides of
+/// device_array_like; a reversed axis gets a positive stride and a broadcast axis is stored in
+/// full). Numba's to_device keeps the source's strides and raises for a source that is not
+/// contiguous once its broadcast axes are removed; this copies any source. With copy = false
 /// the array is allocated but not filled. With `to`, copies into that array instead (shape and
 /// dtype must match) and returns it.
 [[nodiscard]] DEVMEM_API DeviceArray to_device(const HostArray& source, const Stream& stream = {},

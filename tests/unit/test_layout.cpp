@@ -802,6 +802,35 @@ TEST_CASE("same_squeezed_shape", "[layout]") {
 // ---------------------------------------------------------------------------------------------
 // Malformed layouts are rejected by every function that takes one.
 
+// ---------------------------------------------------------------------------------------------
+// ravel_strides: the layout a ravel copy is written through (issue 21)
+
+TEST_CASE("ravel_strides", "[layout][ravel]") {
+  // C, F and A: dense strides in that order whatever the source's strides.
+  const Layout padded = L({2, 3}, {48, 16});
+  CHECK(layout::ravel_strides(padded, Order::C) == Strides{24, 8});
+  CHECK(layout::ravel_strides(padded, Order::F) == Strides{8, 16});
+  CHECK(layout::ravel_strides(padded, Order::A) == Strides{24, 8});
+  CHECK(layout::ravel_strides(dense({2, 3}, 8, Order::F), Order::A) == Strides{8, 16});
+  CHECK(layout::ravel_strides(dense({}), Order::K).empty());
+  CHECK(layout::ravel_strides(L({0, 3}, {-3, 100}), Order::K) == Strides{24, 8});
+  // K: NumPy's nditer order. A broadcast axis stays outermost, unlike strides_like (NumPy:
+  // np.broadcast_to(np.arange(3.), (2, 3)).ravel('K') == [0, 1, 2, 0, 1, 2]).
+  CHECK(layout::ravel_strides(L({2, 3}, {0, 8}), Order::K) == Strides{24, 8});
+  CHECK(layout::strides_like(L({2, 3}, {0, 8})) == Strides{8, 16});
+  // (3, 2, 3) strides (0, 8, 16): the broadcast axis outermost, then F order (NumPy ravel('K')
+  // gives [0..5, 0..5, 0..5]).
+  CHECK(layout::ravel_strides(L({3, 2, 3}, {0, 8, 16}), Order::K) == Strides{48, 8, 16});
+  // Reversed axes are ordered by |stride| and read from index 0 up: strides stay positive.
+  CHECK(layout::ravel_strides(L({4, 3}, {-24, 8}, 72), Order::K) == Strides{24, 8});
+  CHECK(layout::ravel_strides(L({4, 2, 3}, {-8, 96, 32}, 24), Order::K) == Strides{8, 96, 32});
+  // Size-1 axes compare with nothing, like broadcast ones.
+  CHECK(layout::ravel_strides(L({1, 4, 1, 2}, {40, 32, 56, 8}), Order::K) ==
+        Strides{64, 16, 16, 8});
+  REQUIRE_THROWS_MATCHES(layout::ravel_strides(padded, static_cast<Order>('X')), InvalidArgument,
+                         Message("ravel: order must be 'C', 'F', 'A' or 'K', got 'X'"));
+}
+
 TEST_CASE("functions taking a Layout reject malformed layouts", "[layout][errors]") {
   const Layout bad_strides = L({2, 3}, {8});
   const Layout bad_itemsize = L({2}, {8}, 0, 0);

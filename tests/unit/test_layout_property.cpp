@@ -187,6 +187,35 @@ TEST_CASE("ravel_view agrees with the element order", "[layout][ravel][fuzz]") {
   CHECK(views > 1000);
 }
 
+TEST_CASE("ravel_strides is dense and agrees with ravel_view", "[layout][ravel][fuzz]") {
+  std::mt19937 rng(2121);
+  int views = 0;
+  for (int iter = 0; iter < 3000; ++iter) {
+    const Shape shape = devmem_test::random_shape(rng);
+    std::int64_t bytes = 0;
+    const Layout src = devmem_test::random_layout(rng, shape, 4, uniform(rng, 0, 1) == 1, &bytes);
+    INFO("source " << show(src));
+    for (const Order order : {Order::C, Order::F, Order::A, Order::K}) {
+      INFO("order " << static_cast<char>(order));
+      const Layout target{src.shape, layout::ravel_strides(src, order), 0, src.itemsize};
+      // Every element gets its own slot of a dense 1-d buffer.
+      std::vector<std::int64_t> slots = addresses(target, false);
+      std::sort(slots.begin(), slots.end());
+      for (std::size_t n = 0; n < slots.size(); ++n) {
+        CHECK(slots[n] == static_cast<std::int64_t>(n) * src.itemsize);
+      }
+      // Where ravel is a view, the copy would put every element where the view sees it.
+      const std::optional<Layout> v = layout::ravel_view(src, order);
+      if (!v || src.size() == 0) continue;
+      ++views;
+      const std::vector<std::int64_t> at = addresses(src, false);
+      const std::vector<std::int64_t> pos = addresses(target, false);
+      for (std::size_t n = 0; n < at.size(); ++n) CHECK(at[n] - v->offset == pos[n]);
+    }
+  }
+  CHECK(views > 1000);
+}
+
 TEST_CASE("slice and index agree with Python's range slicing", "[layout][slice][fuzz]") {
   std::mt19937 rng(4321);
   for (int iter = 0; iter < 5000; ++iter) {
