@@ -19,6 +19,8 @@
 // and blocks run in parallel on the machine's cores. A barrier that not every thread of the block
 // reaches (some threads exited, or wait at another barrier) is reported as a launch failure naming
 // the block, the threads and the barrier's source line, instead of hanging or silently passing.
+// Array accesses are bounds-checked there too (LaunchFailure naming the index, the shape, the
+// thread and the block; see <devmem/array_view.hpp> and devmem::host::set_bounds_checking).
 //
 // Which backend a launch uses: the kernel is compiled for one (nvcc: cuda, hipcc: roc, otherwise
 // host) and runs on that backend's device; launching on another active backend throws
