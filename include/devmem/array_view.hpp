@@ -13,7 +13,7 @@
 // for HIP-CPU), every element access checks each index against the shape. An index outside
 // [0, shape) fails the running kernel's launch with LaunchFailure (719), reported like any
 // simulated kernel failure: "ArrayView: index (128,) is out of bounds for shape (100,) in thread
-// (100, 0, 0) of block (0, 0, 0)". Negative indices are out of bounds, as on a GPU (they do not
+// (28, 0, 0) of block (1, 0, 0)". Negative indices are out of bounds, as on a GPU (they do not
 // wrap around as in NumPy). Outside a kernel (host code indexing a view) the same text is thrown
 // as InvalidArgument. devmem::host::set_bounds_checking(false) or DEVMEM_HOST_BOUNDS_CHECK=0 turns
 // the reports off (the access then goes ahead unchecked, as on a GPU); defining
