@@ -172,6 +172,11 @@ bool HostBackend::device_accessible_locked(std::uintptr_t begin, std::size_t byt
   return false;
 }
 
+bool HostBackend::device_accessible(std::uintptr_t begin, std::size_t bytes) const {
+  const std::lock_guard lock(memory_mutex_);
+  return device_accessible_locked(begin, bytes);
+}
+
 void HostBackend::check_device_span(const char* function, const char* role, const void* ptr,
                                     ByteSpan span) const {
   if (span.empty()) return;

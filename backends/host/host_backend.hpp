@@ -116,6 +116,9 @@ class HostBackend final : public Backend {
   /// BackendError with the message "host <function>: <status> (<code>): <details>".
   [[nodiscard]] static BackendError make_error(const char* function, Status status,
                                                std::string_view details);
+  /// True when every byte of [begin, begin + bytes) lies in one live device allocation (of any
+  /// device) or in mapped host memory: what a device-side access may touch.
+  [[nodiscard]] bool device_accessible(std::uintptr_t begin, std::size_t bytes) const;
 
  private:
   /// Bytes [lo, hi) relative to a pointer that an operation touches on one side.

@@ -47,6 +47,9 @@ std::array<std::atomic<bool>, kCallKinds> g_armed{};
 // -1 until set_device_memory_capacity is called; from then on it overrides the environment.
 std::atomic<std::int64_t> g_explicit_capacity{-1};
 
+// -1 until set_bounds_checking is called; from then on it overrides DEVMEM_HOST_BOUNDS_CHECK.
+std::atomic<int> g_explicit_bounds_checking{-1};
+
 // "4096", "512M", "2g": a non-negative integer with an optional binary K/M/G suffix.
 std::optional<std::int64_t> parse_byte_size(std::string_view text) {
   std::int64_t shift = 0;
@@ -235,6 +238,25 @@ void clear_failures() noexcept {
     g_failures[i] = FailureRequest{};
     g_armed[i].store(false, std::memory_order_release);
   }
+}
+
+void set_bounds_checking(bool enabled) noexcept {
+  g_explicit_bounds_checking.store(enabled ? 1 : 0, std::memory_order_relaxed);
+}
+
+bool bounds_checking() noexcept {
+  const int explicit_setting = g_explicit_bounds_checking.load(std::memory_order_relaxed);
+  if (explicit_setting >= 0) return explicit_setting != 0;
+  // Read once: a thread-safe static. Any value but an explicit "off" keeps the checks, so that a
+  // typo cannot silently disable them.
+  static const bool from_environment = [] {
+    const char* const text = std::getenv("DEVMEM_HOST_BOUNDS_CHECK");
+    if (text == nullptr) return true;
+    const std::string_view value(text);
+    return !(value == "0" || value == "off" || value == "OFF" || value == "false" ||
+             value == "FALSE");
+  }();
+  return from_environment;
 }
 
 std::int64_t call_count(Call kind) noexcept {

@@ -14,10 +14,17 @@
 // lines of the barriers: threads that returned while others wait, threads waiting at different
 // block barriers, or a block barrier and a warp barrier waiting for each other.
 //
+// Array accesses in kernels are bounds-checked (<devmem/array_view.hpp>): an index out of range
+// calls index_out_of_bounds, which fails the block like the failures below, before the access, so
+// nothing outside the array is touched. At launch, check_view_argument checks the memory every
+// ArrayView argument can reach against the backend's live allocations and mapped host memory,
+// as copies are checked, so a stale view is refused before it runs (InvalidArgument, as the other
+// argument errors of launch).
+//
 // Failures inside a block (divergence, shared memory over the device limit, an exception thrown
-// by kernel code) abort the block: every suspended thread is resumed and unwinds (BlockAbort), so
-// its stack objects are destroyed, and the launch reports the first failure like an asynchronous
-// device error (stored on the stream, thrown by its next synchronize).
+// by kernel code, an index out of bounds) abort the block: every suspended thread is resumed and
+// unwinds (BlockAbort), so its stack objects are destroyed, and the launch reports the first
+// failure like an asynchronous device error (stored on the stream, thrown by its next synchronize).
 #include "backends/host/host_backend.hpp"
 #include "core/internal.hpp"
 
@@ -199,6 +206,14 @@ class BlockRunner {
   }
 
   [[nodiscard]] bool in_thread() const noexcept { return current_ != kScheduler; }
+
+  /// Fails the block with `what` (an out-of-bounds access) followed by the calling thread.
+  [[noreturn]] void fail_access(std::string_view what) {
+    fail_in_thread(
+        Status::LaunchFailure,
+        fmt::format("{} in thread {} of block {}", what,
+                    describe(threads_[current_].coords.thread_idx), describe(block_index_)));
+  }
   [[nodiscard]] const ThreadCoords& coords() const noexcept { return threads_[current_].coords; }
   [[nodiscard]] int warp_size() const noexcept { return static_cast<int>(grid_.warp_size); }
 
@@ -588,7 +603,65 @@ void execute_grid(const KernelGrid& grid) {
   if (first_error) std::rethrow_exception(first_error);
 }
 
+/// Values as Python writes a tuple: (8,) or (16, 16).
+std::string describe_tuple(std::span<const std::int64_t> values) {
+  if (values.size() == 1) return fmt::format("({},)", values[0]);
+  return fmt::format("({})", fmt::join(values, ", "));
+}
+
 }  // namespace
+
+void index_out_of_bounds(const char* array_kind, const std::int64_t* index, std::size_t index_count,
+                         const std::int64_t* shape, std::size_t rank) {
+  if (!host::bounds_checking()) return;
+  const std::span<const std::int64_t> shape_values(shape, rank);
+  std::string what;
+  if (index_count == rank) {
+    what = fmt::format("{}: index {} is out of bounds for shape {}", array_kind,
+                       describe_tuple(std::span(index, index_count)), describe_tuple(shape_values));
+  } else {
+    std::int64_t count = 1;
+    for (const std::int64_t n : shape_values) count *= n;
+    what = fmt::format("{}: flat index {} is out of bounds for shape {} ({} elements)", array_kind,
+                       index_count == 1 ? index[0] : -1, describe_tuple(shape_values), count);
+  }
+  BlockRunner* runner = t_runner;
+  if (runner == nullptr || !runner->in_thread()) {
+    throw InvalidArgument(what + " (outside a kernel)");
+  }
+  runner->fail_access(what);
+}
+
+void check_view_argument(const PreparedLaunch& launch, std::size_t argument, const void* data,
+                         std::size_t element_size, const std::int64_t* shape,
+                         const std::int64_t* strides, std::size_t rank) {
+  if (!host::bounds_checking()) return;
+  // The bytes the view can reach, relative to data: [lo, hi).
+  std::int64_t lo = 0;
+  auto hi = static_cast<std::int64_t>(element_size);
+  bool overflow = false;
+  for (std::size_t d = 0; d != rank; ++d) {
+    if (shape[d] <= 0) return;  // an empty view reaches nothing
+    std::int64_t reach = 0;
+    overflow |= __builtin_mul_overflow(strides[d], shape[d] - 1, &reach);
+    overflow |= __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi);
+  }
+  const auto base = reinterpret_cast<std::uintptr_t>(data);
+  const auto begin = base + static_cast<std::uintptr_t>(lo);  // wraps for lo < 0, as intended
+  const auto bytes = static_cast<std::uintptr_t>(hi) - static_cast<std::uintptr_t>(lo);
+  const std::shared_ptr<Context> context = launch.stream.context();
+  const auto* backend = dynamic_cast<const HostBackend*>(&context->backend());
+  if (backend == nullptr) return;  // run_kernel refuses the launch
+  if (!overflow && data != nullptr && begin + bytes >= begin &&
+      backend->device_accessible(begin, bytes)) {
+    return;
+  }
+  throw InvalidArgument(fmt::format(
+      "devmem::launch: argument {} (an ArrayView of shape {}) reaches {} bytes at {:#x}, which "
+      "are not inside a live device allocation or mapped host memory (a view of a freed array, "
+      "or from a closed mapped() scope?)",
+      argument, describe_tuple(std::span(shape, rank)), bytes, begin));
+}
 
 const ThreadCoords& current_thread(const char* function) {
   return runner_in_thread(function).coords();

@@ -1,6 +1,6 @@
 // ArrayView<T, Rank>: what a kernel receives for a device array. A trivially copyable strided
-// view (pointer, shape, byte strides) that device code indexes directly; it owns nothing and
-// checks nothing, like a raw pointer on the GPU. Make one with DeviceArray::view<T, Rank>(),
+// view (pointer, shape, byte strides) that device code indexes directly; it owns nothing and, on
+// a GPU, checks nothing, like a raw pointer. Make one with DeviceArray::view<T, Rank>(),
 // which checks the dtype, the rank and the alignment of the data pointer and strides, or pass a
 // DeviceArray straight to devmem::launch.
 //
@@ -9,9 +9,22 @@
 // keeps the memory of every array argument alive until the kernel has run, views from
 // DeviceArray::view included (it finds their memory by address).
 //
+// Bounds checking: compiled by the host compiler for the host backend (not by nvcc or hipcc, not
+// for HIP-CPU), every element access checks each index against the shape. An index outside
+// [0, shape) fails the running kernel's launch with LaunchFailure (719), reported like any
+// simulated kernel failure: "ArrayView: index (128,) is out of bounds for shape (100,) in thread
+// (28, 0, 0) of block (1, 0, 0)". Negative indices are out of bounds, as on a GPU (they do not
+// wrap around as in NumPy). Outside a kernel (host code indexing a view) the same text is thrown
+// as InvalidArgument. devmem::host::set_bounds_checking(false) or DEVMEM_HOST_BOUNDS_CHECK=0 turns
+// the reports off (the access then goes ahead unchecked, as on a GPU); defining
+// DEVMEM_HOST_NO_BOUNDS_CHECK for every translation unit compiles the comparisons out. GPU code is
+// unchanged. See <devmem/host_backend.hpp>.
+//
 // Thread safety: a view is a value; concurrent element accesses follow the usual rules of the
 // memory it points to.
 #pragma once
+
+#include <devmem/export.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -25,7 +38,54 @@
 #define DEVMEM_HOST_DEVICE
 #endif
 
+// DEVMEM_DETAIL_SIM_BOUNDS_CHECK: array accesses are checked, only in code compiled by the host
+// compiler for the host backend's simulator (DEVMEM_HIPCPU_* mark kernel sources built for
+// HIP-CPU), so that device code keeps raw, unchecked accesses.
+#if !defined(__CUDACC__) && !defined(__HIPCC__) && !defined(__HIP_CPU_RT__) && \
+    !defined(DEVMEM_HIPCPU_CUDA) && !defined(DEVMEM_HIPCPU_ROC) &&             \
+    !defined(DEVMEM_HOST_NO_BOUNDS_CHECK)
+#define DEVMEM_DETAIL_SIM_BOUNDS_CHECK 1
+#endif
+
 namespace devmem {
+
+#ifdef DEVMEM_DETAIL_SIM_BOUNDS_CHECK
+namespace detail::sim {
+/// Reports `index` (index_count values) as out of bounds for `shape` (rank values) of an array of
+/// kind `array_kind` ("ArrayView", "shared_array", ...): in a simulated kernel thread it fails the
+/// launch (LaunchFailure naming the thread and block) and unwinds the thread; outside a kernel it
+/// throws InvalidArgument. Returns (and the access goes ahead) only when
+/// devmem::host::bounds_checking() is off. Out of line and cold so that the inline check stays
+/// one comparison and a not-taken branch.
+[[gnu::cold]] DEVMEM_API void index_out_of_bounds(const char* array_kind, const std::int64_t* index,
+                                                  std::size_t index_count,
+                                                  const std::int64_t* shape, std::size_t rank);
+/// True when `index` is outside [0, extent): one unsigned comparison covers negative indices.
+[[nodiscard]] constexpr bool out_of_bounds(std::int64_t index, std::int64_t extent) noexcept {
+  return static_cast<std::uint64_t>(index) >= static_cast<std::uint64_t>(extent);
+}
+/// Checks one index per dimension of an array of constant shape N... (shared and local arrays).
+template <std::size_t... N, class... Index>
+void check_indices(const char* array_kind, Index... index) {
+  const std::int64_t indices[] = {static_cast<std::int64_t>(index)...};
+  static constexpr std::int64_t shape[] = {static_cast<std::int64_t>(N)...};
+  bool outside = false;
+  for (std::size_t d = 0; d != sizeof...(N); ++d) outside |= out_of_bounds(indices[d], shape[d]);
+  if (outside) [[unlikely]] {
+    index_out_of_bounds(array_kind, indices, sizeof...(N), shape, sizeof...(N));
+  }
+}
+/// Checks the flat (C-order) index `i` of an array of constant shape N...
+template <std::size_t... N>
+void check_flat_index(const char* array_kind, std::size_t i) {
+  if (i >= (N * ...)) [[unlikely]] {
+    const auto index = static_cast<std::int64_t>(i);
+    static constexpr std::int64_t shape[] = {static_cast<std::int64_t>(N)...};
+    index_out_of_bounds(array_kind, &index, 1, shape, sizeof...(N));
+  }
+}
+}  // namespace detail::sim
+#endif
 
 /// A strided view of `Rank` dimensions over elements of type `T` (use `const T` for read-only
 /// access). Strides are in bytes, like NumPy's and DeviceArray's.
@@ -47,16 +107,34 @@ class ArrayView {
     }
   }
 
-  /// Element at the given indices (one per dimension, not bounds-checked).
+  /// Element at the given indices (one per dimension). Bounds-checked only by the host
+  /// simulator (see the file comment); unchecked on a GPU.
   template <class... Index>
     requires(sizeof...(Index) == Rank && (std::is_integral_v<Index> && ...))
   DEVMEM_HOST_DEVICE T& operator()(Index... index) const {
+#ifdef DEVMEM_DETAIL_SIM_BOUNDS_CHECK
+    if constexpr (Rank != 0) {
+      const std::int64_t indices[] = {static_cast<std::int64_t>(index)...};
+      bool outside = false;
+      for (std::size_t d = 0; d != Rank; ++d) {
+        outside |= detail::sim::out_of_bounds(indices[d], shape_[d]);
+      }
+      if (outside) [[unlikely]] {
+        detail::sim::index_out_of_bounds("ArrayView", indices, Rank, shape_, Rank);
+      }
+    }
+#endif
     return *address(static_cast<std::int64_t>(index)...);
   }
-  /// Element i of a 1-d view.
+  /// Element i of a 1-d view (checked like operator()).
   DEVMEM_HOST_DEVICE T& operator[](std::int64_t i) const
     requires(Rank == 1)
   {
+#ifdef DEVMEM_DETAIL_SIM_BOUNDS_CHECK
+    if (detail::sim::out_of_bounds(i, shape_[0])) [[unlikely]] {
+      detail::sim::index_out_of_bounds("ArrayView", &i, 1, shape_, 1);
+    }
+#endif
     return *address(i);
   }
 

@@ -9,6 +9,14 @@
 // memsets are checked against live allocations and mapped host memory, so an out-of-bounds or
 // use-after-free access is reported as IllegalAddress instead of corrupting memory.
 //
+// Kernels compiled for the host backend are bounds-checked (see bounds_checking below): every
+// element access of an ArrayView, shared_array, local_array or DEVMEM_CONSTANT_ARRAY checks its
+// indices, and an index outside [0, extent) (negative ones included, as on a GPU) fails the launch
+// with LaunchFailure (719): "ArrayView: index (128,) is out of bounds for shape (100,) in thread
+// (28, 0, 0) of block (1, 0, 0)". At launch, the memory every ArrayView argument can reach must lie
+// in a live device allocation or mapped host memory, or launch throws InvalidArgument before
+// anything is enqueued (a view of a freed array, or from a closed mapped() scope).
+//
 // Thread safety: every function may be called concurrently with any devmem call.
 #pragma once
 
@@ -80,5 +88,15 @@ DEVMEM_API void clear_failures() noexcept;
 [[nodiscard]] DEVMEM_API std::int64_t call_count(Call kind) noexcept;
 /// Sets every call_count to 0.
 DEVMEM_API void reset_call_counts() noexcept;
+
+/// Turns the simulator's bounds checks (see the file comment) on or off for kernels that run from
+/// now on. Off, an out-of-range index is not reported and the access goes ahead unchecked, as on
+/// a GPU, and launch does not check its views' memory; the inline comparison itself stays (it is
+/// one compare and a not-taken branch per index): to compile it out, define
+/// DEVMEM_HOST_NO_BOUNDS_CHECK for every translation unit of the program.
+DEVMEM_API void set_bounds_checking(bool enabled) noexcept;
+/// Whether bounds checks are on: set_bounds_checking's value if it was called, else off when the
+/// environment variable DEVMEM_HOST_BOUNDS_CHECK (read once) is "0", "off" or "false", else on.
+[[nodiscard]] DEVMEM_API bool bounds_checking() noexcept;
 
 }  // namespace devmem::host

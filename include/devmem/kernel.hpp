@@ -20,6 +20,8 @@
 // and blocks run in parallel on the machine's cores. A barrier that not every thread of the block
 // reaches (some threads exited, or wait at another barrier) is reported as a launch failure naming
 // the block, the threads and the barrier's source line, instead of hanging or silently passing.
+// Array accesses are bounds-checked there too (LaunchFailure naming the index, the shape, the
+// thread and the block; see <devmem/array_view.hpp> and devmem::host::set_bounds_checking).
 //
 // Which backend a launch uses: the kernel is compiled for one (nvcc: cuda, hipcc: roc, otherwise
 // host) and runs on that backend's device; launching on another active backend throws
@@ -179,16 +181,25 @@ class SharedArray {
 
   /// Made by shared_array(), over the block's storage.
   DEVMEM_HOST_DEVICE explicit SharedArray(T* data) : data_(data) {}
-  /// Element at the given indices, one per dimension, C order (not bounds-checked).
+  /// Element at the given indices, one per dimension, C order (bounds-checked by the host
+  /// simulator only, as ArrayView is).
   template <class... Index>
     requires(sizeof...(Index) == rank && (std::is_integral_v<Index> && ...))
   DEVMEM_HOST_DEVICE T& operator()(Index... index) const {
+#ifdef DEVMEM_DETAIL_SIM_BOUNDS_CHECK
+    detail::sim::check_indices<N...>("shared_array", index...);
+#endif
     std::size_t flat = 0;
     ((flat = flat * N + static_cast<std::size_t>(index)), ...);
     return data_[flat];
   }
-  /// Element i in C order (flat index, not bounds-checked).
-  DEVMEM_HOST_DEVICE T& operator[](std::size_t i) const { return data_[i]; }
+  /// Element i in C order (flat index; checked by the host simulator only).
+  DEVMEM_HOST_DEVICE T& operator[](std::size_t i) const {
+#ifdef DEVMEM_DETAIL_SIM_BOUNDS_CHECK
+    detail::sim::check_flat_index<N...>("shared_array", i);
+#endif
+    return data_[i];
+  }
   /// The first element's address in shared memory.
   [[nodiscard]] DEVMEM_HOST_DEVICE T* data() const { return data_; }
   /// Number of elements (Numba's `arr.size`).
@@ -217,18 +228,32 @@ struct local_array {
   /// Number of elements, N0 * N1 * ...
   static constexpr std::size_t extent_count = (N * ...);
 
-  /// Element at the given indices, one per dimension, C order (not bounds-checked).
+  /// Element at the given indices, one per dimension, C order (bounds-checked by the host
+  /// simulator only, as ArrayView is).
   template <class... Index>
     requires(sizeof...(Index) == rank && (std::is_integral_v<Index> && ...))
   DEVMEM_HOST_DEVICE T& operator()(Index... index) {
+#ifdef DEVMEM_DETAIL_SIM_BOUNDS_CHECK
+    detail::sim::check_indices<N...>("local_array", index...);
+#endif
     std::size_t flat = 0;
     ((flat = flat * N + static_cast<std::size_t>(index)), ...);
     return elements[flat];
   }
-  /// Element i in C order (flat index, not bounds-checked).
-  DEVMEM_HOST_DEVICE T& operator[](std::size_t i) { return elements[i]; }
+  /// Element i in C order (flat index; checked by the host simulator only).
+  DEVMEM_HOST_DEVICE T& operator[](std::size_t i) {
+#ifdef DEVMEM_DETAIL_SIM_BOUNDS_CHECK
+    detail::sim::check_flat_index<N...>("local_array", i);
+#endif
+    return elements[i];
+  }
   /// Element i of a const array.
-  DEVMEM_HOST_DEVICE const T& operator[](std::size_t i) const { return elements[i]; }
+  DEVMEM_HOST_DEVICE const T& operator[](std::size_t i) const {
+#ifdef DEVMEM_DETAIL_SIM_BOUNDS_CHECK
+    detail::sim::check_flat_index<N...>("local_array", i);
+#endif
+    return elements[i];
+  }
   /// The first element's address.
   [[nodiscard]] DEVMEM_HOST_DEVICE T* data() { return elements; }
   /// Number of elements (Numba's `arr.size`).

@@ -7,7 +7,7 @@
 // wave barriers, dynamic shared memory, multi-dimensional indices, strided views. Then the launch
 // errors every backend reports the same way, and ([host-only]) what the simulator detects:
 // barrier divergence, two untagged shared arrays of one type and shape, exceptions in kernel code,
-// shared memory over the limit, injected failures.
+// shared memory over the limit, out-of-bounds array accesses, stale views, injected failures.
 #include "support.hpp"
 
 #include <devmem/kernel.hpp>
@@ -1086,6 +1086,56 @@ DEVMEM_KERNEL void launches_from_a_kernel(ArrayView<int, 1> out) {
   devmem::launch({1, 1}, fill_iota, out, 0);
 }
 
+// Out-of-bounds accesses, each reported by the simulator before it touches memory.
+DEVMEM_KERNEL void write_global_id_unguarded(ArrayView<int, 1> y) {
+  const std::int64_t i = devmem::global_id();
+  y[i] = static_cast<int>(i);  // no `if (i < y.shape(0))`
+}
+
+DEVMEM_KERNEL void write_one_at(ArrayView<int, 1> y, long long index) {
+  y[index] = 1;
+}
+
+DEVMEM_KERNEL void write_one_at_2d(ArrayView<int, 2> m, long long row, long long column) {
+  m(row, column) = 1;
+}
+
+DEVMEM_KERNEL void shared_array_overrun(ArrayView<int, 1> out) {
+  DEVMEM_SHARED_ARRAY(tile, int, 32);
+  const unsigned t = devmem::thread_idx().x;
+  tile[t] = 1;  // 40 threads, 32 elements
+  devmem::syncthreads();
+  out[t % 32] = tile[t % 32];
+}
+
+DEVMEM_KERNEL void shared_array_2d_overrun(ArrayView<int, 1> out, int column) {
+  DEVMEM_SHARED_ARRAY(tile, int, 4, 8);
+  tile(1, column) = 1;
+  out[0] = tile(1, 0);
+}
+
+DEVMEM_KERNEL void local_array_overrun(ArrayView<int, 1> out, int count) {
+  devmem::local_array<int, 4> scratch;
+  for (int j = 0; j < count; ++j) scratch[static_cast<std::size_t>(j)] = j;
+  out[0] = scratch[0];
+}
+
+DEVMEM_KERNEL void read_lut_at(ArrayView<float, 1> out, int key) {
+  out[0] = conformance_lut[key];
+}
+
+/// Restores devmem::host::bounds_checking().
+class BoundsCheckingGuard {
+ public:
+  BoundsCheckingGuard() = default;
+  BoundsCheckingGuard(const BoundsCheckingGuard&) = delete;
+  BoundsCheckingGuard& operator=(const BoundsCheckingGuard&) = delete;
+  ~BoundsCheckingGuard() { devmem::host::set_bounds_checking(enabled_); }
+
+ private:
+  bool enabled_ = devmem::host::bounds_checking();
+};
+
 void check_launch_failure(const devmem::BackendError& e, const std::string& text) {
   CHECK(e.backend() == "host");
   CHECK(e.function() == "launch");
@@ -1285,6 +1335,168 @@ TEST_CASE("kernels: simulator-only misuse", "[kernels][host-only]") {
   } catch (const devmem::BackendError& e) {
     check_launch_failure(e, "devmem::launch: cannot launch a kernel from inside a kernel");
   }
+}
+
+TEST_CASE("kernels: the simulator reports out-of-bounds array accesses", "[kernels][host-only]") {
+  const BoundsCheckingGuard guard;
+  devmem::host::set_bounds_checking(true);
+  const devmem::Stream s = devmem::stream();
+  constexpr int kSentinel = -7;
+  // 100 elements of a 128-element array: the 28 beyond them are sentinels that must survive.
+  const DeviceArray storage = devmem::device_array<int>({128}, Order::C, s);
+  storage.fill(kSentinel, s);
+  const DeviceArray y = storage.slice(0, 0, 100);
+  const auto sentinels_intact = [&] {
+    const std::vector<int> values = storage.to_vector<int>(s);
+    return std::all_of(values.begin() + 100, values.end(), [](int v) { return v == kSentinel; });
+  };
+  SECTION("128 threads write 100 elements without a guard") {
+    devmem::launch({2, 64, 0, s}, write_global_id_unguarded, y);
+    try {
+      s.synchronize();
+      FAIL("synchronize did not report the overrun");
+    } catch (const devmem::BackendError& e) {
+      check_launch_failure(e,
+                           "host launch: LaunchFailure (719): ArrayView: index (100,) is out of "
+                           "bounds for shape (100,) in thread (36, 0, 0) of block (1, 0, 0)");
+      CHECK_THAT(std::string(e.what()), Catch::Matchers::EndsWith("of block (1, 0, 0)"));
+    }
+    CHECK(sentinels_intact());
+    CHECK(storage.to_vector<int>(s)[99] == 99);  // the threads before the failing one ran
+  }
+  SECTION("a far index") {
+    try {
+      devmem::launch({1, 1}, write_one_at, y, 1LL << 40);  // default stream: throws here
+      FAIL("launch did not report the index");
+    } catch (const devmem::BackendError& e) {
+      check_launch_failure(e,
+                           "ArrayView: index (1099511627776,) is out of bounds for shape (100,) "
+                           "in thread (0, 0, 0) of block (0, 0, 0)");
+    }
+    CHECK(sentinels_intact());
+  }
+  SECTION("a negative index is out of bounds, as on a GPU (no wrap-around)") {
+    try {
+      devmem::launch({1, 1}, write_one_at, storage.slice(0, 10, 20), -1LL);
+      FAIL("launch did not report the index");
+    } catch (const devmem::BackendError& e) {
+      check_launch_failure(e,
+                           "ArrayView: index (-1,) is out of bounds for shape (10,) in thread "
+                           "(0, 0, 0) of block (0, 0, 0)");
+    }
+    CHECK(storage.to_vector<int>(s)[9] == kSentinel);
+  }
+  SECTION("the second index of a 2-d view") {
+    const DeviceArray m = storage.slice(0, 0, 20).reshape({4, 5});
+    try {
+      devmem::launch({1, 1}, write_one_at_2d, m, 1LL, 5LL);  // (1, 5) would be element (2, 0)
+      FAIL("launch did not report the index");
+    } catch (const devmem::BackendError& e) {
+      check_launch_failure(e,
+                           "ArrayView: index (1, 5) is out of bounds for shape (4, 5) in thread "
+                           "(0, 0, 0) of block (0, 0, 0)");
+    }
+    CHECK(storage.to_vector<int>(s) == std::vector<int>(128, kSentinel));
+  }
+  SECTION("a shared array") {
+    try {
+      devmem::launch({1, 40}, shared_array_overrun, y);
+      FAIL("launch did not report the index");
+    } catch (const devmem::BackendError& e) {
+      check_launch_failure(e,
+                           "host launch: LaunchFailure (719): shared_array: index (32,) is out of "
+                           "bounds for shape (32,) in thread (32, 0, 0) of block (0, 0, 0)");
+    }
+    try {
+      devmem::launch({1, 1}, shared_array_2d_overrun, y, 8);
+      FAIL("launch did not report the index");
+    } catch (const devmem::BackendError& e) {
+      check_launch_failure(e,
+                           "shared_array: index (1, 8) is out of bounds for shape (4, 8) in "
+                           "thread (0, 0, 0) of block (0, 0, 0)");
+    }
+    CHECK(sentinels_intact());
+  }
+  SECTION("a local array") {
+    devmem::launch({1, 1}, local_array_overrun, y, 4);  // in bounds
+    try {
+      devmem::launch({1, 2}, local_array_overrun, y, 5);
+      FAIL("launch did not report the index");
+    } catch (const devmem::BackendError& e) {
+      check_launch_failure(e,
+                           "host launch: LaunchFailure (719): local_array: index (4,) is out of "
+                           "bounds for shape (4,) in thread (0, 0, 0) of block (0, 0, 0)");
+    }
+  }
+  SECTION("a constant array") {
+    const DeviceArray out = devmem::device_array<float>({1}, Order::C, s);
+    try {
+      devmem::launch({1, 1}, read_lut_at, out, kLutSize);
+      FAIL("launch did not report the index");
+    } catch (const devmem::BackendError& e) {
+      check_launch_failure(e,
+                           "constant array: index (16,) is out of bounds for shape (16,) in "
+                           "thread (0, 0, 0) of block (0, 0, 0)");
+    }
+  }
+  SECTION("host code indexing a view outside a kernel") {
+    const ArrayView<int, 1> view = y.view<int, 1>();
+    CHECK_THROWS_MATCHES(
+        view[100], devmem::InvalidArgument,
+        Catch::Matchers::Message(
+            "ArrayView: index (100,) is out of bounds for shape (100,) (outside a kernel)"));
+  }
+  // The stream and the simulator keep working afterwards.
+  devmem::launch({1, 128, 0, s}, fill_iota, storage, 1);
+  CHECK(storage.to_vector<int>(s)[127] == 128);
+}
+
+TEST_CASE("kernels: a stale view is refused at launch", "[kernels][host-only]") {
+  const BoundsCheckingGuard guard;
+  devmem::host::set_bounds_checking(true);
+  std::vector<int> values(16, -7);
+  const devmem::HostArray h = devmem::HostArray::from(values);
+  ArrayView<int, 1> stale;
+  {
+    const devmem::MappedScope scope = devmem::mapped({h});
+    stale = scope[0].view<int, 1>();
+    devmem::launch({1, 16}, fill_iota, stale, 0);  // valid while the scope is open
+  }
+  CHECK(static_cast<const int*>(h.data())[15] == 15);
+  std::fill_n(static_cast<int*>(h.data()), 16, -7);
+  try {
+    devmem::launch({1, 16}, fill_iota, stale, 100);
+    FAIL("launch accepted a view from a closed mapped() scope");
+  } catch (const devmem::InvalidArgument& e) {
+    CHECK_THAT(std::string(e.what()),
+               Catch::Matchers::StartsWith("devmem::launch: argument 0 (an ArrayView of shape "
+                                           "(16,)) reaches 64 bytes at 0x"));
+    CHECK_THAT(std::string(e.what()),
+               Catch::Matchers::EndsWith(
+                   ", which are not inside a live device allocation or mapped host memory (a "
+                   "view of a freed array, or from a closed mapped() scope?)"));
+  }
+  CHECK(std::all_of(static_cast<const int*>(h.data()), static_cast<const int*>(h.data()) + 16,
+                    [](int v) { return v == -7; }));  // the kernel never ran
+  // A view reaching one element past its allocation is refused the same way.
+  const DeviceArray a = devmem::device_array<int>({8});
+  const std::int64_t shape[] = {9};
+  const std::int64_t strides[] = {4};
+  const ArrayView<int, 1> too_long(static_cast<int*>(a.data()), shape, strides);
+  CHECK_THROWS_MATCHES(devmem::launch({1, 1}, fill_iota, too_long, 0), devmem::InvalidArgument,
+                       MessageStartsWith("devmem::launch: argument 0 (an ArrayView of shape (9,)) "
+                                         "reaches 36 bytes at 0x"));
+}
+
+TEST_CASE("kernels: bounds checking can be turned off", "[kernels][host-only]") {
+  const BoundsCheckingGuard guard;
+  devmem::host::set_bounds_checking(false);
+  CHECK_FALSE(devmem::host::bounds_checking());
+  const DeviceArray out = devmem::device_array<int>({64});
+  devmem::launch({2, 32}, fill_iota, out, 3);  // in range: runs as before
+  CHECK(out.to_vector<int>()[63] == 66);
+  devmem::host::set_bounds_checking(true);
+  CHECK(devmem::host::bounds_checking());
 }
 
 TEST_CASE("kernels: injected launch failures", "[kernels][host-only]") {

@@ -6,12 +6,19 @@
 #include <functional>
 #include <span>
 #include <tuple>
+#include <type_traits>
+#include <utility>
 
 #define DEVMEM_KERNEL
 #define DEVMEM_DEVICE
 /// Defines a constant-memory array (once, at namespace scope; prefix `static` for internal
-/// linkage). Kernels read it directly; const_array_like fills it from the host.
+/// linkage). Kernels read it directly (name[i], bounds-checked like ArrayView); const_array_like
+/// fills it from the host.
+#ifdef DEVMEM_DETAIL_SIM_BOUNDS_CHECK
+#define DEVMEM_CONSTANT_ARRAY(name, T, N) ::devmem::detail::sim::ConstantArray<T, N> name
+#else
 #define DEVMEM_CONSTANT_ARRAY(name, T, N) T name[N]
+#endif
 
 namespace devmem {
 namespace detail {
@@ -70,6 +77,52 @@ DEVMEM_API void prepare_constant_update();
 template <class T, class Tag, std::size_t... N>
 inline constexpr char shared_key = 0;
 
+/// InvalidArgument naming argument `argument` of a launch unless the bytes that a view of `data`
+/// with `shape` and byte `strides` (rank values each) of `element_size`-byte elements can reach lie
+/// inside one live device allocation or mapped host memory, so that a stale view (of a freed
+/// array, or from a closed mapped() scope) is refused before the kernel runs. Nothing when
+/// devmem::host::bounds_checking() is off.
+DEVMEM_API void check_view_argument(const PreparedLaunch& launch, std::size_t argument,
+                                    const void* data, std::size_t element_size,
+                                    const std::int64_t* shape, const std::int64_t* strides,
+                                    std::size_t rank);
+/// Kernel arguments other than views are not checked.
+template <class Arg>
+void check_argument(const PreparedLaunch&, const Arg&, std::size_t) {}
+template <class T, std::size_t Rank>
+void check_argument(const PreparedLaunch& launch, const ArrayView<T, Rank>& view,
+                    std::size_t argument) {
+  std::int64_t shape[Rank + 1] = {};
+  std::int64_t strides[Rank + 1] = {};
+  for (std::size_t d = 0; d != Rank; ++d) {
+    shape[d] = view.shape(d);
+    strides[d] = view.stride(d);
+  }
+  check_view_argument(launch, argument, view.data(), sizeof(T), shape, strides, Rank);
+}
+
+#ifdef DEVMEM_DETAIL_SIM_BOUNDS_CHECK
+/// What DEVMEM_CONSTANT_ARRAY declares in the simulator: the array, read-only to kernels as
+/// __constant__ memory is, with bounds-checked element reads.
+template <class T, std::size_t N>
+struct ConstantArray {
+  /// Element i (an index outside [0, N) fails the launch, see ArrayView).
+  template <class Index>
+    requires std::is_integral_v<Index>
+  const T& operator[](Index i) const {
+    check_flat_index<N>("constant array", static_cast<std::size_t>(i));
+    return elements[static_cast<std::size_t>(i)];
+  }
+  /// The first element's address (what the array decays to).
+  [[nodiscard]] const T* data() const { return elements; }
+  operator const T*() const { return elements; }  // NOLINT: decays like the array it stands for
+  /// N.
+  [[nodiscard]] static constexpr std::size_t size() { return N; }
+
+  T elements[N];
+};
+#endif
+
 }  // namespace sim
 
 template <class... Params, class Tuple>
@@ -78,6 +131,10 @@ void launch_on_backend(const PreparedLaunch& launch, const LaunchConfig& config,
                        std::vector<std::shared_ptr<const void>> keep_alive) {
   // Every simulated thread receives its own copy of the arguments, as kernel parameters are.
   auto bound = std::make_shared<const std::remove_cvref_t<Tuple>>(std::forward<Tuple>(arguments));
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (sim::check_argument(launch, std::get<I>(*bound), I), ...);
+  }
+  (std::make_index_sequence<std::tuple_size_v<std::remove_cvref_t<Tuple>>>{});
   sim::run_kernel(launch, config, [kernel, bound] { std::apply(kernel, *bound); });
   // Released later on a user thread, never on the stream's worker (releasing memory calls the
   // backend, which must not wait for the stream from inside it).
@@ -91,6 +148,32 @@ void copy_to_constant(T (&symbol)[N], int /*device*/, const void* values, std::s
 }
 
 }  // namespace detail
+
+#ifdef DEVMEM_DETAIL_SIM_BOUNDS_CHECK
+/// const_array_like for a constant array of the simulator (see kernel.hpp): the same checks.
+template <class T, std::size_t N, class Values>
+  requires requires(const Values& v) {
+             std::data(v);
+             std::size(v);
+           }
+void const_array_like(detail::sim::ConstantArray<T, N>& symbol, const Values& values) {
+  using Value = std::remove_cv_t<std::remove_pointer_t<decltype(std::data(values))>>;
+  static_assert(std::is_same_v<Value, std::remove_cv_t<T>>,
+                "const_array_like: the values' element type must be the constant array's");
+  detail::check_constant_size("const_array_like", N, static_cast<std::size_t>(std::size(values)));
+  detail::copy_to_constant(symbol.elements, detail::constant_memory_device(), std::data(values),
+                           N * sizeof(T));
+}
+/// The same from a host array (dtype and size checked).
+template <class T, std::size_t N>
+void const_array_like(detail::sim::ConstantArray<T, N>& symbol, const HostArray& values) {
+  detail::check_dtype(dtype_of<std::remove_cv_t<T>>(), values.dtype(), "const_array_like");
+  detail::check_constant_size("const_array_like", N, static_cast<std::size_t>(values.size()));
+  const HostArray dense = values.is_c_contiguous() ? values : values.copy(Order::C);
+  detail::copy_to_constant(symbol.elements, detail::constant_memory_device(), dense.data(),
+                           N * sizeof(T));
+}
+#endif
 
 /// Index of the calling thread in its block.
 [[nodiscard]] inline Dim3 thread_idx() {
