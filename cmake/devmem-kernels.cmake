@@ -4,8 +4,9 @@
 #   - host-only devmem: the ordinary C++ compiler (.cu files too); kernels run in the simulator.
 #   - CUDA devmem: nvcc, as CUDA sources (.cpp files too). The project must enable the CUDA
 #     language first (project(... CUDA) or enable_language(CUDA)); DEVMEM_KERNEL_BACKEND says
-#     whether it has to. Architectures: CMAKE_CUDA_ARCHITECTURES or the target's
-#     CUDA_ARCHITECTURES, as for any CUDA source; the default is those devmem was built with.
+#     whether it has to. Architectures: the target's CUDA_ARCHITECTURES, from
+#     CMAKE_CUDA_ARCHITECTURES, which devmem-config.cmake sets to devmem's own when the project has
+#     not set it before find_package(devmem) (and enables CUDA after it).
 #   - ROC devmem: hipcc (the same found when devmem was built), into objects linked into <target>
 #     with the HIP runtime. Architectures: CMAKE_HIP_ARCHITECTURES when set, otherwise those devmem
 #     was built with (devmem::launch refuses a GPU the kernel has no code for, naming both).
@@ -62,11 +63,6 @@ function(devmem_add_kernel_sources target)
     endif()
     target_sources(${target} PRIVATE ${files})
     set_source_files_properties(${files} TARGET_DIRECTORY ${target} PROPERTIES LANGUAGE CUDA)
-    get_target_property(archs ${target} CUDA_ARCHITECTURES)
-    get_property(devmem_archs GLOBAL PROPERTY DEVMEM_KERNEL_CUDA_ARCHITECTURES)
-    if(NOT archs AND devmem_archs)
-      set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${devmem_archs}")
-    endif()
     # The shared cudart, the runtime instance libdevmem uses (one current device, one last
     # error); a static one would also work (the kernel layer selects the device in its own
     # runtime before each launch).

@@ -19,9 +19,10 @@
 // and naturally aligned (DeviceArray::view checks that).
 //
 // Per backend: CUDA and HIP use their atomic intrinsics (atomicAdd, atomicMax, atomicExch,
-// atomicCAS; float and double max/min and pre-sm_60 double add are compare-and-swap loops, as in
-// Numba); the host simulator uses std::atomic_ref, so races between simulated threads of different
-// blocks, which run on different cores, are real and are handled as on a GPU.
+// atomicCAS; float and double max/min, pre-sm_60 double add and HIP's signed 64-bit max/min are
+// compare-and-swap loops, as in Numba); the host simulator uses std::atomic_ref, so races between
+// simulated threads of different blocks, which run on different cores, are real and are handled as
+// on a GPU.
 //
 // Differences from Numba: the index is an integer for 1-d views or a braced list ({i, j}) for
 // others, instead of an int or a tuple; integer overflow wraps (two's complement) for signed types
@@ -265,11 +266,22 @@ DEVMEM_DETAIL_DEVICE inline T atomic_fetch_sub(T& target, T value) {
   }
 }
 
+#if defined(__HIPCC__) && !defined(__HIP_CPU_RT__)
+// HIP 5 has no atomicMax / atomicMin for long long (CUDA and HIP-CPU have).
+inline constexpr bool kSigned64MinMaxByCas = true;
+#else
+inline constexpr bool kSigned64MinMaxByCas = false;
+#endif
+
 template <class T>
 DEVMEM_DETAIL_DEVICE inline T atomic_fetch_max_min(T& target, T value, bool is_max) {
   if constexpr (std::is_floating_point_v<T>) {
     return atomic_cas_loop(
         target, [=](T old) { return keeps_element(old, value, is_max); }, [=](T) { return value; });
+  } else if constexpr (std::is_signed_v<T> && sizeof(T) == 8 && kSigned64MinMaxByCas) {
+    return atomic_cas_loop(
+        target, [=](T old) { return is_max ? !(old < value) : !(value < old); },
+        [=](T) { return value; });
   } else {
     using Native = atomic_native_t<T>;
     Native* native = reinterpret_cast<Native*>(&target);

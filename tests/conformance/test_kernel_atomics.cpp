@@ -26,6 +26,9 @@ constexpr int kBins = 16;
 constexpr unsigned kBlocks = 6;
 constexpr unsigned kThreads = 64;
 constexpr std::int64_t kThreadCount = std::int64_t{kBlocks} * kThreads;
+// A multiplier for 64-bit values beyond 32 bits (a left shift of negative values would be flagged
+// by UBSan in the sanitizer builds).
+constexpr std::int64_t kTwoTo30 = std::int64_t{1} << 30;
 
 // ---- Kernels (the same source for every backend) ------------------------------------------------
 
@@ -42,7 +45,7 @@ DEVMEM_KERNEL void atomic_sums(ArrayView<const double, 1> values, ArrayView<doub
   const std::int64_t stride = devmem::gridsize<1>();
   for (std::int64_t i = devmem::grid<1>(); i < values.shape(0); i += stride) {
     devmem::atomic_add(sum[0], values[i]);
-    devmem::atomic_add(isum, 0, static_cast<std::int64_t>(values[i] * 4.0) << 30);
+    devmem::atomic_add(isum, 0, static_cast<std::int64_t>(values[i] * 4.0) * kTwoTo30);
   }
 }
 
@@ -66,13 +69,15 @@ DEVMEM_KERNEL void take_tickets(ArrayView<unsigned, 1> counter, ArrayView<int, 1
 }
 
 DEVMEM_KERNEL void max_min(ArrayView<const double, 1> values, ArrayView<int, 1> i32,
-                           ArrayView<std::uint64_t, 1> u64, ArrayView<float, 1> f32,
-                           ArrayView<double, 1> f64) {
+                           ArrayView<std::int64_t, 1> i64, ArrayView<std::uint64_t, 1> u64,
+                           ArrayView<float, 1> f32, ArrayView<double, 1> f64) {
   const std::int64_t stride = devmem::gridsize<1>();
   for (std::int64_t i = devmem::grid<1>(); i < values.shape(0); i += stride) {
     const double v = values[i];
     devmem::atomic_max(i32, 0, static_cast<int>(v));
     devmem::atomic_min(i32, 1, static_cast<int>(v));
+    devmem::atomic_max(i64, 0, static_cast<std::int64_t>(v) * kTwoTo30);
+    devmem::atomic_min(i64[1], static_cast<std::int64_t>(v) * kTwoTo30);
     devmem::atomic_max(u64[0], static_cast<std::uint64_t>(v + 1e6) << 20);
     devmem::atomic_min(u64[1], static_cast<std::uint64_t>(v + 1e6) << 20);
     devmem::atomic_max(f32, 0, static_cast<float>(v));
@@ -194,7 +199,7 @@ TEST_CASE("kernel atomics: sums with atomic_add on double and int64", "[kernels]
   for (auto& v : host) v = dist(gen) * 0.25;
   const double expected = std::accumulate(host.begin(), host.end(), 0.0);
   std::int64_t iexpected = 0;
-  for (double v : host) iexpected += static_cast<std::int64_t>(v * 4.0) << 30;
+  for (double v : host) iexpected += static_cast<std::int64_t>(v * 4.0) * kTwoTo30;
   const DeviceArray values = devmem::to_device(host);
   const DeviceArray sum = devmem::to_device(filled<double>(1, 0.0));
   const DeviceArray isum = devmem::to_device(filled<std::int64_t>(1, 0));
@@ -243,13 +248,18 @@ TEST_CASE("kernel atomics: max and min", "[kernels][atomics]") {
   const DeviceArray values = devmem::to_device(host);
   const DeviceArray i32 = devmem::to_device(
       std::vector<int>{std::numeric_limits<int>::min(), std::numeric_limits<int>::max()});
+  const DeviceArray i64 = devmem::to_device(std::vector<std::int64_t>{
+      std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()});
   const DeviceArray u64 =
       devmem::to_device(std::vector<std::uint64_t>{0, std::numeric_limits<std::uint64_t>::max()});
   const DeviceArray f32 = devmem::to_device(std::vector<float>{-INFINITY, INFINITY});
   const DeviceArray f64 = devmem::to_device(std::vector<double>{-INFINITY, INFINITY});
-  devmem::launch({kBlocks, kThreads}, max_min, values, i32, u64, f32, f64);
+  devmem::launch({kBlocks, kThreads}, max_min, values, i32, i64, u64, f32, f64);
   const auto to_u64 = [](double v) { return static_cast<std::uint64_t>(v + 1e6) << 20; };
   CHECK(i32.to_vector<int>() == std::vector<int>{static_cast<int>(*hi), static_cast<int>(*lo)});
+  CHECK(i64.to_vector<std::int64_t>() ==
+        std::vector<std::int64_t>{static_cast<std::int64_t>(*hi) * kTwoTo30,
+                                  static_cast<std::int64_t>(*lo) * kTwoTo30});
   CHECK(u64.to_vector<std::uint64_t>() == std::vector<std::uint64_t>{to_u64(*hi), to_u64(*lo)});
   CHECK(f32.to_vector<float>() ==
         std::vector<float>{static_cast<float>(*hi), static_cast<float>(*lo)});
