@@ -33,6 +33,12 @@
 // the same element concurrently. A plain (non-atomic) access racing with them is a data race.
 #pragma once
 
+// It builds on the backend's kernel layer (global_id, block_dim, DEVMEM_DETAIL_DEVICE), which
+// kernel.hpp selects before including this file.
+#if !defined(DEVMEM_DETAIL_DEVICE)
+#error "include <devmem/kernel.hpp>, which includes <devmem/kernel_atomic.hpp>"
+#endif
+
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
