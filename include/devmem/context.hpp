@@ -101,5 +101,13 @@ DEVMEM_API void select_device(int index);
 [[nodiscard]] DEVMEM_API std::shared_ptr<Context> current_context();
 /// The context of device `index`.
 [[nodiscard]] DEVMEM_API std::shared_ptr<Context> context_for_device(int index);
+/// Waits for all work on the current device: its default stream and every stream of its context
+/// (Numba's cuda.synchronize(); the same as current_context()->synchronize()). Throws NoDevice as
+/// current_context() does, and the first asynchronous failure of that work as Stream::synchronize
+/// does. Thread safety: may be called from several threads; waits for work other threads enqueued
+/// too.
+inline void synchronize() {
+  current_context()->synchronize();
+}
 
 }  // namespace devmem

@@ -508,6 +508,7 @@ auto convert_kernel_arguments(const PreparedLaunch& launch, std::index_sequence<
 #else
 #include <devmem/detail/kernel_host.hpp>
 #endif
+#include <devmem/kernel_atomic.hpp>  // atomics, grid<N>(), gridsize<N>()
 
 /// Declares a block-shared array named `name` of element type T and shape `...`, distinct from
 /// every other shared array of the kernel: DEVMEM_SHARED_ARRAY(tile, float, 16, 16);

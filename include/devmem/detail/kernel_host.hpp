@@ -11,6 +11,8 @@
 
 #define DEVMEM_KERNEL
 #define DEVMEM_DEVICE
+// The marker of the library's own device functions (empty: the simulator runs host code).
+#define DEVMEM_DETAIL_DEVICE
 /// Defines a constant-memory array (once, at namespace scope; prefix `static` for internal
 /// linkage). Kernels read it directly (name[i], bounds-checked like ArrayView); const_array_like
 /// fills it from the host.

@@ -1,0 +1,116 @@
+# devmem_add_kernel_sources(<target> FILES <source>...): compiles kernel sources (files that
+# include <devmem/kernel.hpp> and call devmem::launch) with the compiler of the backend devmem was
+# built for, and adds them to <target>:
+#   - host-only devmem: the ordinary C++ compiler (.cu files too); kernels run in the simulator.
+#   - CUDA devmem: nvcc, as CUDA sources (.cpp files too). The project must enable the CUDA
+#     language first (project(... CUDA) or enable_language(CUDA)); DEVMEM_KERNEL_BACKEND says
+#     whether it has to. Architectures: the target's CUDA_ARCHITECTURES, from
+#     CMAKE_CUDA_ARCHITECTURES, which devmem-config.cmake sets to devmem's own when the project has
+#     not set it before find_package(devmem) (and enables CUDA after it).
+#   - ROC devmem: hipcc (the same found when devmem was built), into objects linked into <target>
+#     with the HIP runtime. Architectures: CMAKE_HIP_ARCHITECTURES when set, otherwise those devmem
+#     was built with (devmem::launch refuses a GPU the kernel has no code for, naming both).
+# <target> must link devmem::devmem (this function does it, PRIVATE, when it does not yet).
+# Errors: FATAL_ERROR for a missing target or file list, a CUDA build without the CUDA language
+# enabled, and for devmem built against HIP-CPU (the cuda-hipcpu and roc-hipcpu presets), whose
+# kernel layer is not installed.
+#
+# Read by devmem-config.cmake (install and build trees) and by devmem's own CMakeLists.txt (as a
+# subproject), after DEVMEM_KERNEL_* are set; the settings are kept in global properties so that
+# the function sees them from any directory.
+include_guard(GLOBAL)
+
+set_property(GLOBAL PROPERTY DEVMEM_KERNEL_BACKEND "${DEVMEM_KERNEL_BACKEND}")
+set_property(GLOBAL PROPERTY DEVMEM_KERNEL_HIPCPU "${DEVMEM_KERNEL_HIPCPU}")
+set_property(GLOBAL PROPERTY DEVMEM_KERNEL_CUDA_ARCHITECTURES "${DEVMEM_KERNEL_CUDA_ARCHITECTURES}")
+set_property(GLOBAL PROPERTY DEVMEM_KERNEL_HIP_ARCHITECTURES "${DEVMEM_KERNEL_HIP_ARCHITECTURES}")
+set_property(GLOBAL PROPERTY DEVMEM_KERNEL_HIPCC "${DEVMEM_KERNEL_HIPCC}")
+set_property(GLOBAL PROPERTY DEVMEM_KERNEL_HIP_LIBRARY "${DEVMEM_KERNEL_HIP_LIBRARY}")
+
+function(devmem_add_kernel_sources target)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "FILES")
+  if(NOT TARGET ${target})
+    message(FATAL_ERROR "devmem_add_kernel_sources: '${target}' is not a target")
+  endif()
+  if(NOT arg_FILES)
+    message(FATAL_ERROR "devmem_add_kernel_sources(${target}): no FILES given")
+  endif()
+  get_property(backend GLOBAL PROPERTY DEVMEM_KERNEL_BACKEND)
+  get_property(hipcpu GLOBAL PROPERTY DEVMEM_KERNEL_HIPCPU)
+  if(hipcpu)
+    message(FATAL_ERROR
+      "devmem_add_kernel_sources(${target}): this devmem was built against HIP-CPU (preset "
+      "${backend}-hipcpu), whose kernel layer is not installed; use a host, cuda or roc build.")
+  endif()
+
+  get_target_property(linked ${target} LINK_LIBRARIES)
+  if(NOT linked OR NOT "devmem::devmem" IN_LIST linked)
+    target_link_libraries(${target} PRIVATE devmem::devmem)
+  endif()
+
+  set(files "")
+  foreach(source IN LISTS arg_FILES)
+    get_filename_component(path "${source}" ABSOLUTE)
+    list(APPEND files "${path}")
+  endforeach()
+
+  if(backend STREQUAL "cuda")
+    if(NOT CMAKE_CUDA_COMPILER_LOADED)
+      message(FATAL_ERROR
+        "devmem_add_kernel_sources(${target}): devmem was built with the CUDA backend, so kernel "
+        "sources are compiled by nvcc: enable the CUDA language first (project(<name> CXX CUDA) "
+        "or enable_language(CUDA)).")
+    endif()
+    target_sources(${target} PRIVATE ${files})
+    set_source_files_properties(${files} TARGET_DIRECTORY ${target} PROPERTIES LANGUAGE CUDA)
+    # The shared cudart, the runtime instance libdevmem uses (one current device, one last
+    # error); a static one would also work (the kernel layer selects the device in its own
+    # runtime before each launch).
+    set_target_properties(${target} PROPERTIES CUDA_RUNTIME_LIBRARY Shared)
+    # devmem::devmem asks for C++20, which reaches CUDA sources as CUDA20, whose nvcc flag CMake
+    # 3.25 does not know; nvcc has accepted -std=c++20 since CUDA 12. In the caller's (directory)
+    # scope, where generation reads it.
+    if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20" PARENT_SCOPE)
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20" PARENT_SCOPE)
+    endif()
+  elseif(backend STREQUAL "roc")
+    get_property(hipcc GLOBAL PROPERTY DEVMEM_KERNEL_HIPCC)
+    get_property(hip_library GLOBAL PROPERTY DEVMEM_KERNEL_HIP_LIBRARY)
+    set(archs "${CMAKE_HIP_ARCHITECTURES}")
+    if(NOT archs)
+      get_property(archs GLOBAL PROPERTY DEVMEM_KERNEL_HIP_ARCHITECTURES)
+    endif()
+    set(offload "")
+    foreach(arch IN LISTS archs)
+      list(APPEND offload "--offload-arch=${arch}")
+    endforeach()
+    string(REPLACE ";" "," arch_list "${archs}")
+    set(includes "$<TARGET_PROPERTY:devmem::devmem,INTERFACE_INCLUDE_DIRECTORIES>")
+    set(defs "$<TARGET_PROPERTY:${target},COMPILE_DEFINITIONS>")
+    foreach(path IN LISTS files)
+      get_filename_component(name "${path}" NAME_WE)
+      string(MD5 hash "${path}")
+      string(SUBSTRING "${hash}" 0 8 hash)
+      set(object "${CMAKE_CURRENT_BINARY_DIR}/${target}_${name}_${hash}.hip.o")
+      add_custom_command(OUTPUT "${object}"
+        COMMAND "${hipcc}" -x hip ${offload} -std=c++20 -fPIC -O2
+                "-DDEVMEM_HIP_ARCHITECTURES=\"${arch_list}\""
+                "$<$<BOOL:${defs}>:-D$<JOIN:${defs},;-D>>"
+                "$<$<BOOL:${includes}>:-I$<JOIN:${includes},;-I>>"
+                -MD -MF "${object}.d" -c "${path}" -o "${object}"
+        DEPENDS "${path}"
+        DEPFILE "${object}.d"
+        COMMAND_EXPAND_LISTS VERBATIM
+        COMMENT "hipcc ${path} (${archs})")
+      set_source_files_properties("${object}" PROPERTIES EXTERNAL_OBJECT TRUE GENERATED TRUE)
+      target_sources(${target} PRIVATE "${object}")
+    endforeach()
+    target_link_libraries(${target} PRIVATE "${hip_library}")
+  else()
+    # Host-only devmem: every kernel source is C++ for the simulator, .cu files included.
+    target_sources(${target} PRIVATE ${files})
+    set_source_files_properties(${files} TARGET_DIRECTORY ${target} PROPERTIES LANGUAGE CXX)
+    target_compile_features(${target} PRIVATE cxx_std_20)
+  endif()
+endfunction()
