@@ -22,11 +22,13 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/devmem-config.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/devmem-config-version.cmake
   COMPATIBILITY SameMinorVersion)
 # devmem_add_kernel_sources, next to devmem-config.cmake in the build tree and the install tree.
-configure_file(${PROJECT_SOURCE_DIR}/cmake/devmem-kernels.cmake
-  ${PROJECT_BINARY_DIR}/devmem-kernels.cmake COPYONLY)
+foreach(file devmem-kernels.cmake devmem-hipcc.cmake)
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/${file} ${PROJECT_BINARY_DIR}/${file} COPYONLY)
+endforeach()
 install(FILES ${PROJECT_BINARY_DIR}/devmem-config.cmake
               ${PROJECT_BINARY_DIR}/devmem-config-version.cmake
               ${PROJECT_BINARY_DIR}/devmem-kernels.cmake
+              ${PROJECT_BINARY_DIR}/devmem-hipcc.cmake
   DESTINATION ${DEVMEM_CMAKE_DIR})
 
 configure_file(${PROJECT_SOURCE_DIR}/cmake/devmem.pc.in ${PROJECT_BINARY_DIR}/devmem.pc @ONLY)

@@ -19,6 +19,7 @@
 # subproject), after DEVMEM_KERNEL_* are set; the settings are kept in global properties so that
 # the function sees them from any directory.
 include_guard(GLOBAL)
+include("${CMAKE_CURRENT_LIST_DIR}/devmem-hipcc.cmake")
 
 set_property(GLOBAL PROPERTY DEVMEM_KERNEL_BACKEND "${DEVMEM_KERNEL_BACKEND}")
 set_property(GLOBAL PROPERTY DEVMEM_KERNEL_HIPCPU "${DEVMEM_KERNEL_HIPCPU}")
@@ -86,26 +87,9 @@ function(devmem_add_kernel_sources target)
       list(APPEND offload "--offload-arch=${arch}")
     endforeach()
     string(REPLACE ";" "," arch_list "${archs}")
-    set(includes "$<TARGET_PROPERTY:devmem::devmem,INTERFACE_INCLUDE_DIRECTORIES>")
-    set(defs "$<TARGET_PROPERTY:${target},COMPILE_DEFINITIONS>")
-    foreach(path IN LISTS files)
-      get_filename_component(name "${path}" NAME_WE)
-      string(MD5 hash "${path}")
-      string(SUBSTRING "${hash}" 0 8 hash)
-      set(object "${CMAKE_CURRENT_BINARY_DIR}/${target}_${name}_${hash}.hip.o")
-      add_custom_command(OUTPUT "${object}"
-        COMMAND "${hipcc}" -x hip ${offload} -std=c++20 -fPIC -O2
-                "-DDEVMEM_HIP_ARCHITECTURES=\"${arch_list}\""
-                "$<$<BOOL:${defs}>:-D$<JOIN:${defs},;-D>>"
-                "$<$<BOOL:${includes}>:-I$<JOIN:${includes},;-I>>"
-                -MD -MF "${object}.d" -c "${path}" -o "${object}"
-        DEPENDS "${path}"
-        DEPFILE "${object}.d"
-        COMMAND_EXPAND_LISTS VERBATIM
-        COMMENT "hipcc ${path} (${archs})")
-      set_source_files_properties("${object}" PROPERTIES EXTERNAL_OBJECT TRUE GENERATED TRUE)
-      target_sources(${target} PRIVATE "${object}")
-    endforeach()
+    devmem_hipcc_objects(${target} HIPCC "${hipcc}" OFFLOAD ${offload} ARCH_LIST "${arch_list}"
+                         INCLUDES "$<TARGET_PROPERTY:devmem::devmem,INTERFACE_INCLUDE_DIRECTORIES>"
+                         FILES ${files})
     target_link_libraries(${target} PRIVATE "${hip_library}")
   else()
     # Host-only devmem: every kernel source is C++ for the simulator, .cu files included.
