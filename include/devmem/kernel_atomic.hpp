@@ -344,8 +344,8 @@ DEVMEM_DETAIL_DEVICE inline T atomic_compare_and_swap(T& target, std::type_ident
 }
 
 // ---- On a view element, Numba style: (view, index, value) --------------------------------------
-// The index is one integer for a 1-d view, or one per dimension in braces: {i, j}. Not
-// bounds-checked, like the view's own operator().
+// The index is one integer for a 1-d view, or one per dimension in braces: {i, j}. Indexed through
+// the view's operator(), so bounds-checked where it is (kernels simulated by the host backend).
 
 #define DEVMEM_DETAIL_ATOMIC_VIEW_FORMS(name)                                                  \
   template <class T, class Index>                                                              \
