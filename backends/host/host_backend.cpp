@@ -13,6 +13,10 @@
 #include <system_error>
 #include <thread>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace devmem {
 
 std::unique_ptr<Backend> make_host_backend() {
@@ -314,24 +318,14 @@ void HostBackend::submit_copy(const char* function, int device, NativeStream str
                               const detail::Injection& injection, CopyKind kind, void* dst,
                               ByteSpan dst_span, const void* src, ByteSpan src_span, Run run) {
   // The default stream runs its operations inline: every copy on it is complete on return.
-  if (stream != nullptr && kind == CopyKind::DeviceToHost && !page_locked(dst, dst_span)) {
-    if (injection) throw_injected(function, Call::Copy, injection, device);
-    const std::shared_ptr<HostStream> target = find_stream(function, device, stream);
-    auto done = std::make_shared<std::latch>(1);
-    target->enqueue([run = std::move(run), src, done] {
-      struct CountDown {
-        std::latch& latch;
-        ~CountDown() { latch.count_down(); }
-      } count_down{*done};
-      run(src);
-    });
-    done->wait();
-    return;
-  }
-  if (stream != nullptr && kind == CopyKind::HostToDevice && !page_locked(src, src_span)) {
-    const auto bytes = static_cast<std::size_t>(src_span.hi - src_span.lo);
-    std::shared_ptr<std::byte[]> staging = std::make_shared_for_overwrite<std::byte[]>(bytes);
-    copier_.copy(staging.get(), static_cast<const std::byte*>(src) + src_span.lo, bytes);
+  const bool pageable_dst =
+      stream != nullptr && kind == CopyKind::DeviceToHost && !page_locked(dst, dst_span);
+  const bool pageable_src =
+      stream != nullptr && kind == CopyKind::HostToDevice && !page_locked(src, src_span);
+  const auto src_bytes = static_cast<std::size_t>(src_span.hi - src_span.lo);
+  if (pageable_src && src_bytes <= kPageableStagingBytes) {
+    std::shared_ptr<std::byte[]> staging = std::make_shared_for_overwrite<std::byte[]>(src_bytes);
+    std::memcpy(staging.get(), static_cast<const std::byte*>(src) + src_span.lo, src_bytes);
     // The operation addresses the source through the same offsets as the original pointer: its
     // element 0 sits `lo` bytes before the staging buffer's start (integer arithmetic, as that
     // address may lie outside the buffer).
@@ -339,6 +333,38 @@ void HostBackend::submit_copy(const char* function, int device, NativeStream str
                                                        static_cast<std::uintptr_t>(src_span.lo));
     submit(function, Call::Copy, device, stream, injection,
            [run = std::move(run), staged, staging = std::move(staging)] { run(staged); });
+    return;
+  }
+  if (pageable_dst || pageable_src) {
+    // Into pageable memory, or from more of it than a staging buffer holds: the call returns once
+    // the copy is complete (a synchronous copy, so an injected failure is thrown here).
+    if (injection) throw_injected(function, Call::Copy, injection, device);
+    const std::shared_ptr<HostStream> target = find_stream(function, device, stream);
+    struct Completion {
+      std::atomic<bool> finished{false};
+      std::latch latch{1};
+    };
+    auto done = std::make_shared<Completion>();
+    target->enqueue([run = std::move(run), src, done] {
+      struct CountDown {
+        Completion& completion;
+        ~CountDown() {
+          completion.finished.store(true, std::memory_order_release);
+          completion.latch.count_down();
+        }
+      } count_down{*done};
+      run(src);
+    });
+    // A small copy finishes within microseconds: spin for it first, as a GPU runtime's
+    // synchronous copy does, instead of sleeping and paying a futex wake-up per call.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+    while (!done->finished.load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() < deadline) {
+#if defined(__SSE2__)
+      _mm_pause();
+#endif
+    }
+    done->latch.wait();
     return;
   }
   submit(function, Call::Copy, device, stream, injection,

@@ -22,8 +22,10 @@
 // - Copies between the device and pageable host memory on a non-default stream follow the
 //   vendors' documented synchronisation rules for pageable memory (CUDA's "API synchronization
 //   behavior", HIP's the same): device-to-host returns only once the copy has completed, and
-//   host-to-device returns once the source has been read (it is staged into a private buffer, so
-//   the caller may reuse it at once while the device side still runs later). Copies to or from
+//   host-to-device returns once the source has been read: up to kPageableStagingBytes it is
+//   staged into a private buffer (the device side still runs later), a larger one is waited for,
+//   as the vendors' drivers do once their small staging buffers are full (staging a large copy
+//   would cost a second copy and fresh pages on every call). Copies to or from
 //   page-locked memory (pinned, mapped, registered) stay fully asynchronous. A program therefore
 //   behaves the same on this backend as on a GPU.
 // - deallocate and host_deallocate first wait for streams that may still use the memory (like
@@ -187,11 +189,13 @@ class HostBackend final : public Backend {
   /// True when every byte of `span` around the host pointer `ptr` lies in one page-locked range
   /// (a pinned allocation or a registration, mapped or not).
   [[nodiscard]] bool page_locked(const void* ptr, ByteSpan span) const;
+  /// Host-to-device copies from pageable memory up to this size are staged, larger ones waited for.
+  static constexpr std::size_t kPageableStagingBytes = 64 * 1024;
   /// Submits a copy of `kind` whose operation is `run(source)`, with the vendors' rules for
   /// pageable host memory on a non-default stream (see the file comment): a device-to-host copy
-  /// into pageable memory is waited for (an injected failure is then thrown by this call, as a
-  /// synchronous copy reports it), a host-to-device copy from pageable memory reads its source
-  /// into a staging buffer before returning.
+  /// into pageable memory, and a host-to-device copy from more than kPageableStagingBytes of it,
+  /// are waited for (an injected failure is then thrown by this call, as a synchronous copy
+  /// reports it); a smaller host-to-device copy reads its source into a staging buffer first.
   template <class Run>
   void submit_copy(const char* function, int device, NativeStream stream,
                    const detail::Injection& injection, CopyKind kind, void* dst, ByteSpan dst_span,

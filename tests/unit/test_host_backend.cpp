@@ -1301,6 +1301,23 @@ TEST_CASE("host backend: pageable host memory follows the vendors' synchronisati
     CHECK(dev.get()[0] == std::byte{9});
     CHECK(dev.get()[40] == std::byte{9});
   }
+  SECTION("more pageable host memory than a staging buffer: the copy is waited for") {
+    constexpr std::size_t kBig = 256 * 1024;  // above the host backend's 64 KiB staging limit
+    DeviceBuffer big(b, kBig);
+    std::vector<std::byte> input(kBig, std::byte{8});
+    Gate gate;
+    std::atomic<bool> opened{false};
+    b.launch_host_function(0, stream.get(), gate.waiter());
+    std::thread opener([&] {
+      std::this_thread::sleep_for(20ms);
+      opened = true;
+      gate.open();
+    });
+    b.copy(0, big.get(), input.data(), kBig, CopyKind::HostToDevice, stream.get());
+    CHECK(opened.load());
+    CHECK(big.get()[kBig - 1] == std::byte{8});
+    opener.join();
+  }
   SECTION("page-locked memory stays asynchronous both ways") {
     void* pinned = b.host_allocate(0, 64, HostAllocFlags::None);
     auto* bytes = static_cast<std::byte*>(pinned);
