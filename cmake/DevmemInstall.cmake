@@ -14,6 +14,13 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/devmem DESTINATION ${CMAKE_INSTA
 install(FILES ${PROJECT_BINARY_DIR}/include/devmem/config.hpp
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/devmem)
 
+if(DEVMEM_HIPCPU)
+  # For consumers' kernels on HIP-CPU builds (devmem_add_kernel_sources): the interface target and
+  # devmem's HIP-CPU compatibility headers. HIP-CPU itself stays where devmem was built from.
+  install(TARGETS devmem_hipcpu_runtime EXPORT devmem-targets)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/backends/hipcpu/include/
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/devmem-hipcpu)
+endif()
 install(EXPORT devmem-targets NAMESPACE devmem:: DESTINATION ${DEVMEM_CMAKE_DIR})
 export(EXPORT devmem-targets NAMESPACE devmem:: FILE ${PROJECT_BINARY_DIR}/devmem-targets.cmake)
 
@@ -22,13 +29,14 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/devmem-config.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/devmem-config-version.cmake
   COMPATIBILITY SameMinorVersion)
 # devmem_add_kernel_sources, next to devmem-config.cmake in the build tree and the install tree.
-foreach(file devmem-kernels.cmake devmem-hipcc.cmake)
+foreach(file devmem-kernels.cmake devmem-hipcc.cmake devmem-hipcpu.cmake)
   configure_file(${PROJECT_SOURCE_DIR}/cmake/${file} ${PROJECT_BINARY_DIR}/${file} COPYONLY)
 endforeach()
 install(FILES ${PROJECT_BINARY_DIR}/devmem-config.cmake
               ${PROJECT_BINARY_DIR}/devmem-config-version.cmake
               ${PROJECT_BINARY_DIR}/devmem-kernels.cmake
               ${PROJECT_BINARY_DIR}/devmem-hipcc.cmake
+              ${PROJECT_BINARY_DIR}/devmem-hipcpu.cmake
   DESTINATION ${DEVMEM_CMAKE_DIR})
 
 configure_file(${PROJECT_SOURCE_DIR}/cmake/devmem.pc.in ${PROJECT_BINARY_DIR}/devmem.pc @ONLY)

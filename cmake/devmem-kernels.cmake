@@ -10,16 +10,19 @@
 #   - ROC devmem: hipcc (the same found when devmem was built), into objects linked into <target>
 #     with the HIP runtime. Architectures: CMAKE_HIP_ARCHITECTURES when set, otherwise those devmem
 #     was built with (devmem::launch refuses a GPU the kernel has no code for, naming both).
+#   - devmem built against HIP-CPU (presets cuda-hipcpu, roc-hipcpu): g++, with that GPU backend's
+#     kernel layer on HIP-CPU (devmem::hipcpu_runtime: the HIP-CPU checkout devmem was built
+#     with, TBB); kernels run on the CPU through the GPU backend's code.
 # <target> must link devmem::devmem (this function does it, PRIVATE, when it does not yet).
 # Errors: FATAL_ERROR for a missing target or file list, a CUDA build without the CUDA language
-# enabled, and for devmem built against HIP-CPU (the cuda-hipcpu and roc-hipcpu presets), whose
-# kernel layer is not installed.
+# enabled, and a HIP-CPU build of devmem with a compiler other than g++.
 #
 # Read by devmem-config.cmake (install and build trees) and by devmem's own CMakeLists.txt (as a
 # subproject), after DEVMEM_KERNEL_* are set; the settings are kept in global properties so that
 # the function sees them from any directory.
 include_guard(GLOBAL)
 include("${CMAKE_CURRENT_LIST_DIR}/devmem-hipcc.cmake")
+include("${CMAKE_CURRENT_LIST_DIR}/devmem-hipcpu.cmake")
 
 set_property(GLOBAL PROPERTY DEVMEM_KERNEL_BACKEND "${DEVMEM_KERNEL_BACKEND}")
 set_property(GLOBAL PROPERTY DEVMEM_KERNEL_HIPCPU "${DEVMEM_KERNEL_HIPCPU}")
@@ -38,11 +41,6 @@ function(devmem_add_kernel_sources target)
   endif()
   get_property(backend GLOBAL PROPERTY DEVMEM_KERNEL_BACKEND)
   get_property(hipcpu GLOBAL PROPERTY DEVMEM_KERNEL_HIPCPU)
-  if(hipcpu)
-    message(FATAL_ERROR
-      "devmem_add_kernel_sources(${target}): this devmem was built against HIP-CPU (preset "
-      "${backend}-hipcpu), whose kernel layer is not installed; use a host, cuda or roc build.")
-  endif()
 
   get_target_property(linked ${target} LINK_LIBRARIES)
   if(NOT linked OR NOT "devmem::devmem" IN_LIST linked)
@@ -55,7 +53,10 @@ function(devmem_add_kernel_sources target)
     list(APPEND files "${path}")
   endforeach()
 
-  if(backend STREQUAL "cuda")
+  if(hipcpu)
+    devmem_hipcpu_kernel_sources(${target} ${backend} devmem::hipcpu_runtime FILES ${files})
+    target_compile_features(${target} PRIVATE cxx_std_20)
+  elseif(backend STREQUAL "cuda")
     if(NOT CMAKE_CUDA_COMPILER_LOADED)
       message(FATAL_ERROR
         "devmem_add_kernel_sources(${target}): devmem was built with the CUDA backend, so kernel "

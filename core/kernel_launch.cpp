@@ -7,10 +7,14 @@
 #include <devmem/error.hpp>
 #include <devmem/kernel.hpp>
 
+#include <cxxabi.h>
+#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -109,7 +113,7 @@ PreparedLaunch launch_prepare(const LaunchConfig& config, std::string_view compi
         compiled_architectures, props.architecture));
   }
   context->backend().make_current(device);
-  return PreparedLaunch{std::move(stream), device,
+  return PreparedLaunch{std::move(stream), device, std::string(kernel_name),
                         static_cast<std::size_t>(props.max_shared_memory_per_block)};
 }
 
@@ -117,10 +121,33 @@ void launch_check_array(const PreparedLaunch& launch, const DeviceArray& array,
                         std::size_t argument_index) {
   const std::shared_ptr<Context> array_context = array.context();
   if (array_context && array_context->device() != launch.device) {
-    throw InvalidArgument(fmt::format(
-        "devmem::launch: argument {} is an array on device {}, but the kernel runs on device {}",
-        argument_index, array_context->device(), launch.device));
+    throw InvalidArgument(
+        fmt::format("devmem::launch({}): argument {} is an array on device {}, but the kernel runs "
+                    "on device {}",
+                    launch.kernel_name, argument_index, array_context->device(), launch.device));
   }
+}
+
+void throw_argument_error(const PreparedLaunch& launch, std::size_t index, std::string_view what) {
+  throw InvalidArgument(
+      fmt::format("devmem::launch({}): argument {}: {}", launch.kernel_name, index, what));
+}
+
+std::string kernel_symbol_name(const void* kernel) {
+  Dl_info info{};
+  if (::dladdr(kernel, &info) == 0 || info.dli_sname == nullptr || info.dli_saddr != kernel) {
+    return "kernel";
+  }
+  int status = -1;
+  const std::unique_ptr<char, decltype(&std::free)> demangled(
+      abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status), &std::free);
+  std::string name = status == 0 && demangled ? demangled.get() : info.dli_sname;
+  // "saxpy(long, float, devmem::ArrayView<float, 1ul>)": the parameters are in the launch's
+  // signature already; keep the name.
+  if (const std::size_t open = name.find('('); open != std::string::npos && open > 0) {
+    name.resize(open);
+  }
+  return name;
 }
 
 int constant_memory_device() {

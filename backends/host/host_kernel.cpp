@@ -132,6 +132,7 @@ struct KernelGrid {
   unsigned warp_size = 32;
   int device = 0;
   std::shared_ptr<const std::function<void()>> body;
+  std::string kernel_name;
 };
 
 std::string describe(const Dim3& d) {
@@ -201,7 +202,8 @@ class BlockRunner {
     }
     if (aborting_) {
       abort_block();
-      throw HostBackend::make_error("launch", failure_status_, failure_);
+      throw HostBackend::make_error(
+          "launch", failure_status_, fmt::format("{}: {}", grid_.kernel_name, failure_));
     }
   }
 
@@ -657,10 +659,10 @@ void check_view_argument(const PreparedLaunch& launch, std::size_t argument, con
     return;
   }
   throw InvalidArgument(fmt::format(
-      "devmem::launch: argument {} (an ArrayView of shape {}) reaches {} bytes at {:#x}, which "
-      "are not inside a live device allocation or mapped host memory (a view of a freed array, "
-      "or from a closed mapped() scope?)",
-      argument, describe_tuple(std::span(shape, rank)), bytes, begin));
+      "devmem::launch({}): argument {} (an ArrayView of shape {}) reaches {} bytes at {:#x}, "
+      "which are not inside a live device allocation or mapped host memory (a view of a freed "
+      "array, or from a closed mapped() scope?)",
+      launch.kernel_name, argument, describe_tuple(std::span(shape, rank)), bytes, begin));
 }
 
 const ThreadCoords& current_thread(const char* function) {
@@ -714,7 +716,8 @@ void run_kernel(const PreparedLaunch& launch, const LaunchConfig& config,
   auto grid = std::make_shared<const KernelGrid>(
       KernelGrid{config.grid, config.block, config.shared_bytes,
                  static_cast<std::size_t>(shared_limit), static_cast<unsigned>(props.warp_size),
-                 launch.device, std::make_shared<const std::function<void()>>(std::move(body))});
+                 launch.device, std::make_shared<const std::function<void()>>(std::move(body)),
+                 launch.kernel_name});
   backend->launch_kernel(launch.device, launch.stream.native_handle(),
                          [grid] { execute_grid(*grid); });
 }

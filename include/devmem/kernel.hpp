@@ -281,6 +281,8 @@ struct SharedArrayDefaultTag {};
 struct PreparedLaunch {
   Stream stream;  // the resolved stream (never unspecified)
   int device = 0;
+  /// The kernel's name for error messages ("saxpy"; "kernel" when it is not known).
+  std::string kernel_name;
   /// Dynamic shared memory a kernel may use without opting in (above it, the GPU layers opt in).
   std::size_t default_shared_limit = 0;
 };
@@ -297,6 +299,42 @@ launch_prepare(const LaunchConfig& config, std::string_view compiled_for,
 /// The device whose constant memory const_array_like fills: the current context's (made current
 /// on this thread by the library).
 [[nodiscard]] DEVMEM_API int constant_memory_device();
+/// InvalidArgument "devmem::launch(<kernel>): argument <index>: <what>".
+[[noreturn]] DEVMEM_API void throw_argument_error(const PreparedLaunch& launch, std::size_t index,
+                                                  std::string_view what);
+/// The name the enclosing function's signature gives its template parameter `Kernel`
+/// (__PRETTY_FUNCTION__ of kernel_name_of<saxpy>: "... [with auto Kernel = saxpy; ...]" from GCC
+/// and nvcc, "... [Kernel = &saxpy]" from Clang); empty when the signature has no such parameter.
+[[nodiscard]] constexpr std::string_view kernel_name_in_signature(std::string_view signature) {
+  constexpr std::string_view key = "Kernel = ";
+  const std::size_t at = signature.find(key);
+  if (at == std::string_view::npos) return {};
+  std::string_view rest = signature.substr(at + key.size());
+  if (rest.starts_with('&')) rest.remove_prefix(1);
+  // A kernel in an unnamed namespace: GCC and nvcc write "{anonymous}::", Clang
+  // "(anonymous namespace)::"; the name alone reads better.
+  for (const std::string_view unnamed : {std::string_view("{anonymous}::"),
+                                         std::string_view("(anonymous namespace)::")}) {
+    if (rest.starts_with(unnamed)) rest.remove_prefix(unnamed.size());
+  }
+  int depth = 0;  // inside <...> or (...), where ';' ',' ']' belong to the name
+  for (std::size_t i = 0; i != rest.size(); ++i) {
+    const char c = rest[i];
+    if (c == '<' || c == '(') ++depth;
+    if (c == '>' || c == ')') --depth;
+    if (depth == 0 && (c == ';' || c == ',' || c == ']')) return rest.substr(0, i);
+  }
+  return {};
+}
+/// The name of the kernel `Kernel` as the compiler spells it: "saxpy", "ns::scale<float>".
+template <auto Kernel>
+[[nodiscard]] std::string_view kernel_name_of() {
+  return kernel_name_in_signature(__PRETTY_FUNCTION__);
+}
+/// The name of the function at `kernel` from the dynamic symbol table (demangled), for kernels
+/// launched through a pointer; "kernel" when the symbol is not exported (a function of an
+/// executable linked without -rdynamic).
+[[nodiscard]] DEVMEM_API std::string kernel_symbol_name(const void* kernel);
 /// InvalidArgument unless every array passed to a launch is on the launch's device.
 DEVMEM_API void launch_check_array(const PreparedLaunch& launch, const DeviceArray& array,
                                    std::size_t argument_index);
@@ -329,7 +367,11 @@ struct KernelArgument<ArrayView<T, Rank>> {
   static ArrayView<T, Rank> convert(const PreparedLaunch& launch, const DeviceArray& array,
                                     std::size_t index) {
     launch_check_array(launch, array, index);
-    return array.template view<T, Rank>();
+    try {
+      return array.template view<T, Rank>();
+    } catch (const InvalidArgument& e) {
+      throw_argument_error(launch, index, e.what());
+    }
   }
   static ArrayView<T, Rank> convert(const PreparedLaunch&, const ArrayView<T, Rank>& view,
                                     std::size_t) {
@@ -525,6 +567,38 @@ auto convert_kernel_arguments(const PreparedLaunch& launch, std::index_sequence<
 
 namespace devmem {
 
+namespace detail {
+/// launch(), with the kernel's name when known (empty: looked up from the symbol table).
+template <class... Params, class... Args>
+void launch_named(std::string_view name, const LaunchConfig& config, void (*kernel)(Params...),
+                  Args&&... args) {
+  static_assert(sizeof...(Params) == sizeof...(Args),
+                "devmem::launch: the number of arguments must match the kernel's parameters");
+  static_assert((!std::is_reference_v<Params> && ...),
+                "devmem::launch: kernel parameters are passed by value (as on a GPU)");
+  if constexpr (sizeof...(Params) == sizeof...(Args) && (!std::is_reference_v<Params> && ...)) {
+    // Nothing below is instantiated for arguments that do not fit: the static_assert above is the
+    // whole diagnostic, not the first of many inside KernelArgument.
+    if constexpr (check_arguments<std::tuple<Params...>, std::tuple<Args...>>(
+                      std::index_sequence_for<Args...>{})) {
+      if (kernel == nullptr) throw InvalidArgument("devmem::launch: the kernel is a null pointer");
+      const std::string known_name = name.empty()
+                                         ? kernel_symbol_name(reinterpret_cast<const void*>(kernel))
+                                         : std::string(name);
+      const PreparedLaunch prepared =
+          launch_prepare(config, kKernelBackend, known_name, kKernelArchitectures);
+      [&](auto&&... passed) {
+        auto keep_alive = launch_keep_alive(passed...);
+        auto arguments =
+            convert_kernel_arguments<Params...>(prepared, std::index_sequence_for<Args...>{},
+                                                std::forward<decltype(passed)>(passed)...);
+        launch_on_backend(prepared, config, kernel, std::move(arguments), std::move(keep_alive));
+      }(launch_argument<Params>(std::forward<Args>(args))...);
+    }
+  }
+}
+}  // namespace detail
+
 /// Launches `kernel` with `config` on the stream's device: a DeviceArray argument becomes the
 /// kernel's ArrayView parameter (dtype, rank and alignment checked as by DeviceArray::view), and so
 /// does a MappedArray (its device() view, with the same checks); every other argument is copied.
@@ -543,28 +617,19 @@ namespace devmem {
 /// rejects the launch.
 template <class... Params, class... Args>
 void launch(const LaunchConfig& config, void (*kernel)(Params...), Args&&... args) {
-  static_assert(sizeof...(Params) == sizeof...(Args),
-                "devmem::launch: the number of arguments must match the kernel's parameters");
-  static_assert((!std::is_reference_v<Params> && ...),
-                "devmem::launch: kernel parameters are passed by value (as on a GPU)");
-  if constexpr (sizeof...(Params) == sizeof...(Args) && (!std::is_reference_v<Params> && ...)) {
-    // Nothing below is instantiated for arguments that do not fit: the static_assert above is the
-    // whole diagnostic, not the first of many inside KernelArgument.
-    if constexpr (detail::check_arguments<std::tuple<Params...>, std::tuple<Args...>>(
-                      std::index_sequence_for<Args...>{})) {
-      if (kernel == nullptr) throw InvalidArgument("devmem::launch: the kernel is a null pointer");
-      const detail::PreparedLaunch prepared = detail::launch_prepare(
-          config, detail::kKernelBackend, "kernel", detail::kKernelArchitectures);
-      [&](auto&&... passed) {
-        auto keep_alive = detail::launch_keep_alive(passed...);
-        auto arguments = detail::convert_kernel_arguments<Params...>(
-            prepared, std::index_sequence_for<Args...>{},
-            std::forward<decltype(passed)>(passed)...);
-        detail::launch_on_backend(prepared, config, kernel, std::move(arguments),
-                                  std::move(keep_alive));
-      }(detail::launch_argument<Params>(std::forward<Args>(args))...);
-    }
-  }
+  detail::launch_named({}, config, kernel, std::forward<Args>(args)...);
+}
+
+/// The same for the kernel given as a template argument, Numba's `saxpy[grid, block](x, y)` as
+/// `devmem::launch<saxpy>({grid, block}, x, y)`: the same checks and errors, and every message
+/// (launch errors, and on the host backend bounds-check and barrier failures) names the kernel,
+/// which the pointer form can only do for kernels in the dynamic symbol table.
+template <auto Kernel, class... Args>
+  requires std::is_pointer_v<decltype(Kernel)> &&
+           std::is_function_v<std::remove_pointer_t<decltype(Kernel)>>
+void launch(const LaunchConfig& config, Args&&... args) {
+  detail::launch_named(detail::kernel_name_of<Kernel>(), config, Kernel,
+                       std::forward<Args>(args)...);
 }
 
 /// Fills the constant array `symbol` (declared with DEVMEM_CONSTANT_ARRAY) with `values`, which

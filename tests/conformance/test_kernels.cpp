@@ -632,6 +632,32 @@ TEST_CASE("kernels: DeviceArray::view accepts aligned layouts of any sign and sh
   devmem::default_stream().synchronize();
 }
 
+TEST_CASE("kernels: launch messages name the kernel", "[kernels]") {
+  using devmem::detail::kernel_name_in_signature;
+  // The signatures of kernel_name_of<K> as GCC, nvcc and Clang write them.
+  static_assert(kernel_name_in_signature("std::string_view devmem::detail::kernel_name_of() [with "
+                                         "auto Kernel = ns::scale<float, 2>; std::string_view = "
+                                         "std::basic_string_view<char>]") == "ns::scale<float, 2>");
+  static_assert(kernel_name_in_signature("std::string_view devmem::detail::kernel_name_of() "
+                                         "[Kernel = &(anonymous namespace)::saxpy]") == "saxpy");
+  static_assert(kernel_name_in_signature("[with auto Kernel = {anonymous}::saxpy; X = Y]") ==
+                "saxpy");
+  static_assert(kernel_name_in_signature("void f() [T = int]").empty());
+  CHECK(devmem::detail::kernel_name_of<fill_iota>() == "fill_iota");
+  // Through a pointer the name comes from the dynamic symbol table: found for an exported
+  // function, "kernel" for one it does not hold (this test's kernels).
+  CHECK(devmem::detail::kernel_symbol_name(reinterpret_cast<const void*>(
+            &devmem::current_device)) == "devmem::current_device");
+  CHECK(devmem::detail::kernel_symbol_name(reinterpret_cast<const void*>(&fill_iota)) ==
+        "kernel");
+  const DeviceArray ints = devmem::device_array<int>({64});
+  CHECK_THROWS_MATCHES(
+      devmem::launch<fill_iota>({0, 64}, ints, 0), devmem::InvalidArgument,
+      Catch::Matchers::Message("devmem::launch(fill_iota): grid (0, 1, 1) has an empty dimension"));
+  devmem::launch<fill_iota>({1, 64}, ints, 3);
+  CHECK(ints.to_vector<int>() == iota_vec<int>(64, 3));
+}
+
 TEST_CASE("kernels: launch errors are clear and enqueue nothing", "[kernels]") {
   const devmem::Stream s = devmem::stream();
   const DeviceArray ints = devmem::device_array<int>({64}, Order::C, s);
@@ -668,20 +694,22 @@ TEST_CASE("kernels: launch errors are clear and enqueue nothing", "[kernels]") {
   }
   SECTION("an array of the wrong dtype or rank") {
     const DeviceArray floats = devmem::device_array<float>({64}, Order::C, s);
-    CHECK_THROWS_MATCHES(devmem::launch({1, 64, 0, s}, fill_iota, floats, 0),
+    CHECK_THROWS_MATCHES(devmem::launch<fill_iota>({1, 64, 0, s}, floats, 0),
                          devmem::InvalidArgument,
-                         Catch::Matchers::Message("DeviceArray::view<int32, 1>: the array's dtype "
+                         Catch::Matchers::Message("devmem::launch(fill_iota): argument 0: "
+                                                  "DeviceArray::view<int32, 1>: the array's dtype "
                                                   "is float32, not int32"));
     const DeviceArray matrix = devmem::device_array<int>({8, 8}, Order::C, s);
     CHECK_THROWS_MATCHES(devmem::launch({1, 64, 0, s}, fill_iota, matrix, 0),
                          devmem::InvalidArgument,
-                         Catch::Matchers::Message("DeviceArray::view<int32, 1>: the array has 2 "
-                                                  "dimensions, not 1"));
+                         MessageContains("argument 0: DeviceArray::view<int32, 1>: the "
+                                         "array has 2 dimensions, not 1"));
   }
   SECTION("a misaligned array") {
     const DeviceArray odd = devmem::device_array(Shape{64}, i4(), Strides{6}, Order::C, s);
-    CHECK_THROWS_MATCHES(devmem::launch({1, 64, 0, s}, fill_iota, odd, 0), devmem::InvalidArgument,
-                         Catch::Matchers::Message("DeviceArray::view<int32, 1>: byte stride 6 of "
+    CHECK_THROWS_MATCHES(devmem::launch<fill_iota>({1, 64, 0, s}, odd, 0), devmem::InvalidArgument,
+                         Catch::Matchers::Message("devmem::launch(fill_iota): argument 0: "
+                                                  "DeviceArray::view<int32, 1>: byte stride 6 of "
                                                   "axis 0 is not a multiple of the alignment 4 "
                                                   "of dtype int32"));
   }
@@ -820,8 +848,9 @@ TEST_CASE("kernels: a MappedArray argument is its device view", "[kernels][mappe
   CHECK(mapped.to_vector<int>() == iota_vec<int>(300, 5));
   SECTION("dtype and rank are checked as for a DeviceArray") {
     const devmem::MappedArray floats = devmem::mapped_array<float>(Shape{64});
-    CHECK_THROWS_MATCHES(devmem::launch({1, 64, s}, fill_iota, floats, 0), devmem::InvalidArgument,
-                         Catch::Matchers::Message("DeviceArray::view<int32, 1>: the array's dtype "
+    CHECK_THROWS_MATCHES(devmem::launch<fill_iota>({1, 64, s}, floats, 0), devmem::InvalidArgument,
+                         Catch::Matchers::Message("devmem::launch(fill_iota): argument 0: "
+                                                  "DeviceArray::view<int32, 1>: the array's dtype "
                                                   "is float32, not int32"));
   }
   SECTION("the kernel keeps the mapped memory alive") {
@@ -850,10 +879,10 @@ TEST_CASE("kernels: arrays and the launch must be on one device",
   const DeviceArray on_device_1 = devmem::device_array<int>({8}, Order::C, stream_1);
   devmem::select_device(0);
   const devmem::Stream stream_0 = devmem::stream();
-  CHECK_THROWS_MATCHES(devmem::launch({1, 8, 0, stream_0}, fill_iota, on_device_1, 0),
+  CHECK_THROWS_MATCHES(devmem::launch<fill_iota>({1, 8, 0, stream_0}, on_device_1, 0),
                        devmem::InvalidArgument,
-                       Catch::Matchers::Message("devmem::launch: argument 0 is an array on device "
-                                                "1, but the kernel runs on device 0"));
+                       Catch::Matchers::Message("devmem::launch(fill_iota): argument 0 is an array "
+                                                "on device 1, but the kernel runs on device 0"));
   // On its own device's stream it works, whichever device is current.
   devmem::launch({1, 8, 0, stream_1}, fill_iota, on_device_1, 1);
   CHECK(on_device_1.to_vector<int>()[7] == 8);
@@ -1160,14 +1189,14 @@ TEST_CASE("kernels: the simulator reports barrier divergence", "[kernels][host-o
   const devmem::Stream s = devmem::stream();
   const DeviceArray out = devmem::device_array<int>({64}, Order::C, s);
   SECTION("threads return while others wait") {
-    devmem::launch({1, 32, 0, s}, half_the_block_skips_the_barrier, out);
+    devmem::launch<half_the_block_skips_the_barrier>({1, 32, 0, s}, out);
     try {
       s.synchronize();
       FAIL("synchronize did not report the divergence");
     } catch (const devmem::BackendError& e) {
       check_launch_failure(e,
-                           "host launch: LaunchFailure (719): barrier divergence in block (0, 0, "
-                           "0): 16 of 32 threads wait at syncthreads() (test_kernels.cpp:");
+                           "host launch: LaunchFailure (719): half_the_block_skips_the_barrier: "
+                           "barrier divergence in block (0, 0, 0): 16 of 32 threads wait at syncthreads() (test_kernels.cpp:");
       CHECK_THAT(std::string(e.what()),
                  Catch::Matchers::Contains("but 16 threads (first: thread (16, 0, 0)) returned "
                                            "without reaching it"));
@@ -1234,15 +1263,15 @@ TEST_CASE("kernels: the simulator refuses two untagged shared arrays of one type
   const devmem::Stream s = devmem::stream();
   const DeviceArray out = devmem::device_array<int>({32}, Order::C, s);
   SECTION("in the kernel itself") {
-    devmem::launch({2, 32, 0, s}, two_untagged_shared_arrays, out);
+    devmem::launch<two_untagged_shared_arrays>({2, 32, 0, s}, out);
     try {
       s.synchronize();
       FAIL("synchronize did not report the untagged arrays");
     } catch (const devmem::BackendError& e) {
       check_launch_failure(
           e,
-          "host launch: LaunchFailure (719): shared_array: two untagged shared arrays of shape "
-          "(8,) with 4-byte elements (32 bytes) in one kernel, at " +
+          "host launch: LaunchFailure (719): two_untagged_shared_arrays: shared_array: two "
+          "untagged shared arrays of shape (8,) with 4-byte elements (32 bytes) in one kernel, at " +
               file + std::to_string(kUntaggedFirstLine) + " and at " + file +
               std::to_string(kUntaggedFirstLine + 1) + " (thread (0, 0, 0) of block (");
       CHECK_THAT(std::string(e.what()),
@@ -1361,14 +1390,15 @@ TEST_CASE("kernels: the simulator reports out-of-bounds array accesses", "[kerne
     return std::all_of(values.begin() + 100, values.end(), [](int v) { return v == kSentinel; });
   };
   SECTION("128 threads write 100 elements without a guard") {
-    devmem::launch({2, 64, 0, s}, write_global_id_unguarded, y);
+    devmem::launch<write_global_id_unguarded>({2, 64, 0, s}, y);
     try {
       s.synchronize();
       FAIL("synchronize did not report the overrun");
     } catch (const devmem::BackendError& e) {
       check_launch_failure(e,
-                           "host launch: LaunchFailure (719): ArrayView: index (100,) is out of "
-                           "bounds for shape (100,) in thread (36, 0, 0) of block (1, 0, 0)");
+                           "host launch: LaunchFailure (719): write_global_id_unguarded: "
+                           "ArrayView: index (100,) is out of bounds for shape (100,) in thread "
+                           "(36, 0, 0) of block (1, 0, 0)");
       CHECK_THAT(std::string(e.what()), Catch::Matchers::EndsWith("of block (1, 0, 0)"));
     }
     CHECK(sentinels_intact());
@@ -1410,12 +1440,13 @@ TEST_CASE("kernels: the simulator reports out-of-bounds array accesses", "[kerne
   }
   SECTION("a shared array") {
     try {
-      devmem::launch({1, 40}, shared_array_overrun, y);
+      devmem::launch<shared_array_overrun>({1, 40}, y);
       FAIL("launch did not report the index");
     } catch (const devmem::BackendError& e) {
       check_launch_failure(e,
-                           "host launch: LaunchFailure (719): shared_array: index (32,) is out of "
-                           "bounds for shape (32,) in thread (32, 0, 0) of block (0, 0, 0)");
+                           "host launch: LaunchFailure (719): shared_array_overrun: shared_array: "
+                           "index (32,) is out of bounds for shape (32,) in thread (32, 0, 0) of "
+                           "block (0, 0, 0)");
     }
     try {
       devmem::launch({1, 1}, shared_array_2d_overrun, y, 8);
@@ -1434,8 +1465,8 @@ TEST_CASE("kernels: the simulator reports out-of-bounds array accesses", "[kerne
       FAIL("launch did not report the index");
     } catch (const devmem::BackendError& e) {
       check_launch_failure(e,
-                           "host launch: LaunchFailure (719): local_array: index (4,) is out of "
-                           "bounds for shape (4,) in thread (0, 0, 0) of block (0, 0, 0)");
+                           "host launch: LaunchFailure (719): kernel: local_array: index (4,) is "
+                           "out of bounds for shape (4,) in thread (0, 0, 0) of block (0, 0, 0)");
     }
   }
   SECTION("a constant array") {
@@ -1475,12 +1506,12 @@ TEST_CASE("kernels: a stale view is refused at launch", "[kernels][host-only]") 
   CHECK(static_cast<const int*>(h.data())[15] == 15);
   std::fill_n(static_cast<int*>(h.data()), 16, -7);
   try {
-    devmem::launch({1, 16}, fill_iota, stale, 100);
+    devmem::launch<fill_iota>({1, 16}, stale, 100);
     FAIL("launch accepted a view from a closed mapped() scope");
   } catch (const devmem::InvalidArgument& e) {
     CHECK_THAT(std::string(e.what()),
-               Catch::Matchers::StartsWith("devmem::launch: argument 0 (an ArrayView of shape "
-                                           "(16,)) reaches 64 bytes at 0x"));
+               Catch::Matchers::StartsWith("devmem::launch(fill_iota): argument 0 (an ArrayView "
+                                           "of shape (16,)) reaches 64 bytes at 0x"));
     CHECK_THAT(std::string(e.what()),
                Catch::Matchers::EndsWith(
                    ", which are not inside a live device allocation or mapped host memory (a "
@@ -1494,8 +1525,8 @@ TEST_CASE("kernels: a stale view is refused at launch", "[kernels][host-only]") 
   const std::int64_t strides[] = {4};
   const ArrayView<int, 1> too_long(static_cast<int*>(a.data()), shape, strides);
   CHECK_THROWS_MATCHES(devmem::launch({1, 1}, fill_iota, too_long, 0), devmem::InvalidArgument,
-                       MessageStartsWith("devmem::launch: argument 0 (an ArrayView of shape (9,)) "
-                                         "reaches 36 bytes at 0x"));
+                       MessageStartsWith("devmem::launch(kernel): argument 0 (an ArrayView of "
+                                         "shape (9,)) reaches 36 bytes at 0x"));
 }
 
 TEST_CASE("kernels: bounds checking can be turned off", "[kernels][host-only]") {
