@@ -117,15 +117,6 @@ struct Report {
   std::vector<Goal> goals;
 };
 
-std::string human_size(std::int64_t bytes) {
-  if (bytes >= (std::int64_t{1} << 30) && bytes % (std::int64_t{1} << 30) == 0) {
-    return fmt::format("{} GiB", bytes >> 30);
-  }
-  if (bytes >= (1 << 20) && bytes % (1 << 20) == 0) return fmt::format("{} MiB", bytes >> 20);
-  if (bytes >= (1 << 10) && bytes % (1 << 10) == 0) return fmt::format("{} KiB", bytes >> 10);
-  return fmt::format("{} B", bytes);
-}
-
 double median(std::vector<double> samples) {
   std::sort(samples.begin(), samples.end());
   const std::size_t n = samples.size();
@@ -287,7 +278,7 @@ std::vector<CopyResult> measure_copies(const BenchOptions& options, RawBaseline&
     raw.prepare(c.direction, c.memory, static_cast<std::size_t>(options.max_size));
     for (const std::int64_t bytes : sizes) {
       progress.step(
-          fmt::format("{} {} {}", to_string(c.direction), to_string(c.memory), human_size(bytes)));
+          fmt::format("{} {} {}", to_string(c.direction), to_string(c.memory), devmem::format_bytes(bytes)));
       const int count = ops_per_sample(bytes, options.quick);
       const std::function<void()> op = buffers.copy_op(c.direction, c.memory, bytes);
       const double devmem_s =
@@ -441,7 +432,7 @@ void measure_allocations(const BenchOptions& options, RawBaseline& raw, Report& 
   const int batch = options.quick ? 11 : 55;
   const std::int64_t capacity = ctx->memory_info().total;
   for (const std::int64_t bytes : alloc_sizes(options, capacity)) {
-    progress.step(fmt::format("alloc {}", human_size(bytes)));
+    progress.step(fmt::format("alloc {}", devmem::format_bytes(bytes)));
     const double raw_ns =
         median_of(options.repeats,
                   [&] { return raw.time_alloc_free(static_cast<std::size_t>(bytes), batch); }) /
@@ -458,7 +449,7 @@ void measure_allocations(const BenchOptions& options, RawBaseline& raw, Report& 
   }
   if (!report.allocations.empty()) {
     const std::int64_t bytes = report.allocations.back().bytes;
-    progress.step(fmt::format("first use {}", human_size(bytes)));
+    progress.step(fmt::format("first use {}", devmem::format_bytes(bytes)));
     ctx->set_memory_manager(direct);
     const double direct_ms = first_use_ms(*ctx, bytes, options.repeats);
     ctx->flush_deallocations();
@@ -618,7 +609,7 @@ std::string print_table(const Report& r) {
       }
       previous = &c;
       line(fmt::format("{:>9}  {:<4} {:<9} {:>6} {:>12.3f} {:>12.3f} {:>7.2f}x",
-                       human_size(c.bytes), to_string(c.direction), to_string(c.memory),
+                       devmem::format_bytes(c.bytes), to_string(c.direction), to_string(c.memory),
                        c.ops_per_sample, c.devmem_gbps(), c.raw_gbps(), c.ratio()));
     }
   }
@@ -632,7 +623,7 @@ std::string print_table(const Report& r) {
                      "memory", "size", "ops", "devmem GB/s", "raw GB/s", "ratio"));
     for (const StridedResult& c : r.strided) {
       line(fmt::format("{:<18} {:<4} {:<9} {:>9} {:>6} {:>12.3f} {:>12.3f} {:>7.2f}x", c.layout,
-                       to_string(c.direction), to_string(c.memory), human_size(c.bytes),
+                       to_string(c.direction), to_string(c.memory), devmem::format_bytes(c.bytes),
                        c.ops_per_sample, c.devmem_gbps(), c.raw_gbps(), c.ratio()));
     }
   }
@@ -646,7 +637,7 @@ std::string print_table(const Report& r) {
                      "direct/pool", "raw/pool"));
     for (const AllocResult& a : r.allocations) {
       line(fmt::format("{:>9} {:>10.0f} {:>10.0f} {:>10.0f} {:>11.1f}x {:>9.1f}x",
-                       human_size(a.bytes), a.raw_ns, a.direct_ns, a.pool_ns,
+                       devmem::format_bytes(a.bytes), a.raw_ns, a.direct_ns, a.pool_ns,
                        a.direct_ns / a.pool_ns, a.raw_ns / a.pool_ns));
     }
   }
@@ -655,7 +646,7 @@ std::string print_table(const Report& r) {
     line(
         fmt::format("Allocate + write every byte + free, {}: direct {:.2f} ms, pool {:.2f} ms "
                     "({:.1f}x)",
-                    human_size(f.bytes), f.direct_ms, f.pool_ms, f.direct_ms / f.pool_ms));
+                    devmem::format_bytes(f.bytes), f.direct_ms, f.pool_ms, f.direct_ms / f.pool_ms));
   }
   if (r.enqueue) {
     const EnqueueResult& e = *r.enqueue;
@@ -856,7 +847,7 @@ int run(const BenchOptions& options) {
   if (needed > memory.free) {
     fmt::print(stderr,
                "devmem bench: --max-size {} needs {} of device memory, the device has {} free\n",
-               human_size(options.max_size), human_size(needed), human_size(memory.free));
+               devmem::format_bytes(options.max_size), devmem::format_bytes(needed), devmem::format_bytes(memory.free));
     return kExitRuntimeError;
   }
 

@@ -1,5 +1,8 @@
 #include "bench_options.hpp"
 
+#include <devmem/byte_size.hpp>
+#include <devmem/error.hpp>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -43,34 +46,17 @@ std::vector<std::int64_t> BenchOptions::sizes() const {
 }
 
 std::int64_t parse_size(std::string_view option, std::string_view text) {
-  const auto bad = [&](std::string_view why) {
-    return UsageError(fmt::format("{}: '{}' {}", option, text, why));
-  };
-  std::int64_t number = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), number);
-  if (error == std::errc::result_out_of_range) throw bad("is out of range");
-  if (error != std::errc{} || end == text.data()) {
-    throw bad("is not a size (a number of bytes with an optional K, M or G suffix)");
+  std::int64_t bytes = 0;
+  try {
+    bytes = devmem::parse_byte_size(text);
+  } catch (const devmem::InvalidArgument& e) {
+    throw UsageError(fmt::format("{}: {}", option, e.what()));
   }
-  std::string suffix(end, text.data() + text.size());
-  std::transform(suffix.begin(), suffix.end(), suffix.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
-  int shift = 0;
-  if (suffix.empty() || suffix == "B") {
-    shift = 0;
-  } else if (suffix == "K" || suffix == "KB" || suffix == "KIB") {
-    shift = 10;
-  } else if (suffix == "M" || suffix == "MB" || suffix == "MIB") {
-    shift = 20;
-  } else if (suffix == "G" || suffix == "GB" || suffix == "GIB") {
-    shift = 30;
-  } else {
-    throw bad("has an unknown suffix (use K, M or G)");
+  if (bytes < 1 || bytes > kLargestSize) {
+    throw UsageError(fmt::format("{}: '{}' is out of range (1 B to {})", option, text,
+                                 devmem::format_bytes(kLargestSize)));
   }
-  if (number < 1 || number > (kLargestSize >> shift)) {
-    throw bad(fmt::format("is out of range (1 B to {} GiB)", kLargestSize >> 30));
-  }
-  return number << shift;
+  return bytes;
 }
 
 namespace {

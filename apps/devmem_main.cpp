@@ -20,17 +20,6 @@ namespace {
 
 constexpr int kUsageError = 2;
 
-std::string human_bytes(std::int64_t bytes) {
-  constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  auto value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024.0 && unit < 4) {
-    value /= 1024.0;
-    ++unit;
-  }
-  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, units[unit]);
-}
-
 // Checks a feature by using it on a small buffer: reports what works, not what is claimed.
 std::string probe(const char* what, void (*use)()) {
   try {
@@ -57,13 +46,13 @@ int info() {
     const devmem::DeviceProperties p = ctx->properties();
     const devmem::MemoryInfo m = ctx->memory_info();
     fmt::print("device {}: {} ({})\n", d, p.name, p.architecture);
-    fmt::print("  memory: {} free of {}\n", human_bytes(m.free), human_bytes(m.total));
+    fmt::print("  memory: {} free of {}\n", devmem::format_bytes(m.free), devmem::format_bytes(m.total));
     fmt::print(
         "  multiprocessors: {}, warp size: {}, max threads per block: {}, shared memory "
         "per block: {} ({} with opt-in)\n",
         p.multiprocessor_count, p.warp_size, p.max_threads_per_block,
-        human_bytes(p.max_shared_memory_per_block),
-        human_bytes(p.max_shared_memory_per_block_optin));
+        devmem::format_bytes(p.max_shared_memory_per_block),
+        devmem::format_bytes(p.max_shared_memory_per_block_optin));
     fmt::print("  {}\n",
                probe("pinned host memory", [] { (void)devmem::pinned_array<float>({1024}); }));
     fmt::print("  {}\n", probe("mapped host memory",

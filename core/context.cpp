@@ -1,6 +1,8 @@
 // Contexts, streams, events and the keep-alive mechanism for asynchronous work.
 #include "core/internal.hpp"
 
+#include <devmem/byte_size.hpp>
+
 #include <devmem/error.hpp>
 
 #include <fmt/format.h>
@@ -31,17 +33,6 @@ void report_error(std::string_view what) noexcept {
 // ---- ContextState ----
 
 namespace {
-
-std::string human_bytes(std::int64_t bytes) {
-  constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  auto value = static_cast<double>(bytes);
-  std::size_t unit = 0;
-  while (value >= 1024.0 && unit + 1 < std::size(units)) {
-    value /= 1024.0;
-    ++unit;
-  }
-  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, units[unit]);
-}
 
 // Environment knobs are read when a context is created; a bad value is an error at first use.
 DeallocationConfig config_from_environment() {
@@ -99,8 +90,8 @@ void* ContextState::allocate_with_retry(Allocate&& allocate, const char* operati
       throw OutOfMemory(
           fmt::format("{}: out of {} allocating {} bytes ({}) on device {} ({} free of {}, after "
                       "flushing pending deallocations): {}",
-                      operation, what, bytes, human_bytes(bytes), device(), human_bytes(info.free),
-                      human_bytes(info.total), e.what()),
+                      operation, what, bytes, format_bytes(bytes), device(), format_bytes(info.free),
+                      format_bytes(info.total), e.what()),
           bytes);
     }
   }

@@ -69,6 +69,7 @@
 #include "backends/gpu_runtime/strided_copy_args.hpp"
 
 #include <devmem/backend.hpp>
+#include <devmem/byte_size.hpp>
 #include <devmem/error.hpp>
 #include <devmem/layout.hpp>
 
@@ -102,19 +103,6 @@ struct Status {
   Code code;
   const char* function;
 };
-
-/// "1.50 GiB" (for messages).
-inline std::string format_bytes(std::uint64_t bytes) {
-  constexpr const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  if (bytes < 1024) return fmt::format("{} bytes", bytes);
-  double value = static_cast<double>(bytes);
-  std::size_t unit = 0;
-  while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
-    value /= 1024.0;
-    ++unit;
-  }
-  return fmt::format("{:.2f} {}", value, kUnits[unit]);
-}
 
 inline std::int64_t clamp_to_int64(std::size_t value) noexcept {
   constexpr auto kMax = std::numeric_limits<std::int64_t>::max();

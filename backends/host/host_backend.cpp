@@ -2,6 +2,8 @@
 
 #include "core/backend_factories.hpp"
 
+#include <devmem/byte_size.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -139,7 +141,7 @@ std::exception_ptr HostBackend::injected_error(const char* function, Call kind,
       (kind == Call::Allocate || kind == Call::HostAllocate)) {
     return std::make_exception_ptr(OutOfMemory(
         fmt::format("host {}: out of memory allocating {} ({} bytes) on device {} ({})", function,
-                    detail::format_bytes(clamp_to_int64(bytes)), bytes, device, request),
+                    format_bytes(bytes), bytes, device, request),
         clamp_to_int64(bytes)));
   }
   return std::make_exception_ptr(make_error(function, injection.status, request));
@@ -425,12 +427,12 @@ void* HostBackend::allocate(int device, std::size_t bytes) {
     return OutOfMemory(
         fmt::format("host allocate: out of memory allocating {} ({} bytes) on device "
                     "{} ({})",
-                    detail::format_bytes(clamp_to_int64(bytes)), bytes, device, reason),
+                    format_bytes(bytes), bytes, device, reason),
         clamp_to_int64(bytes));
   };
   if (clamp_to_int64(bytes) > free) {
     throw out_of_memory(
-        fmt::format("free {} of {}", detail::format_bytes(free), detail::format_bytes(capacity)));
+        fmt::format("free {} of {}", format_bytes(free), format_bytes(capacity)));
   }
   void* const ptr = ::operator new(bytes, std::align_val_t{kDeviceAlignment}, std::nothrow);
   if (ptr == nullptr) throw out_of_memory("the process is out of memory");
@@ -507,7 +509,7 @@ void* HostBackend::host_allocate(int device, std::size_t bytes, HostAllocFlags f
   if (ptr == nullptr) {
     throw OutOfMemory(fmt::format("host host_allocate: out of memory allocating {} ({} bytes) of "
                                   "page-locked host memory",
-                                  detail::format_bytes(clamp_to_int64(bytes)), bytes),
+                                  format_bytes(bytes), bytes),
                       clamp_to_int64(bytes));
   }
   const std::lock_guard lock(memory_mutex_);

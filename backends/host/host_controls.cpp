@@ -3,6 +3,7 @@
 
 #include "backends/host/host_backend.hpp"
 
+#include <devmem/byte_size.hpp>
 #include <devmem/error.hpp>
 
 #include <fmt/format.h>
@@ -50,37 +51,6 @@ std::atomic<std::int64_t> g_explicit_capacity{-1};
 // -1 until set_bounds_checking is called; from then on it overrides DEVMEM_HOST_BOUNDS_CHECK.
 std::atomic<int> g_explicit_bounds_checking{-1};
 
-// "4096", "512M", "2g": a non-negative integer with an optional binary K/M/G suffix.
-std::optional<std::int64_t> parse_byte_size(std::string_view text) {
-  std::int64_t shift = 0;
-  if (!text.empty()) {
-    switch (text.back()) {
-      case 'K':
-      case 'k':
-        shift = 10;
-        break;
-      case 'M':
-      case 'm':
-        shift = 20;
-        break;
-      case 'G':
-      case 'g':
-        shift = 30;
-        break;
-      default:
-        break;
-    }
-    if (shift != 0) text.remove_suffix(1);
-  }
-  if (text.empty()) return std::nullopt;
-  std::int64_t value = 0;
-  const auto* const end = text.data() + text.size();
-  const auto [stop, error] = std::from_chars(text.data(), end, value);
-  if (error != std::errc{} || stop != end || value < 0) return std::nullopt;
-  if (value > (std::numeric_limits<std::int64_t>::max() >> shift)) return std::nullopt;
-  return value << shift;
-}
-
 // DEVMEM_HOST_DEVICE_MEMORY, parsed once. An invalid value is kept as an error message so that
 // every use reports it (rather than silently falling back to the default).
 struct EnvCapacity {
@@ -92,12 +62,10 @@ const EnvCapacity& env_capacity() {
     EnvCapacity result;
     const char* const text = std::getenv("DEVMEM_HOST_DEVICE_MEMORY");
     if (text == nullptr || *text == '\0') return result;
-    result.value = parse_byte_size(text);
-    if (!result.value) {
-      result.error = fmt::format(
-          "DEVMEM_HOST_DEVICE_MEMORY: invalid value '{}' (expected a number of bytes with an "
-          "optional K, M or G suffix, e.g. 512M)",
-          text);
+    try {
+      result.value = parse_byte_size(text);
+    } catch (const InvalidArgument& e) {
+      result.error = fmt::format("DEVMEM_HOST_DEVICE_MEMORY: {}", e.what());
     }
     return result;
   }();
@@ -314,20 +282,6 @@ int configured_device_count() {
     return value;
   }();
   return count;
-}
-
-std::string format_bytes(std::int64_t bytes) {
-  static constexpr std::array<std::string_view, 5> kUnits{"B", "KiB", "MiB", "GiB", "TiB"};
-  if (bytes < 1024) return fmt::format("{} B", bytes);
-  auto value = static_cast<double>(bytes);
-  std::size_t unit = 0;
-  while (value >= 1024.0 && unit + 1 < kUnits.size()) {
-    value /= 1024.0;
-    ++unit;
-  }
-  std::string text = fmt::format("{:.1f}", value);
-  if (text.size() > 2 && text.ends_with(".0")) text.resize(text.size() - 2);
-  return fmt::format("{} {}", text, kUnits[unit]);
 }
 
 }  // namespace detail

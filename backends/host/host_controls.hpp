@@ -32,7 +32,4 @@ struct Injection {
 [[nodiscard]] int configured_device_count();
 inline constexpr int kMaxDevices = 64;
 
-/// "512 MiB", "1.5 GiB", "100 B": binary units, at most one decimal.
-[[nodiscard]] std::string format_bytes(std::int64_t bytes);
-
 }  // namespace devmem::host::detail

@@ -3,6 +3,7 @@
 
 #include <devmem/array_base.hpp>
 #include <devmem/backend.hpp>
+#include <devmem/byte_size.hpp>
 #include <devmem/config.hpp>
 #include <devmem/context.hpp>
 #include <devmem/device_array.hpp>

@@ -662,8 +662,8 @@ TEST_CASE("gpu_runtime: out of memory") {
     } catch (const devmem::OutOfMemory& e) {
       CHECK(e.requested_bytes() == (std::int64_t{3} << 30));
       CHECK(std::string(e.what()) ==
-            "fake fakeMalloc: fakeErrorMemoryAllocation (2): out of memory; allocating 3.00 GiB "
-            "(3221225472 bytes) of device memory on device 0 (free 1.00 GiB of 2.00 GiB)");
+            "fake fakeMalloc: fakeErrorMemoryAllocation (2): out of memory; allocating 3 GiB "
+            "(3221225472 bytes) of device memory on device 0 (free 1 GiB of 2 GiB)");
     }
     CHECK(f.state.last_error == kOk);
   }
@@ -672,7 +672,7 @@ TEST_CASE("gpu_runtime: out of memory") {
     REQUIRE_THROWS_MATCHES(
         f.backend.host_allocate(0, 4096, HostAllocFlags::None), devmem::OutOfMemory,
         Catch::Matchers::Message("fake fakeHostAlloc: fakeErrorMemoryAllocation (2): out of "
-                                 "memory; allocating 4.00 KiB (4096 bytes) of page-locked host "
+                                 "memory; allocating 4 KiB (4096 bytes) of page-locked host "
                                  "memory on device 0"));
   }
   SECTION("zero bytes allocate nothing") {
@@ -1576,10 +1576,10 @@ TEST_CASE("gpu_runtime: allocation calls reporting out of memory give OutOfMemor
       CHECK(e.requested_bytes() == (1 << 20));
       const std::string message = e.what();
       CHECK(message.rfind(std::string("fake ") + function +
-                              ": fakeErrorMemoryAllocation (2): out of memory; allocating 1.00 "
+                              ": fakeErrorMemoryAllocation (2): out of memory; allocating 1 "
                               "MiB (1048576 bytes) of ",
                           0) == 0);
-      CHECK(message.find(device ? "device memory on device 0 (free 1.00 GiB of 2.00 GiB)"
+      CHECK(message.find(device ? "device memory on device 0 (free 1 GiB of 2 GiB)"
                                 : "page-locked host memory on device 0") != std::string::npos);
     }
     CHECK(f.state.last_error == kOk);

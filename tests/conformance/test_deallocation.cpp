@@ -41,21 +41,6 @@ void* release_pinned(int64_t bytes) {
   return h.data();
 }
 
-/// Bytes as devmem's messages write them: "512 B", "1.5 KiB", "16.0 MiB".
-std::string human_bytes(int64_t bytes) {
-  const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  auto value = static_cast<double>(bytes);
-  std::size_t unit = 0;
-  while (value >= 1024.0 && unit + 1 < std::size(units)) {
-    value /= 1024.0;
-    ++unit;
-  }
-  if (unit == 0) return std::to_string(bytes) + " B";
-  char text[64];
-  std::snprintf(text, sizeof text, "%.1f %s", value, units[unit]);
-  return text;
-}
-
 /// The message of a free that failed during a flush.
 std::string free_failure(const char* what, void* ptr, int64_t bytes, int later,
                          const std::string& error) {
@@ -487,10 +472,10 @@ TEST_CASE("deallocation: out of device memory: flush then retry, then OutOfMemor
       const devmem::MemoryInfo info = ctx->memory_info();
       CHECK(info.free == 8 * kMiB);
       CHECK_THAT(what, Catch::Matchers::StartsWith(
-                           "device_array: out of device memory allocating 16777216 bytes (16.0 "
+                           "device_array: out of device memory allocating 16777216 bytes (16 "
                            "MiB) on device " +
-                           std::to_string(ctx->device()) + " (" + human_bytes(info.free) +
-                           " free of " + human_bytes(info.total) +
+                           std::to_string(ctx->device()) + " (" + devmem::format_bytes(info.free) +
+                           " free of " + devmem::format_bytes(info.total) +
                            ", after flushing pending deallocations): host allocate: "));
     }
     CHECK(pending() == 0);  // flushed before the retry

@@ -350,8 +350,7 @@ TEST_CASE("child: two devices of 512M", "[.][child]") {
 TEST_CASE("child: invalid DEVMEM_HOST_DEVICE_MEMORY", "[.][child]") {
   Backend& b = backend();
   const std::string expected =
-      "DEVMEM_HOST_DEVICE_MEMORY: invalid value '12X' (expected a number of bytes with an optional "
-      "K, M or G suffix, e.g. 512M)";
+      "DEVMEM_HOST_DEVICE_MEMORY: '12X' has an unknown suffix 'X' (use K, M, G or T)";
   CHECK_THROWS_AS(b.allocate(0, 16), devmem::InvalidArgument);
   CHECK_THROWS_WITH(b.allocate(0, 16), expected);
   CHECK_THROWS_WITH(b.memory_info(0), expected);
