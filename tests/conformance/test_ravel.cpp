@@ -218,8 +218,7 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("ravel of a padded array is a contiguous copy, not a strided view",
-          "[views][ravel]") {
+TEST_CASE("ravel of a padded array is a contiguous copy, not a strided view", "[views][ravel]") {
   SECTION("device") {
     const DeviceArray a = iota_device(Shape{2, 6});
     const DeviceArray r = a.slice(1, 0, std::nullopt, 2).ravel();
@@ -240,8 +239,7 @@ TEST_CASE("ravel of a padded array is a contiguous copy, not a strided view",
   }
 }
 
-TEST_CASE("ravel(K) of a broadcast array keeps the broadcast axis in place",
-          "[views][ravel]") {
+TEST_CASE("ravel(K) of a broadcast array keeps the broadcast axis in place", "[views][ravel]") {
   // NumPy: np.broadcast_to(np.arange(3.), (2, 3)).ravel('K') == [0, 1, 2, 0, 1, 2].
   SECTION("device") {
     const DeviceArray row = iota_device(Shape{3});
