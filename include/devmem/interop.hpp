@@ -26,8 +26,9 @@
 //   live streams of the current context (so a devmem -> interface -> devmem round trip keeps the
 //   stream), otherwise the default stream (devmem never adopts a foreign stream, whose lifetime
 //   it does not control).
-//   The memory is assumed to belong to the current device. `owner` (optional) is kept alive by
-//   every view of the result, and devmem never frees foreign memory itself.
+//   The memory belongs to the device the runtime says owns it (the current device when the
+//   runtime cannot tell). `owner` (optional) is kept alive by every view of the result, and devmem
+//   never frees foreign memory itself.
 //
 // DLPack (<dlpack/dlpack.h>, Debian's libdlpack-dev; this header only forward-declares
 // DLManagedTensor, so only code that uses DLPack needs that header)
