@@ -504,7 +504,7 @@ EnqueueResult measure_enqueue(const BenchOptions& options, RawBaseline& raw) {
   return {kBytes, api_ns, backend_ns, raw_s < 0 ? -1.0 : raw_s / count * 1e9};
 }
 
-// ---- Goals (issue 8), evaluated on what was measured --------------------------------------------
+// ---- Goals, evaluated on what was measured (docs/devmem-program.md#goals) -----------------------
 
 /// The ratios of the copies matching `pick` of at least `from` bytes, in ascending order.
 std::vector<double> sorted_ratios(const Report& report, std::int64_t from,
@@ -660,7 +660,7 @@ std::string print_table(const Report& r) {
   }
   if (!r.goals.empty()) {
     line("");
-    line("Goals (issue 8)");
+    line("Goals");
     for (const Goal& g : r.goals) {
       line(fmt::format("  {:<48} {:>10.2f} {:<2} (goal {} {:g} {}) {}", g.name, g.measured, g.unit,
                        g.at_most ? "<=" : ">=", g.target, g.unit, g.met() ? "met" : "MISSED"));

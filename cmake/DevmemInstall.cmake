@@ -39,5 +39,8 @@ install(FILES ${PROJECT_BINARY_DIR}/devmem-config.cmake
               ${PROJECT_BINARY_DIR}/devmem-hipcpu.cmake
   DESTINATION ${DEVMEM_CMAKE_DIR})
 
+# The licence, where distributions keep a package's documentation.
+install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/devmem)
+
 configure_file(${PROJECT_SOURCE_DIR}/cmake/devmem.pc.in ${PROJECT_BINARY_DIR}/devmem.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/devmem.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

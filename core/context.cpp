@@ -845,8 +845,9 @@ AutoSynchronize::~AutoSynchronize() noexcept(false) {
   if (!active_) return;
   active_ = false;
   if (std::uncaught_exceptions() > uncaught_at_entry_) {
-    // Leaving by an exception: still wait for the stream (API.md, stricter item 9), but a second
-    // exception would terminate the program, so a failure is reported instead.
+    // Leaving by an exception: still wait for the stream
+    // (docs/streams-and-events.md#auto-synchronize), but a second exception would terminate the
+    // program, so a failure is reported instead.
     try {
       stream_.synchronize();
     } catch (const std::exception& e) {

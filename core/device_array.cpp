@@ -107,7 +107,7 @@ DeviceArray DeviceArray::reshape(Shape new_shape, Order order, const Stream& str
   const Shape resolved = layout::resolve_reshape(size(), new_shape);
   if (order == Order::K) throw InvalidArgument("reshape: order must be 'C', 'F' or 'A', got 'K'");
   if (auto v = layout::reshape_view(layout_, resolved, order)) return with_layout(*v, dtype_);
-  // NumPy copies here; a view would reorder the elements (the Numba bug of API.md, item 1).
+  // NumPy copies here; a view would reorder the elements (docs/numba.md#reshape-never-reorders).
   const detail::ReshapeCopy plan = detail::plan_reshape_copy(layout_, resolved, order, "reshape");
   const auto ctx_holder = context_of(*this);
   Context& ctx = *ctx_holder;

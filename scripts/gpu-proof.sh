@@ -571,7 +571,7 @@ if e:
           f"{num(e['api_ns'], '{:.0f}')} ns, Backend::copy {num(e['backend_ns'], '{:.0f}')} ns, {raw}.")
 if r.get("goals"):
     print()
-    print("### Goals (issue 8)")
+    print("### Goals")
     print()
     print("| goal | measured | target | status |")
     print("|---|---:|---:|---|")

@@ -1,5 +1,5 @@
 // Metadata and view operations shared by HostArray and DeviceArray. A view shares the memory of
-// the array it came from; views of device arrays keep the stream (API.md, stricter item 7).
+// the array it came from; views of device arrays keep the stream (docs/arrays-and-copies.md#views).
 #pragma once
 
 #include <devmem/dtype.hpp>

@@ -61,7 +61,7 @@ class DEVMEM_API Context {
   /// the next allocation, synchronisation or scope exit of this context, or when 64 are pending.
   /// A diagnostic: it may include operations that have completed but not yet been looked at.
   [[nodiscard]] std::size_t operations_in_flight() const;
-  /// Number and bytes of queued deallocations.
+  /// Number of queued deallocations.
   [[nodiscard]] std::size_t pending_deallocations() const;
   /// Bytes of queued deallocations (device and page-locked host).
   [[nodiscard]] std::int64_t pending_deallocation_bytes() const;
@@ -71,7 +71,7 @@ class DEVMEM_API Context {
   void set_deallocation_config(const DeallocationConfig& config);
   /// A scope during which nothing of this context is freed.
   [[nodiscard]] DeferCleanup defer_cleanup();
-  /// Device and page-locked host allocations made through this context.
+  /// Device allocations made through this context (see host_statistics for page-locked host).
   [[nodiscard]] MemoryStatistics device_statistics() const;
   /// The same for page-locked host allocations.
   [[nodiscard]] MemoryStatistics host_statistics() const;

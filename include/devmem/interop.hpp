@@ -6,8 +6,8 @@
 //   copying. `strides` is empty only when the strides are exactly the dense C-order strides of the
 //   shape; any other layout (sliced, transposed, negative, broadcast with stride 0, odd strides on
 //   size-1 axes) exports its byte strides explicitly, so the description is never denser than the
-//   memory (API.md, stricter item 8). `data.pointer` is the address of element (0, ..., 0), nullptr
-//   for an array with no elements; `data.readonly` is false; `version` is 3; no mask.
+//   memory (docs/interop.md#array-interface). `data.pointer` is the address of element (0, ..., 0),
+//   nullptr for an array with no elements; `data.readonly` is false; `version` is 3; no mask.
 //   `stream` rule, the same on every backend: an array whose stream is the default stream exports
 //   1 (the legacy default stream); an array on a stream made with stream() exports that stream's
 //   native handle (cudaStream_t, hipStream_t, the host backend's queue) as an integer. `stream` is
@@ -26,8 +26,9 @@
 //   live streams of the current context (so a devmem -> interface -> devmem round trip keeps the
 //   stream), otherwise the default stream (devmem never adopts a foreign stream, whose lifetime
 //   it does not control).
-//   The memory is assumed to belong to the current device. `owner` (optional) is kept alive by
-//   every view of the result, and devmem never frees foreign memory itself.
+//   The memory belongs to the device the runtime says owns it (the current device when the
+//   runtime cannot tell). `owner` (optional) is kept alive by every view of the result, and devmem
+//   never frees foreign memory itself.
 //
 // DLPack (<dlpack/dlpack.h>, Debian's libdlpack-dev; this header only forward-declares
 // DLManagedTensor, so only code that uses DLPack needs that header)

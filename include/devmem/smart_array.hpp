@@ -54,7 +54,7 @@ enum class Where { Host, Device };
 [[nodiscard]] DEVMEM_API const char* to_string(Where where) noexcept;
 
 /// An array with a host side and a device side that transfers only what is stale (Numba's
-/// SmartArray). A shared handle; not thread-safe (one thread at a time per array).
+/// SmartArray). A shared handle; thread-safe as the file comment says.
 class DEVMEM_API SmartArray {
  public:
   /// A SmartArray holding `host_obj` (copy = false) or a copy of it (copy = true).

@@ -976,7 +976,7 @@ std::vector<unsigned char> random_bytes(std::size_t n, unsigned seed) {
 
 }  // namespace
 
-// ---- Bounded strided copies (issue 22 item 10)
+// ---- Bounded strided copies (docs/arrays-and-copies.md#strided-copies)
 // ---------------------------------------------------
 
 namespace {
@@ -1228,7 +1228,7 @@ TEST_CASE("gpu_runtime: a bounded H2D copy reads its source after earlier work o
   f.backend->destroy_stream(0, s);
 }
 
-// ---- Every vendor call's failure path (issue 9)
+// ---- Every vendor call's failure path
 // ---------------------------------------------------
 
 namespace {

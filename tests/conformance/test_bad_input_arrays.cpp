@@ -1,4 +1,4 @@
-// Bad-input catalogue (issue 9), device arrays: allocation, transfers, element access, shape
+// Bad-input catalogue, device arrays: allocation, transfers, element access, shape
 // changes and streams of another device, each with the exact exception type and message.
 #include "support.hpp"
 

@@ -1,4 +1,4 @@
-// Bad-input catalogue (issue 9), contexts and controls: devices, memory managers, deallocation
+// Bad-input catalogue, contexts and controls: devices, memory managers, deallocation
 // settings, SmartArray state and the host backend's own controls, with exact types and messages.
 #include "support.hpp"
 

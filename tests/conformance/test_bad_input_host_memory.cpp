@@ -1,4 +1,4 @@
-// Bad-input catalogue (issue 9), host memory: views, page-locked scopes used twice or on memory
+// Bad-input catalogue, host memory: views, page-locked scopes used twice or on memory
 // that is already page-locked, mapped views of unmapped memory, and views of freed memory.
 #include "support.hpp"
 

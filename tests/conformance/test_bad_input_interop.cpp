@@ -1,4 +1,4 @@
-// Bad-input catalogue (issue 9), interop: every CUDA Array Interface and DLPack tensor that
+// Bad-input catalogue, interop: every CUDA Array Interface and DLPack tensor that
 // as_device_array / from_dlpack / to_dlpack reject, with the exact exception type and message.
 // A rejected DLPack tensor must still be released exactly once (devmem took ownership).
 #include "support.hpp"

@@ -1,4 +1,4 @@
-// Thread safety of allocation and deallocation (issue 6): 8 threads allocate, copy, free, flush and
+// Thread safety of allocation and deallocation: 8 threads allocate, copy, free, flush and
 // defer cleanup at once, with the direct and the pool manager, and while another thread switches
 // managers. Each thread runs a fixed minimum of iterations, then more until an iteration limit or
 // a time budget is reached, so the checks never depend on the machine's speed. Test names start

@@ -1,7 +1,8 @@
-// Deferred deallocation (issue 6): the per-context queue and its flush rules (Numba's: the 11th
-// item flushes, strictly more bytes than the ratio of device memory flush, out of memory flushes
-// and retries once), defer_cleanup, free failures during a flush, pinned/mapped/registered scopes
-// that never go through the queue, stream-ordered safety of released memory, and statistics.
+// Deferred deallocation (docs/memory-managers.md#deallocation-queue): the per-context queue and its
+// flush rules (Numba's: the 11th item flushes, strictly more bytes than the ratio of device memory
+// flush, out of memory flushes and retries once), defer_cleanup, free failures during a flush,
+// pinned/mapped/registered scopes that never go through the queue, stream-ordered safety of
+// released memory, and statistics.
 //
 // Every test sets the queue limits itself, starts from an empty queue (MemoryStateGuard) and
 // releases arrays explicitly, so nothing depends on timing.

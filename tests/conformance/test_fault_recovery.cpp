@@ -1,5 +1,5 @@
 // Failure paths the fault-injection sweep (tests/reliability/fault_sweep.cpp) found broken, each
-// pinned down by a test of its own (issue 9).
+// pinned down by a test of its own.
 #include "support.hpp"
 
 namespace {

@@ -1,7 +1,7 @@
-// Memory managers (issue 6): the MemoryManager interface and its checks (Numba's EMM plugins),
-// set_memory_manager, the registry of named managers, memory returned to the manager that made
-// it, and the caching pool: size classes, reuse, statistics, trim, pinned blocks, memory pressure
-// and the cache limit.
+// Memory managers (docs/memory-managers.md): the MemoryManager interface and its checks (Numba's
+// EMM plugins), set_memory_manager, the registry of named managers, memory returned to the manager
+// that made it, and the caching pool: size classes, reuse, statistics, trim, pinned blocks, memory
+// pressure and the cache limit.
 #include "support.hpp"
 
 #include <bit>

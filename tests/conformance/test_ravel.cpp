@@ -1,6 +1,7 @@
-// ravel gives NumPy's result (issue 21): always a C-contiguous 1-d array with stride itemsize, a
-// view exactly when NumPy's ravel is one (the elements already lie contiguously in the requested
-// order), otherwise a copy holding the elements in NumPy's order, for DeviceArray and HostArray.
+// ravel gives NumPy's result (docs/arrays-and-copies.md#reshape-and-ravel): always a C-contiguous
+// 1-d array with stride itemsize, a view exactly when NumPy's ravel is one (the elements already
+// lie contiguously in the requested order), otherwise a copy holding the elements in NumPy's order,
+// for DeviceArray and HostArray.
 // The expected values and view flags were computed by NumPy 1.24 (np.lib.stride_tricks.as_strided
 // over np.arange(n), then a.ravel(order) and np.shares_memory(a, a.ravel(order)); for the empty
 // arrays, whether the result has a base) and are written here literally.
@@ -68,7 +69,7 @@ const std::vector<RavelCase> kRavelCases{
     {{0, 2, 4, 6, 8, 10}, false},
     {{0, 2, 4, 6, 8, 10}, false},
     {{0, 2, 4, 6, 8, 10}, false}}},
-  {"padded: every other column (issue 21)", 12, {2, 3}, {6, 2}, 0,
+  {"padded: every other column", 12, {2, 3}, {6, 2}, 0,
    {{{0, 2, 4, 6, 8, 10}, false},
     {{0, 6, 2, 8, 4, 10}, false},
     {{0, 2, 4, 6, 8, 10}, false},
@@ -98,7 +99,7 @@ const std::vector<RavelCase> kRavelCases{
     {{3, 2, 1, 0, 15, 14, 13, 12, 7, 6, 5, 4, 19, 18, 17, 16, 11, 10, 9, 8, 23, 22, 21, 20}, false},
     {{3, 7, 11, 15, 19, 23, 2, 6, 10, 14, 18, 22, 1, 5, 9, 13, 17, 21, 0, 4, 8, 12, 16, 20}, false},
     {{3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12, 19, 18, 17, 16, 23, 22, 21, 20}, false}}},
-  {"broadcast rows (issue 21)", 3, {2, 3}, {0, 1}, 0,
+  {"broadcast rows", 3, {2, 3}, {0, 1}, 0,
    {{{0, 1, 2, 0, 1, 2}, false},
     {{0, 0, 1, 1, 2, 2}, false},
     {{0, 1, 2, 0, 1, 2}, false},
@@ -171,7 +172,7 @@ Layout case_layout(const RavelCase& c) {
 }  // namespace
 
 TEST_CASE("ravel: NumPy's values, contiguity and view-or-copy for every layout and order",
-          "[views][ravel][issue21]") {
+          "[views][ravel]") {
   for (const RavelCase& c : kRavelCases) {
     for (std::size_t k = 0; k < kOrders.size(); ++k) {
       const Order order = kOrders[k];
@@ -196,7 +197,7 @@ TEST_CASE("ravel: NumPy's values, contiguity and view-or-copy for every layout a
 TEST_CASE(
     "HostArray::ravel: NumPy's values, contiguity and view-or-copy for every layout and "
     "order",
-    "[host-memory][ravel][issue21]") {
+    "[host-memory][ravel]") {
   for (const RavelCase& c : kRavelCases) {
     for (std::size_t k = 0; k < kOrders.size(); ++k) {
       const Order order = kOrders[k];
@@ -217,8 +218,7 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("ravel of a padded array is a contiguous copy, not a strided view (issue 21)",
-          "[views][ravel][issue21]") {
+TEST_CASE("ravel of a padded array is a contiguous copy, not a strided view", "[views][ravel]") {
   SECTION("device") {
     const DeviceArray a = iota_device(Shape{2, 6});
     const DeviceArray r = a.slice(1, 0, std::nullopt, 2).ravel();
@@ -239,8 +239,7 @@ TEST_CASE("ravel of a padded array is a contiguous copy, not a strided view (iss
   }
 }
 
-TEST_CASE("ravel(K) of a broadcast array keeps the broadcast axis in place (issue 21)",
-          "[views][ravel][issue21]") {
+TEST_CASE("ravel(K) of a broadcast array keeps the broadcast axis in place", "[views][ravel]") {
   // NumPy: np.broadcast_to(np.arange(3.), (2, 3)).ravel('K') == [0, 1, 2, 0, 1, 2].
   SECTION("device") {
     const DeviceArray row = iota_device(Shape{3});

@@ -255,7 +255,7 @@ TEST_CASE("auto_synchronize: the stream is idle when the scope ends", "[streams]
     CHECK(s.query());
     CHECK(dst.to_vector<double>() == iota_vec(1000));
   }
-  SECTION("exit by an exception (API.md stricter item 9): the exception propagates") {
+  SECTION("exit by an exception: the exception propagates") {
     const auto body = [&] {
       const devmem::AutoSynchronize sync = s.auto_synchronize();
       busy.enqueue(s);

@@ -1,4 +1,4 @@
-// Concurrency stress (issue 9): eight threads allocate, free, copy, synchronize streams and open
+// Concurrency stress: eight threads allocate, free, copy, synchronize streams and open
 // defer_cleanup scopes at once for a bounded time, then every byte they allocated must have been
 // freed. Runs in the ThreadSanitizer step of CI (its name matches "concurren").
 #include "support.hpp"

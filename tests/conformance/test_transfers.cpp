@@ -589,7 +589,7 @@ TEST_CASE("transfers: shape and dtype errors", "[transfers][errors]") {
 
 TEST_CASE("transfers: contiguous ranges of elements, const or not", "[transfers][ranges]") {
   // Anything contiguous and sized with an element type: std::vector, std::array, std::span of
-  // const or non-const elements (issue 20 item 3).
+  // const or non-const elements.
   const DeviceArray d = devmem::device_array<double>(Shape{2, 3});
   const std::vector<double> expected = iota_vec(6);
   SECTION("copy_to_device from a std::vector") {
@@ -799,7 +799,7 @@ class DelayedOpener {
 
 // cudaMemcpyAsync / hipMemcpyAsync with pageable host memory: device-to-host returns once the copy
 // is complete, host-to-device once the source has been read; page-locked memory stays
-// asynchronous. Every backend behaves so (issue 17 item 3).
+// asynchronous. Every backend behaves so (docs/arrays-and-copies.md#transfer-completion).
 TEST_CASE("transfers: pageable host memory follows the vendors' synchronisation rules",
           "[transfers][streams]") {
   const devmem::Stream s = devmem::stream();

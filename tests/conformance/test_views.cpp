@@ -1,6 +1,6 @@
 // Views and shape operations of DeviceArray: reshape, ravel, split, slice, index, operator[],
 // transpose, T, squeeze, view(DType), element access, fill, memset, assign, copy, bind, len.
-// Every view shares memory with its base and keeps the stream (API.md, stricter item 7).
+// Every view shares memory with its base and keeps the stream (docs/arrays-and-copies.md#views).
 #include "support.hpp"
 
 #include <cstring>
@@ -662,7 +662,7 @@ TEST_CASE("view: reinterpreting the bytes", "[views][view]") {
   }
 }
 
-TEST_CASE("views keep the stream and share memory (API.md stricter item 7)", "[views][streams]") {
+TEST_CASE("views keep the stream and share memory", "[views][streams]") {
   const devmem::Stream s = devmem::stream();
   const DeviceArray a = iota_device(Shape{4, 6}).bind(s);
   REQUIRE(a.stream() == s);

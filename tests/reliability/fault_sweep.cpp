@@ -1,4 +1,4 @@
-// Fault-injection sweep over the host backend (issue 9).
+// Fault-injection sweep over the host backend.
 //
 // Each scenario is a short, representative use of the API that checks its own results. It is run
 // once cleanly while the host backend counts its calls per kind; then, for every kind and every

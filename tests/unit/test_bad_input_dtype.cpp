@@ -1,4 +1,4 @@
-// Bad-input catalogue (issue 9), dtypes: every invalid kind, itemsize, alignment and typestr that
+// Bad-input catalogue, dtypes: every invalid kind, itemsize, alignment and typestr that
 // DType rejects, with the exact exception type and message.
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-// Bad-input catalogue (issue 9), layout math: every invalid shape, stride, order, axis, section
+// Bad-input catalogue, layout math: every invalid shape, stride, order, axis, section
 // and itemsize the layout functions reject, with the exact exception type and message.
 #include <catch2/catch.hpp>
 

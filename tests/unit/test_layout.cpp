@@ -1,6 +1,6 @@
 // Layout math against hand-computed NumPy results, and every InvalidArgument message of layout.hpp
 // except those of plan_copy (test_copy_plan.cpp). Expected values were worked out from NumPy's
-// algorithms by hand; the ones quoted from numba-semantics.md say so.
+// algorithms by hand; the ones taken from Numba's behaviour or tests say so.
 #include "layout_test_utils.hpp"
 #include "matchers.hpp"
 
@@ -124,7 +124,7 @@ TEST_CASE("Layout contiguity follows NumPy's relaxed rules", "[layout]") {
   CHECK(flags(dense({2, 3, 4}, 8, Order::F)) == P{false, true});
   CHECK(flags(dense({})) == P{true, true});
   CHECK(flags(dense({5})) == P{true, true});
-  // numba-semantics §1.1: (1,10) strides (800,8) is both (test_devicearray_relaxed_strides);
+  // Numba: (1,10) strides (800,8) is both (test_devicearray_relaxed_strides);
   // (1,4) and (4,1) in either order are both.
   CHECK(flags(L({1, 10}, {800, 8})) == P{true, true});
   CHECK(flags(dense({1, 4})) == P{true, true});
@@ -167,7 +167,7 @@ TEST_CASE("Layout is_dense", "[layout]") {
 }
 
 TEST_CASE("Layout extent", "[layout]") {
-  // Values from numba-semantics §1.1 (memory_size_from_info).
+  // Values of Numba's memory_size_from_info.
   CHECK(dense({20, 50}).extent().bytes() == 8000);
   CHECK(dense({20, 50}, 8, Order::F).extent().bytes() == 8000);
   CHECK(L({10}, {16}).extent() == Extent{0, 152});
@@ -244,10 +244,10 @@ TEST_CASE("make_layout errors", "[layout][errors]") {
 }
 
 // ---------------------------------------------------------------------------------------------
-// strides_like / order_like (numba-semantics §1.2, NumPy empty_like order K)
+// strides_like / order_like (NumPy empty_like order K, as Numba's device_array_like)
 
 TEST_CASE("strides_like", "[layout]") {
-  // Examples from numba-semantics §1.2.
+  // Examples of Numba's device_array_like.
   const Layout c = dense({10, 12});
   const Layout sub = layout::slice(layout::slice(c, 0, Slice{{}, {}, 2}), 1, Slice{{}, {}, 2});
   REQUIRE(sub == L({5, 6}, {192, 16}));
@@ -350,7 +350,7 @@ TEST_CASE("reshape_view of contiguous arrays", "[layout][reshape]") {
   v = layout::reshape_view(f, Shape{3, 2}, Order::A);  // A on an F-only array means F
   REQUIRE(v);
   CHECK(v->strides == Strides{8, 24});
-  // The Numba bug (numba-semantics §1.4, NVIDIA/numba-cuda-mlir#311): F [[0,1,2],[3,4,5]]
+  // The Numba bug (NVIDIA/numba-cuda-mlir#311): F [[0,1,2],[3,4,5]]
   // .reshape(3,2) in C order is [[0,1],[2,3],[4,5]] in NumPy, which needs a copy. Numba returns a
   // reinterpreting view ([[0,3],[1,4],[2,5]]); we must return nullopt.
   CHECK_FALSE(layout::reshape_view(f, Shape{3, 2}));
@@ -524,7 +524,7 @@ TEST_CASE("ravel_view", "[layout][ravel]") {
     REQUIRE(v);
     CHECK(*v == L({6}, {8}));
   }
-  // A C-contiguous 4-d array cannot be raveled in F order without a copy (numba-semantics §1.4).
+  // A C-contiguous 4-d array cannot be raveled in F order without a copy (NumPy copies there).
   CHECK_FALSE(layout::ravel_view(dense({2, 3, 4, 5}), Order::F));
 
   // Dense in some other axis order: only K gives a view (NumPy's ravel('K')).
@@ -661,7 +661,7 @@ TEST_CASE("transpose errors", "[layout][errors]") {
 }
 
 TEST_CASE("squeeze", "[layout]") {
-  // numba-semantics §1.4: (1,10,1) f8 -> (10,) strides (8,); axis=0 -> (10,1) strides (8,8).
+  // Numba's squeeze: (1,10,1) f8 -> (10,) strides (8,); axis=0 -> (10,1) strides (8,8).
   const Layout a = L({1, 10, 1}, {80, 8, 8}, 16);
   CHECK(layout::squeeze(a) == L({10}, {8}, 16));
   CHECK(layout::squeeze(a, 0) == L({10, 1}, {8, 8}, 16));
@@ -729,7 +729,7 @@ TEST_CASE("view_as errors", "[layout][view][errors]") {
 // split / broadcast_to / same_squeezed_shape
 
 TEST_CASE("split", "[layout][split]") {
-  // numba-semantics §1.4: 10 elements, section 3 -> sizes 3, 3, 3, 1.
+  // Numba's split: 10 elements, section 3 -> sizes 3, 3, 3, 1.
   const auto parts = layout::split(L({10}, {8}, 8), 3);
   REQUIRE(parts.size() == 4);
   CHECK(parts[0] == L({3}, {8}, 8));
@@ -803,7 +803,7 @@ TEST_CASE("same_squeezed_shape", "[layout]") {
 // Malformed layouts are rejected by every function that takes one.
 
 // ---------------------------------------------------------------------------------------------
-// ravel_strides: the layout a ravel copy is written through (issue 21)
+// ravel_strides: the layout a ravel copy is written through
 
 TEST_CASE("ravel_strides", "[layout][ravel]") {
   // C, F and A: dense strides in that order whatever the source's strides.
