@@ -54,10 +54,10 @@ run_format() {  # $1: --dry-run or -i; then the files (all when none)
   [ ${#files[@]} -gt 0 ] || mapfile -t files < <(format_files)
   [ ${#files[@]} -gt 0 ] || return 0
   if [ "$action" = -i ]; then
-    "$clang_format" -i --style=file "${files[@]}"
+    "$clang_format" -i --style="file:$PWD/.clang-format" "${files[@]}"
     return 0
   fi
-  if ! "$clang_format" --dry-run --Werror --style=file "${files[@]}"; then
+  if ! "$clang_format" --dry-run --Werror --style="file:$PWD/.clang-format" "${files[@]}"; then
     echo "lint.sh: the files above do not match .clang-format (scripts/lint.sh --fix rewrites" \
       "them)" >&2
     return 1
