@@ -126,7 +126,7 @@ struct Registry {
 };
 
 Registry& registry() {
-  static Registry* const instance = new Registry;  // never destroyed, see Registry::instance
+  static auto* const instance = new Registry;  // never destroyed, see Registry::instance
   return *instance;
 }
 

@@ -238,14 +238,13 @@ Stream ContextState::deallocation_stream(const std::weak_ptr<StreamState>& strea
   return StreamState::wrap(default_stream);
 }
 
-void ContextState::release(std::shared_ptr<MemoryManager> manager, void* ptr, std::int64_t bytes,
-                           bool host, HostAllocFlags flags,
-                           std::weak_ptr<StreamState> stream) noexcept {
+void ContextState::release(const std::shared_ptr<MemoryManager>& manager, void* ptr,
+                           std::int64_t bytes, bool host, HostAllocFlags flags,
+                           const std::weak_ptr<StreamState>& stream) noexcept {
   (host ? host_counters : device_counters).remove(bytes);
   bool over_limit = false;
   try {
     std::lock_guard lock(queue_mutex);
-    // Copies, not moves: the fallback below still needs the manager and the stream.
     queue.push_back(Pending{manager, ptr, bytes, host, flags, stream});
     queue_bytes += bytes;
     // Strict comparisons, as Numba: with the default count of 10 the 11th item flushes.
@@ -828,7 +827,7 @@ float elapsed_ms(const Event& start, const Event& end) {
 // ---- AutoSynchronize ----
 
 AutoSynchronize::AutoSynchronize(Stream stream) noexcept
-    : stream_(std::move(stream)), uncaught_at_entry_(std::uncaught_exceptions()), active_(true) {}
+    : stream_(std::move(stream)), uncaught_at_entry_(std::uncaught_exceptions()) {}
 
 AutoSynchronize::AutoSynchronize(AutoSynchronize&& other) noexcept
     : stream_(std::move(other.stream_)),

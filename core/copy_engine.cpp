@@ -16,8 +16,7 @@ namespace devmem::detail {
 DeviceMemory::~DeviceMemory() {
   untrack_device_memory(*this);
   if (owned && ptr != nullptr) {
-    context->state().release(std::move(manager), ptr, bytes, false, HostAllocFlags::None,
-                             std::move(stream));
+    context->state().release(manager, ptr, bytes, false, HostAllocFlags::None, stream);
   }
 }
 
@@ -26,7 +25,7 @@ HostMemory::~HostMemory() {
   if (kind == HostMemoryKind::Pageable) {
     std::free(ptr);  // NOLINT(cppcoreguidelines-no-malloc): paired with calloc in make_host_array
   } else {
-    context->state().release(std::move(manager), ptr, bytes, true, alloc_flags, {});
+    context->state().release(manager, ptr, bytes, true, alloc_flags, {});
   }
 }
 
@@ -151,14 +150,11 @@ void copy_elements(const char* operation, Context& context, StreamState& stream,
     // The staging array must outlive `tmp`, which points into it.
     std::optional<DeviceArray> device_staging;
     std::optional<HostArray> host_staging;
-    if (src.on_device) {
-      device_staging.emplace(make_device_array(context, dense, *src.dtype,
-                                               StreamState::wrap(context.state().default_stream),
-                                               operation));
-    } else {
-      host_staging.emplace(make_host_array(dense, *src.dtype));
-    }
-    const CopyEndpoint tmp = device_staging ? endpoint(*device_staging) : endpoint(*host_staging);
+    const CopyEndpoint tmp =
+        src.on_device ? endpoint(device_staging.emplace(make_device_array(
+                            context, dense, *src.dtype,
+                            StreamState::wrap(context.state().default_stream), operation)))
+                      : endpoint(host_staging.emplace(make_host_array(dense, *src.dtype)));
     CopyEndpoint src_squeezed = src;
     src_squeezed.layout = &s;
     copy_elements(operation, context, stream, tmp, src_squeezed);
@@ -216,7 +212,7 @@ void fill_pattern(std::byte* dst, std::int64_t count, const void* value,
                   std::int64_t itemsize) noexcept {
   if (count <= 0) return;
   const auto total = static_cast<std::size_t>(count * itemsize);
-  std::size_t filled = static_cast<std::size_t>(itemsize);
+  auto filled = static_cast<std::size_t>(itemsize);
   std::memcpy(dst, value, filled);
   while (filled < total) {
     const std::size_t n = std::min(filled, total - filled);

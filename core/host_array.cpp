@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
+#include <utility>
 
 namespace devmem {
 
@@ -95,9 +97,17 @@ void check_stride_alignment(const char* operation, const Layout& layout, const D
 
 HostArray::HostArray() : HostArray(Shape{0}) {}
 
+namespace {
+
+HostArray dense_host_array(std::span<const std::int64_t> shape, DType dtype, Order order) {
+  Layout layout = layout::make_layout(shape, dtype.itemsize(), {}, order, "HostArray");
+  return detail::make_host_array(std::move(layout), std::move(dtype));
+}
+
+}  // namespace
+
 HostArray::HostArray(Shape shape, DType dtype, Order order)
-    : HostArray(detail::make_host_array(
-          layout::make_layout(shape, dtype.itemsize(), {}, order, "HostArray"), dtype)) {}
+    : HostArray(dense_host_array(shape, std::move(dtype), order)) {}
 
 HostArray::HostArray(std::shared_ptr<detail::HostMemory> memory, Layout layout, DType dtype)
     : ArrayBase(std::move(layout), std::move(dtype)), memory_(std::move(memory)) {}
@@ -132,8 +142,9 @@ HostArray HostArray::view(const void* data, Shape shape, DType dtype, Strides st
                    true);
 }
 
-HostArray HostArray::view_with_order(const void* data, std::size_t count, Shape shape, DType dtype,
-                                     Order order, bool readonly) {
+HostArray HostArray::view_with_order(const void* data, std::size_t count,
+                                     std::span<const std::int64_t> shape, DType dtype, Order order,
+                                     bool readonly) {
   const auto n = static_cast<std::int64_t>(count);
   Shape resolved = layout::resolve_reshape(n, shape);
   if (order != Order::C && order != Order::F) {

@@ -152,8 +152,8 @@ struct ContextState {
                             const char* what);
   /// Queues memory whose last user is gone; flushes when a limit is exceeded. Never throws.
   /// `stream`: the stream device memory was allocated on (unused for host memory).
-  void release(std::shared_ptr<MemoryManager> manager, void* ptr, std::int64_t bytes, bool host,
-               HostAllocFlags flags, std::weak_ptr<StreamState> stream) noexcept;
+  void release(const std::shared_ptr<MemoryManager>& manager, void* ptr, std::int64_t bytes,
+               bool host, HostAllocFlags flags, const std::weak_ptr<StreamState>& stream) noexcept;
   /// The stream to hand to MemoryManager::deallocate for memory allocated on `stream`: that
   /// stream while it exists, else this context's default stream.
   [[nodiscard]] Stream deallocation_stream(const std::weak_ptr<StreamState>& stream) const noexcept;
@@ -180,7 +180,7 @@ struct ContextState {
     std::atomic<std::int64_t> current_count{0}, peak_count{0}, total_count{0};
     void add(std::int64_t bytes) noexcept;
     void remove(std::int64_t bytes) noexcept;
-    MemoryStatistics snapshot() const noexcept;
+    [[nodiscard]] MemoryStatistics snapshot() const noexcept;
   };
 
   mutable std::mutex queue_mutex;  // guards everything below up to `errors`

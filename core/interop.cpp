@@ -293,9 +293,11 @@ ArrayInterface DeviceArray::array_interface() const {
   return devmem::array_interface(*this);
 }
 
-DeviceArray as_device_array(const ArrayInterface& iface, std::shared_ptr<const void> owner,
-                            bool sync) {
-  constexpr const char* op = "as_device_array";
+namespace {
+
+// The checks of an interface's fields that need no backend, in the order they are reported; the
+// element type it describes.
+DType validated_interface_dtype(const ArrayInterface& iface, const char* op) {
   if (iface.version != 3 && iface.version != 2) {
     detail::throw_invalid(
         op, "unsupported interface version {} (expected 3, or 2 without a stream)", iface.version);
@@ -328,6 +330,42 @@ DeviceArray as_device_array(const ArrayInterface& iface, std::shared_ptr<const v
                           "stream 0 is not allowed (1 = legacy default stream, 2 = per-thread "
                           "default stream, other values are stream handles)");
   }
+  return dtype;
+}
+
+// The stream an interface's `stream` value names on `context`: the default stream for the two
+// default-stream values, one of devmem's own streams for its handle, else the default stream
+// (a foreign handle). With `sync`, waits for that stream, or for the foreign one, first.
+Stream interface_stream(const std::shared_ptr<Context>& context, std::intptr_t value, bool sync) {
+  Stream stream;
+  const bool is_default =
+      value == ArrayInterface::kLegacyDefaultStream ||
+      (value == ArrayInterface::kPerThreadDefaultStream && context->backend_name() == "host");
+  const NativeStream native = is_default ? nullptr : reinterpret_cast<NativeStream>(value);
+  if (!is_default) {
+    for (const auto& state : context->state().live_streams()) {
+      if (state->handle == native) {
+        stream = detail::StreamState::wrap(state);
+        break;
+      }
+    }
+  }
+  if (sync) {
+    if (is_default || stream.is_specified()) {
+      (is_default ? context->default_stream() : stream).synchronize();
+    } else {
+      context->backend().synchronize_stream(context->device(), native);
+    }
+  }
+  return stream;
+}
+
+}  // namespace
+
+DeviceArray as_device_array(const ArrayInterface& iface, std::shared_ptr<const void> owner,
+                            bool sync) {
+  constexpr const char* op = "as_device_array";
+  DType dtype = validated_interface_dtype(iface, op);
   Layout layout = layout::make_layout(iface.shape, dtype.itemsize(), iface.strides, Order::C, op);
   const std::int64_t size = layout.size();
   auto* const element0 = static_cast<std::byte*>(iface.data.pointer);
@@ -351,29 +389,8 @@ DeviceArray as_device_array(const ArrayInterface& iface, std::shared_ptr<const v
       context = context_for_device(owning_device);
     }
   }
-  Stream stream;  // the default stream unless `stream` is one of devmem's own
-  if (iface.stream) {
-    const std::intptr_t value = *iface.stream;
-    const bool is_default =
-        value == ArrayInterface::kLegacyDefaultStream ||
-        (value == ArrayInterface::kPerThreadDefaultStream && context->backend_name() == "host");
-    const NativeStream native = is_default ? nullptr : reinterpret_cast<NativeStream>(value);
-    if (!is_default) {
-      for (const auto& state : context->state().live_streams()) {
-        if (state->handle == native) {
-          stream = detail::StreamState::wrap(state);
-          break;
-        }
-      }
-    }
-    if (sync) {
-      if (is_default || stream.is_specified()) {
-        (is_default ? context->default_stream() : stream).synchronize();
-      } else {
-        context->backend().synchronize_stream(context->device(), native);
-      }
-    }
-  }
+  // The default stream unless `stream` is one of devmem's own.
+  Stream stream = iface.stream ? interface_stream(context, *iface.stream, sync) : Stream{};
   return view_foreign(context, element0, std::move(layout), std::move(dtype), std::move(owner),
                       std::move(stream));
 }
@@ -412,6 +429,65 @@ DLManagedTensor* to_dlpack(const HostArray& array) {
                      std::make_shared<const HostArray>(array), [] {});
 }
 
+namespace {
+
+// Throws unless `device` is one of the active backend's devices.
+void check_dlpack_device(const DLDevice& device, const char* op) {
+  Backend& backend = active_backend();
+  const std::vector<DLDeviceType> accepted = device_types_of(backend.name());
+  bool device_ok = false;
+  for (const DLDeviceType type : accepted) device_ok = device_ok || device.device_type == type;
+  if (!device_ok) {
+    std::string expected;
+    for (const DLDeviceType type : accepted) {
+      expected += (expected.empty() ? "" : " or ") + std::string(device_type_name(type));
+    }
+    detail::throw_invalid(op, "device type {} ({}) is not usable on the {} backend (expected {})",
+                          device_type_name(device.device_type),
+                          static_cast<int>(device.device_type), backend.name(), expected);
+  }
+  const int count = device_count();
+  if (device.device_id < 0 || device.device_id >= count) {
+    detail::throw_invalid(op, "device_id {} does not exist (the {} backend has {} device(s))",
+                          device.device_id, backend.name(), count);
+  }
+}
+
+// A tensor's strides in bytes (DLPack counts elements); empty, C-contiguous, when it has none.
+// `t.ndim` is checked and `t.shape` valid.
+Strides dlpack_byte_strides(const DLTensor& t, std::int64_t itemsize, const char* op) {
+  const auto ndim = static_cast<std::size_t>(t.ndim);
+  Strides strides;
+  if (t.strides != nullptr && ndim > 0) {
+    strides.resize(ndim);
+    for (std::size_t k = 0; k < ndim; ++k) {
+      if (__builtin_mul_overflow(t.strides[k], itemsize, &strides[k])) {
+        detail::throw_invalid(op, "stride {} of axis {} overflows int64 in bytes (itemsize {})",
+                              t.strides[k], k, itemsize);
+      }
+    }
+  }
+  return strides;
+}
+
+// The address of a tensor's element 0, data + byte_offset; null when data is.
+std::byte* dlpack_element0(const DLTensor& t, const char* op) {
+  if (t.data == nullptr) return nullptr;
+  if (t.byte_offset > static_cast<std::uint64_t>(INT64_MAX)) {
+    detail::throw_invalid(op, "byte_offset {} overflows int64", t.byte_offset);
+  }
+  // Integer arithmetic: data + byte_offset past the end of the address space is no pointer.
+  const auto data_address = reinterpret_cast<std::uintptr_t>(t.data);
+  const auto offset = static_cast<std::uintptr_t>(t.byte_offset);
+  if (data_address > std::numeric_limits<std::uintptr_t>::max() - offset) {
+    detail::throw_invalid(op, "data {} + byte_offset {} wraps around the address space",
+                          pointer_text(t.data), t.byte_offset);
+  }
+  return reinterpret_cast<std::byte*>(data_address + offset);
+}
+
+}  // namespace
+
 DeviceArray from_dlpack(DLManagedTensor* tensor) {
   constexpr const char* op = "from_dlpack";
   if (tensor == nullptr) detail::throw_invalid(op, "null tensor");
@@ -421,25 +497,7 @@ DeviceArray from_dlpack(DLManagedTensor* tensor) {
     if (t->deleter != nullptr) t->deleter(t);
   });
   const DLTensor& t = tensor->dl_tensor;
-
-  Backend& backend = active_backend();
-  const std::vector<DLDeviceType> accepted = device_types_of(backend.name());
-  bool device_ok = false;
-  for (const DLDeviceType type : accepted) device_ok = device_ok || t.device.device_type == type;
-  if (!device_ok) {
-    std::string expected;
-    for (const DLDeviceType type : accepted) {
-      expected += (expected.empty() ? "" : " or ") + std::string(device_type_name(type));
-    }
-    detail::throw_invalid(op, "device type {} ({}) is not usable on the {} backend (expected {})",
-                          device_type_name(t.device.device_type),
-                          static_cast<int>(t.device.device_type), backend.name(), expected);
-  }
-  const int count = device_count();
-  if (t.device.device_id < 0 || t.device.device_id >= count) {
-    detail::throw_invalid(op, "device_id {} does not exist (the {} backend has {} device(s))",
-                          t.device.device_id, backend.name(), count);
-  }
+  check_dlpack_device(t.device, op);
   if (t.dtype.lanes != 1) {
     detail::throw_invalid(op, "vector dtypes are not supported (lanes {})", t.dtype.lanes);
   }
@@ -458,35 +516,13 @@ DeviceArray from_dlpack(DLManagedTensor* tensor) {
                           layout::format_tuple(shape));
   }
   const std::int64_t itemsize = dtype->itemsize();
-  Strides strides;  // empty: C-contiguous
-  if (t.strides != nullptr && ndim > 0) {
-    strides.resize(ndim);
-    for (std::size_t k = 0; k < ndim; ++k) {
-      if (__builtin_mul_overflow(t.strides[k], itemsize, &strides[k])) {
-        detail::throw_invalid(op, "stride {} of axis {} overflows int64 in bytes (itemsize {})",
-                              t.strides[k], k, itemsize);
-      }
-    }
-  }
-  Layout layout = layout::make_layout(shape, itemsize, strides, Order::C, op);
+  Layout layout =
+      layout::make_layout(shape, itemsize, dlpack_byte_strides(t, itemsize, op), Order::C, op);
   const std::int64_t size = layout.size();
   if (t.data == nullptr && size > 0) {
     detail::throw_invalid(op, "null data pointer for a tensor of {} elements", size);
   }
-  std::byte* element0 = nullptr;
-  if (t.data != nullptr) {
-    if (t.byte_offset > static_cast<std::uint64_t>(INT64_MAX)) {
-      detail::throw_invalid(op, "byte_offset {} overflows int64", t.byte_offset);
-    }
-    // Integer arithmetic: data + byte_offset past the end of the address space is no pointer.
-    const auto data_address = reinterpret_cast<std::uintptr_t>(t.data);
-    const auto offset = static_cast<std::uintptr_t>(t.byte_offset);
-    if (data_address > std::numeric_limits<std::uintptr_t>::max() - offset) {
-      detail::throw_invalid(op, "data {} + byte_offset {} wraps around the address space",
-                            pointer_text(t.data), t.byte_offset);
-    }
-    element0 = reinterpret_cast<std::byte*>(data_address + offset);
-  }
+  std::byte* const element0 = dlpack_element0(t, op);
   if (size > 0 && !is_aligned(element0, dtype->alignment())) {
     detail::throw_invalid(op,
                           "data pointer {} (data + byte_offset) is not aligned to {} bytes for "

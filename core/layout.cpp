@@ -53,7 +53,7 @@ void validate(const Layout& l, const char* operation) {
 
 // Normalises a possibly negative axis, NumPy's check_and_adjust_axis.
 size_t normalize_axis(int axis, size_t ndim, const char* operation) {
-  const int64_t n = static_cast<int64_t>(ndim);
+  const auto n = static_cast<int64_t>(ndim);
   const int64_t a = axis < 0 ? axis + n : axis;
   if (a < 0 || a >= n) {
     detail::throw_invalid(operation, "axis {} is out of bounds for array of dimension {}", axis,
@@ -119,20 +119,58 @@ std::vector<size_t> sorted_stride_perm(const Strides& strides) {
   return perm;
 }
 
+// The axes of `layout` other than those of length 1, which have no effect on the element order
+// but whose strides are arbitrary.
+void squeeze(const Layout& layout, Shape& dims, Strides& strides) {
+  for (size_t k = 0; k < layout.shape.size(); ++k) {
+    if (layout.shape[k] != 1) {
+      dims.push_back(layout.shape[k]);
+      strides.push_back(layout.strides[k]);
+    }
+  }
+}
+
+// Whether the axes [first, last) of (dims, strides) merge into one axis that visits their
+// elements in C or F order. The products are checked: stride * dim can pass int64 when
+// stride * (dim - 1), the extent, does not (found by fuzz/fuzz_layout); a product that overflows
+// equals no stride.
+bool mergeable_axes(const Shape& dims, const Strides& strides, size_t first, size_t last,
+                    bool f_order) {
+  for (size_t k = first; k + 1 < last; ++k) {
+    int64_t run = 0;
+    const bool mergeable = f_order ? mul(dims[k], strides[k], run) && strides[k + 1] == run
+                                   : mul(dims[k + 1], strides[k + 1], run) && strides[k] == run;
+    if (!mergeable) return false;
+  }
+  return true;
+}
+
+// Splits one axis of stride `stride` into the axes [first, last) of `dims`, writing their strides
+// (C or F order). A product that overflows can only be the stride of a size-1 axis (any other
+// lies inside the extent), which is arbitrary.
+void split_axis(const Shape& dims, Strides& strides, size_t first, size_t last, int64_t stride,
+                bool f_order) {
+  const auto next_stride = [](int64_t current, int64_t dim) {
+    int64_t out = 0;
+    return mul(current, dim, out) ? out : current;
+  };
+  if (f_order) {
+    strides[first] = stride;
+    for (size_t k = first + 1; k < last; ++k) strides[k] = next_stride(strides[k - 1], dims[k - 1]);
+  } else {
+    strides[last - 1] = stride;
+    for (size_t k = last - 1; k > first; --k) strides[k - 1] = next_stride(strides[k], dims[k]);
+  }
+}
+
 // NumPy's _attempt_nocopy_reshape: strides for `newdims` that visit the elements of `src` in the
 // same order (C or F) as the source does, or nullopt when no such strides exist. The source's
 // element count is non-zero and equal to that of `newdims`.
 std::optional<Strides> attempt_nocopy_reshape(const Layout& src, const Shape& newdims,
                                               bool f_order) {
-  // Size-1 axes have no effect on the element order but their strides are arbitrary.
   Shape olddims;
   Strides oldstrides;
-  for (size_t k = 0; k < src.shape.size(); ++k) {
-    if (src.shape[k] != 1) {
-      olddims.push_back(src.shape[k]);
-      oldstrides.push_back(src.strides[k]);
-    }
-  }
+  squeeze(src, olddims, oldstrides);
   const size_t oldnd = olddims.size();
   const size_t newnd = newdims.size();
   Strides newstrides(newnd, 0);
@@ -151,33 +189,10 @@ std::optional<Strides> attempt_nocopy_reshape(const Layout& src, const Shape& ne
         op *= olddims[oj++];
       }
     }
-    // The old axes of the group must be mergeable into one axis in the requested order. The
-    // products are checked: stride * dim can pass int64 when stride * (dim - 1), the extent,
-    // does not (found by fuzz/fuzz_layout); a product that overflows equals no stride.
-    for (size_t ok = oi; ok + 1 < oj; ++ok) {
-      int64_t run = 0;
-      const bool mergeable =
-          f_order ? mul(olddims[ok], oldstrides[ok], run) && oldstrides[ok + 1] == run
-                  : mul(olddims[ok + 1], oldstrides[ok + 1], run) && oldstrides[ok] == run;
-      if (!mergeable) return std::nullopt;
-    }
-    // Split that merged axis into the new axes of the group. A product that overflows can only
-    // be the stride of a size-1 axis (any other lies inside the extent), which is arbitrary.
-    const auto next_stride = [](int64_t stride, int64_t dim) {
-      int64_t out = 0;
-      return mul(stride, dim, out) ? out : stride;
-    };
-    if (f_order) {
-      newstrides[ni] = oldstrides[oi];
-      for (size_t nk = ni + 1; nk < nj; ++nk) {
-        newstrides[nk] = next_stride(newstrides[nk - 1], newdims[nk - 1]);
-      }
-    } else {
-      newstrides[nj - 1] = oldstrides[oj - 1];
-      for (size_t nk = nj - 1; nk > ni; --nk) {
-        newstrides[nk - 1] = next_stride(newstrides[nk], newdims[nk]);
-      }
-    }
+    // The old axes of the group must be mergeable into one axis in the requested order; that
+    // merged axis is then split into the new axes of the group.
+    if (!mergeable_axes(olddims, oldstrides, oi, oj, f_order)) return std::nullopt;
+    split_axis(newdims, newstrides, ni, nj, f_order ? oldstrides[oi] : oldstrides[oj - 1], f_order);
     ni = nj++;
     oi = oj++;
   }
@@ -344,9 +359,10 @@ Strides strides_like(const Layout& source) {
   const std::vector<size_t> perm = sorted_stride_perm(source.strides);
   Strides strides(source.strides.size());
   int64_t stride = source.itemsize;
-  for (auto it = perm.rbegin(); it != perm.rend(); ++it) {
-    strides[*it] = stride;
-    stride *= source.shape[*it];
+  for (size_t k = perm.size(); k-- > 0;) {  // innermost first
+    const size_t axis = perm[k];
+    strides[axis] = stride;
+    stride *= source.shape[axis];
   }
   return strides;
 }
@@ -500,10 +516,11 @@ std::optional<Layout> ravel_view(const Layout& source, Order order) {
   // strides, in the array's own memory order (e.g. a transpose of a 3-d C array).
   const std::vector<size_t> perm = sorted_stride_perm(source.strides);
   int64_t stride = source.itemsize;
-  for (auto it = perm.rbegin(); it != perm.rend(); ++it) {
-    if (source.shape[*it] == 1) continue;
-    if (source.strides[*it] != stride) return std::nullopt;
-    stride *= source.shape[*it];
+  for (size_t k = perm.size(); k-- > 0;) {  // innermost first
+    const size_t axis = perm[k];
+    if (source.shape[axis] == 1) continue;
+    if (source.strides[axis] != stride) return std::nullopt;
+    stride *= source.shape[axis];
   }
   return flat_view(source);
 }

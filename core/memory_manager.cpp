@@ -307,6 +307,7 @@ std::shared_ptr<MemoryManager> make_memory_manager(std::string_view name, Contex
     auto it = r.factories.find(name);
     if (it == r.factories.end()) {
       std::vector<std::string_view> known;
+      known.reserve(r.factories.size());
       for (const auto& [key, value] : r.factories) known.push_back(key);
       throw InvalidArgument(
           fmt::format("make_memory_manager: unknown memory manager '{}' (known: {})", name,

@@ -40,22 +40,25 @@ struct SmartArray::State {
   }
 
   // Both functions expect `mutex` to be held.
+  // A side that is missing or stale is made from the other, which then exists and holds the data
+  // (the class invariant; the checker cannot see it).
   const HostArray& sync_host() {
-    if (!host)
-      host = HostArray(device->shape(), device->dtype(), layout::order_like(device->layout()));
-    if (!host_valid) {
-      device->copy_to_host(*host);  // default stream: complete on return
-      host_valid = true;
-    }
-    return *host;
+    if (host && host_valid) return *host;
+    DeviceArray& source = *device;  // NOLINT(bugprone-unchecked-optional-access): see above
+    HostArray& target =
+        host ? *host
+             : host.emplace(source.shape(), source.dtype(), layout::order_like(source.layout()));
+    source.copy_to_host(target);  // default stream: complete on return
+    host_valid = true;
+    return target;
   }
   const DeviceArray& sync_device() {
-    if (!device) device = device_array_like(*host);
-    if (!device_valid) {
-      device->copy_to_device(*host);
-      device_valid = true;
-    }
-    return *device;
+    if (device && device_valid) return *device;
+    const HostArray& source = *host;  // NOLINT(bugprone-unchecked-optional-access): see above
+    DeviceArray& target = device ? *device : device.emplace(device_array_like(source));
+    target.copy_to_device(source);
+    device_valid = true;
+    return target;
   }
 };
 
@@ -92,9 +95,9 @@ SmartArray::SmartArray(const HostArray& host_obj, bool copy, Where where)
                           "a broadcast host array (stride 0 on an axis of length > 1) needs "
                           "copy = true");
   }
-  state_->host = copy ? host_obj.copy(Order::K) : host_obj;
+  const HostArray& host = state_->host.emplace(copy ? host_obj.copy(Order::K) : host_obj);
   state_->host_valid = true;
-  state_->freeze(state_->host->layout(), state_->host->dtype());
+  state_->freeze(host.layout(), host.dtype());
   if (where == Where::Device) (void)state_->sync_device();
 }
 
@@ -106,13 +109,14 @@ SmartArray::SmartArray(Shape shape, DType dtype, Order order, Where where)
                           static_cast<char>(order));
   }
   if (where == Where::Host) {
-    state_->host = HostArray(std::move(shape), std::move(dtype), order);
+    const HostArray& host = state_->host.emplace(std::move(shape), std::move(dtype), order);
     state_->host_valid = true;
-    state_->freeze(state_->host->layout(), state_->host->dtype());
+    state_->freeze(host.layout(), host.dtype());
   } else {
-    state_->device = device_array(std::move(shape), std::move(dtype), {}, order);
+    const DeviceArray& device =
+        state_->device.emplace(device_array(std::move(shape), std::move(dtype), {}, order));
     state_->device_valid = true;
-    state_->freeze(state_->device->layout(), state_->device->dtype());
+    state_->freeze(device.layout(), device.dtype());
   }
 }
 

@@ -5,6 +5,8 @@
 #   scripts/install-deps.sh --fuzz   also clang and libFuzzer (compiler-rt) for the `fuzz` preset
 #   scripts/install-deps.sh --hipcpu also TBB for the `roc-hipcpu` and `cuda-hipcpu` presets (HIP-CPU
 #                                    itself is used in place: ../shared/third_party/hip-cpu)
+#   scripts/install-deps.sh --lint   also clang-format-15 and clang-tidy-15 for scripts/lint.sh and
+#                                    the pre-commit hooks
 set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config catch2 libfmt-dev libdlpack-dev)
@@ -13,7 +15,8 @@ for arg in "$@"; do
     --roc) packages+=(hipcc libamdhip64-dev libhsa-runtime-dev rocm-device-libs) ;;
     --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;
     --hipcpu) packages+=(libtbb-dev) ;;
-    *) echo "install-deps.sh: unknown option '$arg' (known: --roc, --fuzz, --hipcpu)" >&2; exit 2 ;;
+    --lint) packages+=(clang-format-15 clang-tidy-15) ;;
+    *) echo "install-deps.sh: unknown option '$arg' (known: --roc, --fuzz, --hipcpu, --lint)" >&2; exit 2 ;;
   esac
 done
 

@@ -87,6 +87,16 @@ bool is_valid(CopyKind kind) noexcept {
   return false;
 }
 
+// Whether a strided copy's plan is consistent: non-negative block sizes, one stride per outer
+// axis on each side, outer axes of length 1 or more.
+bool well_formed(const layout::CopyPlan& plan) {
+  const std::size_t outer = plan.outer_shape.size();
+  return plan.width >= 0 && plan.height >= 0 && plan.outer_src_strides.size() == outer &&
+         plan.outer_dst_strides.size() == outer &&
+         std::all_of(plan.outer_shape.begin(), plan.outer_shape.end(),
+                     [](std::int64_t n) { return n >= 1; });
+}
+
 }  // namespace
 
 // ---- Construction, errors and lookups -----------------------------------------------------------
@@ -389,8 +399,8 @@ DeviceProperties HostBackend::properties(int device) {
   props.warp_size = 32;
   props.max_threads_per_block = 1024;
   // An H100's limits: 48 KiB per block, 227 KiB once the kernel opts in (devmem::launch does).
-  props.max_shared_memory_per_block = 48 * 1024;
-  props.max_shared_memory_per_block_optin = 227 * 1024;
+  props.max_shared_memory_per_block = std::int64_t{48} * 1024;
+  props.max_shared_memory_per_block_optin = std::int64_t{227} * 1024;
   props.multiprocessor_count = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   props.can_map_host_memory = true;
   props.unified_addressing = true;
@@ -847,43 +857,39 @@ void HostBackend::copy_2d(int device, void* dst, std::size_t dst_pitch, const vo
               });
 }
 
+// Every block's rows, over every step of the outer loops, in whichever direction the strides go.
+std::optional<HostBackend::ByteSpan> HostBackend::touched_span(const layout::CopyPlan& plan,
+                                                               std::int64_t offset,
+                                                               std::int64_t pitch,
+                                                               const Strides& outer_strides) {
+  if (plan.empty()) return ByteSpan{};
+  ByteSpan span{offset, offset};
+  const auto extend = [&span](std::int64_t step, std::int64_t count) {
+    std::int64_t reach = 0;
+    if (__builtin_mul_overflow(step, count, &reach)) return false;
+    return !__builtin_add_overflow(reach > 0 ? span.hi : span.lo, reach,
+                                   reach > 0 ? &span.hi : &span.lo);
+  };
+  for (std::size_t k = 0; k < plan.outer_shape.size(); ++k) {
+    if (!extend(outer_strides[k], plan.outer_shape[k] - 1)) return std::nullopt;
+  }
+  if (!extend(pitch, plan.height - 1) || !extend(plan.width, 1)) return std::nullopt;
+  return span;
+}
+
 void HostBackend::copy_strided(int device, void* dst, const void* src, const layout::CopyPlan& plan,
                                CopyKind kind, NativeStream stream) {
   const detail::Injection injection = detail::begin_call(Call::Copy);
   check_device("copy_strided", device);
-  const std::size_t outer = plan.outer_shape.size();
-  const bool well_formed = plan.width >= 0 && plan.height >= 0 &&
-                           plan.outer_src_strides.size() == outer &&
-                           plan.outer_dst_strides.size() == outer &&
-                           std::all_of(plan.outer_shape.begin(), plan.outer_shape.end(),
-                                       [](std::int64_t n) { return n >= 1; });
-  if (!well_formed) {
+  if (!well_formed(plan)) {
     fail("copy_strided", Status::InvalidValue,
          "malformed copy plan (width {}, height {}, outer shape {}, {} source and {} destination "
          "outer strides)",
          plan.width, plan.height, layout::format_tuple(plan.outer_shape),
          plan.outer_src_strides.size(), plan.outer_dst_strides.size());
   }
-  // The bytes each side touches: every block's rows, over every step of the outer loops, in
-  // whichever direction the strides go.
-  const auto touched = [&](std::int64_t offset, std::int64_t pitch,
-                           const Strides& strides) -> std::optional<ByteSpan> {
-    if (plan.empty()) return ByteSpan{};
-    ByteSpan span{offset, offset};
-    const auto extend = [&span](std::int64_t step, std::int64_t count) {
-      std::int64_t reach = 0;
-      if (__builtin_mul_overflow(step, count, &reach)) return false;
-      return !__builtin_add_overflow(reach > 0 ? span.hi : span.lo, reach,
-                                     reach > 0 ? &span.hi : &span.lo);
-    };
-    for (std::size_t k = 0; k < outer; ++k) {
-      if (!extend(strides[k], plan.outer_shape[k] - 1)) return std::nullopt;
-    }
-    if (!extend(pitch, plan.height - 1) || !extend(plan.width, 1)) return std::nullopt;
-    return span;
-  };
-  const auto dst_span = touched(plan.dst_offset, plan.dst_pitch, plan.outer_dst_strides);
-  const auto src_span = touched(plan.src_offset, plan.src_pitch, plan.outer_src_strides);
+  const auto dst_span = touched_span(plan, plan.dst_offset, plan.dst_pitch, plan.outer_dst_strides);
+  const auto src_span = touched_span(plan, plan.src_offset, plan.src_pitch, plan.outer_src_strides);
   if (!dst_span || !src_span) {
     fail("copy_strided", Status::InvalidValue,
          "the copy plan's extent overflows the address space");

@@ -51,6 +51,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -129,6 +130,10 @@ class HostBackend final : public Backend {
     std::int64_t hi = 0;
     [[nodiscard]] bool empty() const noexcept { return hi <= lo; }
   };
+  /// The bytes one side of a strided copy touches, from its `offset` with rows `pitch` apart and
+  /// `outer_strides` for the outer loops; nullopt when that extent overflows.
+  static std::optional<ByteSpan> touched_span(const layout::CopyPlan& plan, std::int64_t offset,
+                                              std::int64_t pitch, const Strides& outer_strides);
   /// A page-locked allocation or a registration: its size and whether it is mapped.
   struct HostRange {
     std::size_t bytes = 0;
@@ -190,7 +195,7 @@ class HostBackend final : public Backend {
   /// (a pinned allocation or a registration, mapped or not).
   [[nodiscard]] bool page_locked(const void* ptr, ByteSpan span) const;
   /// Host-to-device copies from pageable memory up to this size are staged, larger ones waited for.
-  static constexpr std::size_t kPageableStagingBytes = 64 * 1024;
+  static constexpr std::size_t kPageableStagingBytes = std::size_t{64} * 1024;
   /// Submits a copy of `kind` whose operation is `run(source)`, with the vendors' rules for
   /// pageable host memory on a non-default stream (see the file comment): a device-to-host copy
   /// into pageable memory, and a host-to-device copy from more than kPageableStagingBytes of it,

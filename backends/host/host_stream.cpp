@@ -3,7 +3,9 @@
 #include <devmem/error.hpp>
 
 #include <chrono>
+#include <exception>
 #include <utility>
+#include <vector>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -11,6 +13,23 @@
 
 namespace devmem::host {
 namespace {
+
+// Runs the operations of `batch` in order and empties it; the first exception any of them throws
+// goes to `failure` unless that already holds one.
+void run_batch(std::vector<StreamOperation>& batch, std::exception_ptr& failure) {
+  for (StreamOperation& op : batch) {
+    try {
+      op();
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
+    }
+    // Destroy each operation before the next runs and before idle is reported: its captures
+    // (keep-alive references, event records) must be released by the time a waiter sees the
+    // work as complete.
+    op = nullptr;
+  }
+  batch.clear();
+}
 
 // The stream whose worker is the current thread, if any: waiting for that stream from one of its
 // own operations could never return.
@@ -127,18 +146,7 @@ void HostStream::run() {
       batch_.swap(queue_);
       queued_.store(0, std::memory_order_relaxed);
       lock.unlock();
-      for (Operation& op : batch_) {
-        try {
-          op();
-        } catch (...) {
-          if (!failure) failure = std::current_exception();
-        }
-        // Destroy each operation before the next runs and before idle is reported: its captures
-        // (keep-alive references, event records) must be released by the time a waiter sees the
-        // work as complete.
-        op = nullptr;
-      }
-      batch_.clear();
+      run_batch(batch_, failure);
       // While operations keep coming and nobody waits for the stream, take the next batch
       // without reporting idle in between: one visit to the mutex per batch instead of two.
       const bool more = spin_for_work(true);

@@ -70,12 +70,12 @@ struct DeviceProperties {
   std::int64_t total_memory = 0;
   int warp_size = 32;
   int max_threads_per_block = 1024;
-  std::int64_t max_shared_memory_per_block = 48 * 1024;
+  std::int64_t max_shared_memory_per_block = std::int64_t{48} * 1024;
   /// The most shared memory (static + dynamic) a block may use once its kernel opts in, which
   /// devmem::launch does when a launch asks for more dynamic shared memory than
   /// max_shared_memory_per_block (CUDA: sharedMemPerBlockOptin, 227 KiB on an H100). Equal to
   /// max_shared_memory_per_block on devices without an opt-in (AMD GPUs: 64 KiB).
-  std::int64_t max_shared_memory_per_block_optin = 227 * 1024;
+  std::int64_t max_shared_memory_per_block_optin = std::int64_t{227} * 1024;
   std::array<int, 3> max_block_dim{1024, 1024, 64};                    // threads per block, x y z
   std::array<std::int64_t, 3> max_grid_dim{2147483647, 65535, 65535};  // blocks per grid, x y z
   int multiprocessor_count = 1;

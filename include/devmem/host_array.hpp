@@ -60,9 +60,10 @@ class DEVMEM_API HostArray : public ArrayBase<HostArray> {
   }
   template <class T>
     requires Element<std::remove_const_t<T>>
-  [[nodiscard]] static HostArray view(std::span<T> data, Shape shape, Order order = Order::C) {
-    return view_with_order(data.data(), data.size(), std::move(shape),
-                           dtype_of<std::remove_const_t<T>>(), order, std::is_const_v<T>);
+  [[nodiscard]] static HostArray view(std::span<T> data, const Shape& shape,
+                                      Order order = Order::C) {
+    return view_with_order(data.data(), data.size(), shape, dtype_of<std::remove_const_t<T>>(),
+                           order, std::is_const_v<T>);
   }
   /// ArrayBase::view(DType): reinterpret the elements (the static view() overloads above would
   /// otherwise hide it).
@@ -164,8 +165,9 @@ class DEVMEM_API HostArray : public ArrayBase<HostArray> {
   }
   [[nodiscard]] std::byte* base() const noexcept;
   void fill_bytes(const void* value) const;
-  static HostArray view_with_order(const void* data, std::size_t count, Shape shape, DType dtype,
-                                   Order order, bool readonly);
+  static HostArray view_with_order(const void* data, std::size_t count,
+                                   std::span<const std::int64_t> shape, DType dtype, Order order,
+                                   bool readonly);
 
   std::shared_ptr<detail::HostMemory> memory_;
 };

@@ -442,23 +442,23 @@ template <class Param, class Arg>
 // static_assert messages must be string literals (C++20), so the position is spelled out by a
 // macro for the first 16 arguments; later ones get the message without it.
 #define DEVMEM_DETAIL_CHECK_ARGUMENT(N)                                                         \
-  static_assert(I != N || Fit != ArgumentFit::HostArray,                                        \
+  static_assert(I != (N) || Fit != ArgumentFit::HostArray,                                      \
                 "devmem::launch: argument " #N                                                  \
                 " is host memory (HostArray): use to_device() or "                              \
                 "mapped_array()");                                                              \
-  static_assert(I != N || Fit != ArgumentFit::ViewMismatch,                                     \
+  static_assert(I != (N) || Fit != ArgumentFit::ViewMismatch,                                   \
                 "devmem::launch: argument " #N                                                  \
                 " is an ArrayView of another element type or "                                  \
                 "rank than the kernel's parameter: pass a DeviceArray or a view of that type"); \
-  static_assert(I != N || Fit != ArgumentFit::NotAnArray,                                       \
+  static_assert(I != (N) || Fit != ArgumentFit::NotAnArray,                                     \
                 "devmem::launch: argument " #N                                                  \
                 " is not an array but the kernel's parameter is "                               \
                 "an ArrayView: pass a DeviceArray, a MappedArray or an ArrayView");             \
-  static_assert(I != N || Fit != ArgumentFit::ArrayForNonView,                                  \
+  static_assert(I != (N) || Fit != ArgumentFit::ArrayForNonView,                                \
                 "devmem::launch: argument " #N                                                  \
                 " is an array but the kernel's parameter is not "                               \
                 "an ArrayView: declare the parameter as devmem::ArrayView<T, Rank>");           \
-  static_assert(I != N || Fit != ArgumentFit::NotConvertible,                                   \
+  static_assert(I != (N) || Fit != ArgumentFit::NotConvertible,                                 \
                 "devmem::launch: argument " #N                                                  \
                 " cannot be converted to the kernel's parameter "                               \
                 "type")

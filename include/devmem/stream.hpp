@@ -112,7 +112,7 @@ class [[nodiscard]] DEVMEM_API AutoSynchronize {
  private:
   Stream stream_;
   int uncaught_at_entry_;
-  bool active_;
+  bool active_ = true;
 };
 
 /// A new stream on the current context.

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Formatting and lint checks for devmem's C++ sources. Exits non-zero on any finding.
+#   scripts/lint.sh                   both checks below
+#   scripts/lint.sh --format [FILE...]  clang-format: every tracked C/C++/CUDA source (or each FILE)
+#                                     matches .clang-format; nothing is rewritten
+#   scripts/lint.sh --fix [FILE...]     clang-format, rewriting those files in place
+#   scripts/lint.sh --tidy [FILE...]    clang-tidy (.clang-tidy) over the library's sources that the
+#                                     host preset compiles: core/, backends/, apps/ (or over each
+#                                     FILE among them; other files, headers included, are skipped)
+# The tidy check uses build/host/compile_commands.json and configures the host preset when it is
+# missing. Tools: clang-format-15 and clang-tidy-15 (scripts/install-deps.sh --lint), or the
+# programs named by $CLANG_FORMAT and $CLANG_TIDY. $LINT_JOBS: parallel clang-tidy runs (default:
+# the number of processors).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+clang_format=${CLANG_FORMAT:-clang-format-15}
+clang_tidy=${CLANG_TIDY:-clang-tidy-15}
+jobs=${LINT_JOBS:-$(nproc)}
+build_dir=build/host
+
+mode=all
+case "${1:-}" in
+  --format) mode=format; shift ;;
+  --fix) mode=fix; shift ;;
+  --tidy) mode=tidy; shift ;;
+  -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  "") ;;
+  *) echo "lint.sh: unknown option '$1' (known: --format, --fix, --tidy)" >&2; exit 2 ;;
+esac
+if [ "$mode" = all ] && [ $# -gt 0 ]; then
+  echo "lint.sh: files are accepted after --format, --fix or --tidy only" >&2
+  exit 2
+fi
+
+need() {
+  command -v "$1" >/dev/null || {
+    echo "lint.sh: $1 not found (scripts/install-deps.sh --lint installs it)" >&2
+    exit 2
+  }
+}
+
+# Every tracked C, C++ and CUDA source; the fuzz corpora hold inputs, not sources, and code under
+# a third_party directory keeps its upstream style.
+format_files() {
+  git ls-files -- '*.cpp' '*.hpp' '*.h' '*.cu' '*.cuh' ':!:fuzz/corpus/**' ':!:**/third_party/**'
+}
+
+run_format() {  # $1: --dry-run or -i; then the files (all when none)
+  need "$clang_format"
+  local action=$1
+  shift
+  local files=("$@")
+  [ ${#files[@]} -gt 0 ] || mapfile -t files < <(format_files)
+  [ ${#files[@]} -gt 0 ] || return 0
+  if [ "$action" = -i ]; then
+    "$clang_format" -i --style="file:$PWD/.clang-format" "${files[@]}"
+    return 0
+  fi
+  if ! "$clang_format" --dry-run --Werror --style="file:$PWD/.clang-format" "${files[@]}"; then
+    echo "lint.sh: the files above do not match .clang-format (scripts/lint.sh --fix rewrites" \
+      "them)" >&2
+    return 1
+  fi
+  echo "clang-format: ${#files[@]} files match .clang-format"
+}
+
+# The library's sources in the host preset's compilation database (tests, benchmarks, examples
+# and fuzz targets are not linted), as paths relative to the repository root.
+tidy_files() {
+  sed -n 's/^[[:space:]]*"file":[[:space:]]*"\(.*\)",\{0,1\}$/\1/p' "$build_dir/compile_commands.json" |
+    sed "s|^$PWD/||" | grep -E '^(core|backends|apps)/.*\.(cpp|cc|cxx)$' | sort -u
+}
+
+run_tidy() {  # the files to check (all of the library's sources when none)
+  need "$clang_tidy"
+  if [ ! -f "$build_dir/compile_commands.json" ]; then
+    cmake --preset host >/dev/null
+  fi
+  local all files=()
+  all=$(tidy_files)
+  if [ $# -eq 0 ]; then
+    mapfile -t files <<<"$all"
+  else
+    local f
+    for f in "$@"; do
+      f=${f#./}
+      if grep -qxF -- "$f" <<<"$all"; then files+=("$f"); fi
+    done
+  fi
+  if [ ${#files[@]} -eq 0 ] || [ -z "${files[0]}" ]; then
+    echo "clang-tidy: no library sources to check"
+    return 0
+  fi
+  echo "clang-tidy: ${#files[@]} files, $jobs at a time"
+  # One clang-tidy per file; the per-file "N warnings generated" counts (system headers) are noise.
+  local status
+  set +e
+  printf '%s\n' "${files[@]}" |
+    xargs -P "$jobs" -n 1 "$clang_tidy" -p "$build_dir" --quiet 2>&1 |
+    grep -vE '^[0-9]+ (warning|error)s? (and [0-9]+ (warning|error)s? )?generated\.$'
+  status=${PIPESTATUS[1]}
+  set -e
+  if [ "$status" -ne 0 ]; then
+    echo "lint.sh: clang-tidy reported findings (above)" >&2
+    return 1
+  fi
+  echo "clang-tidy: no findings"
+}
+
+case "$mode" in
+  format) run_format --dry-run "$@" ;;
+  fix) run_format -i "$@" ;;
+  tidy) run_tidy "$@" ;;
+  all)
+    status=0
+    run_format --dry-run || status=1
+    run_tidy || status=1
+    exit "$status"
+    ;;
+esac
