@@ -1,5 +1,5 @@
 // The host backend: a simulated device in process memory and threads (the controls are in
-// include/devmem/host_backend.hpp). Not installed; the registry creates it through
+// include/devmem/host_controls.hpp). Not installed; the registry creates it through
 // make_host_backend() (core/backend_factories.hpp).
 //
 // What it simulates, and why:
@@ -42,7 +42,7 @@
 
 #include <devmem/backend.hpp>
 #include <devmem/error.hpp>
-#include <devmem/host_backend.hpp>
+#include <devmem/host_controls.hpp>
 
 #include <fmt/format.h>
 

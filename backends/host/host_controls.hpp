@@ -1,9 +1,9 @@
-// Process-wide state behind the devmem::host:: controls (include/devmem/host_backend.hpp) that the
+// Process-wide state behind the devmem::host:: controls (include/devmem/host_controls.hpp) that the
 // host backend consults on every call: the simulated capacity, the simulated device count, the
 // call counters and the pending fail_nth requests. Not installed; only backends/host includes it.
 #pragma once
 
-#include <devmem/host_backend.hpp>
+#include <devmem/host_controls.hpp>
 
 #include <cstdint>
 #include <string>

@@ -18,7 +18,7 @@
 // as InvalidArgument. devmem::host::set_bounds_checking(false) or DEVMEM_HOST_BOUNDS_CHECK=0 turns
 // the reports off (the access then goes ahead unchecked, as on a GPU); defining
 // DEVMEM_HOST_NO_BOUNDS_CHECK for every translation unit compiles the comparisons out. GPU code is
-// unchanged. See <devmem/host_backend.hpp>.
+// unchanged. See <devmem/host_controls.hpp>.
 //
 // Thread safety: a view is a value; concurrent element accesses follow the usual rules of the
 // memory it points to.

@@ -8,7 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <devmem/devmem.hpp>
-#include <devmem/host_backend.hpp>
+#include <devmem/host_controls.hpp>
 
 #include <algorithm>
 #include <cstdint>

@@ -24,7 +24,7 @@
 #include "../common/stderr_capture.hpp"
 
 #include <devmem/devmem.hpp>
-#include <devmem/host_backend.hpp>
+#include <devmem/host_controls.hpp>
 #include <devmem/kernel.hpp>
 
 #include <algorithm>

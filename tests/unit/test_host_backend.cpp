@@ -8,7 +8,8 @@
 #include <devmem/backend.hpp>
 #include <devmem/config.hpp>
 #include <devmem/error.hpp>
-#include <devmem/host_backend.hpp>
+#include <devmem/host_backend.hpp>  // the old name of host_controls.hpp still compiles
+#include <devmem/host_controls.hpp>
 #include <devmem/layout.hpp>
 
 #include <catch2/catch.hpp>

@@ -1,0 +1,102 @@
+// Controls of the host backend, the simulated device that runs the whole API without a GPU.
+//
+// Device memory is ordinary process memory with a configurable capacity (DEVMEM_HOST_DEVICE_MEMORY,
+// bytes, with optional K/M/G suffix; default 4G), so out-of-memory paths are real. Every
+// non-default stream runs its operations in order on a worker thread, so asynchronous work really
+// completes later. Host registrations and allocations are tracked with CUDA's rules, and any call
+// kind can be made to fail on its Nth occurrence for reliability tests. The number of simulated
+// devices is DEVMEM_HOST_DEVICE_COUNT (default 1). Device-side pointers passed to copies and
+// memsets are checked against live allocations and mapped host memory, so an out-of-bounds or
+// use-after-free access is reported as IllegalAddress instead of corrupting memory.
+//
+// Kernels compiled for the host backend are bounds-checked (see bounds_checking below): every
+// element access of an ArrayView, shared_array, local_array or DEVMEM_CONSTANT_ARRAY checks its
+// indices, and an index outside [0, extent) (negative ones included, as on a GPU) fails the launch
+// with LaunchFailure (719): "ArrayView: index (128,) is out of bounds for shape (100,) in thread
+// (28, 0, 0) of block (1, 0, 0)". At launch, the memory every ArrayView argument can reach must lie
+// in a live device allocation or mapped host memory, or launch throws InvalidArgument before
+// anything is enqueued (a view of a freed array, or from a closed mapped() scope).
+//
+// Thread safety: every function may be called concurrently with any devmem call.
+#pragma once
+
+#include <devmem/export.hpp>
+
+#include <cstdint>
+#include <string_view>
+
+namespace devmem::host {
+
+/// Call kinds of the host backend that can be counted and made to fail.
+enum class Call {
+  Allocate,
+  Deallocate,
+  HostAllocate,
+  HostDeallocate,
+  HostRegister,
+  HostUnregister,
+  Copy,  // every copy, copy_2d and copy_strided
+  Memset,
+  CreateStream,
+  DestroyStream,
+  SynchronizeStream,
+  CreateEvent,
+  RecordEvent,
+  Launch,  // kernel launches (<devmem/kernel.hpp>)
+  Count_   // number of kinds; not a call
+};
+/// The kind's name ("Allocate", "Copy", ...).
+[[nodiscard]] DEVMEM_API std::string_view to_string(Call call) noexcept;
+
+/// Error codes the host backend reports, numbered like the CUDA runtime's cudaError_t.
+enum class Status : int {
+  Success = 0,
+  InvalidValue = 1,
+  MemoryAllocation = 2,
+  InvalidDevice = 101,
+  InvalidResourceHandle = 400,
+  NotReady = 600,
+  IllegalAddress = 700,
+  LaunchOutOfResources = 701,  // a simulated block needs more shared memory than the device has
+  LaunchFailure = 719,         // a simulated kernel failed (exception, barrier divergence)
+  HostMemoryAlreadyRegistered = 712,
+  HostMemoryNotRegistered = 713,
+  Injected = 999,  // a failure requested with fail_nth
+};
+/// The status's name ("InvalidValue", ...), as BackendError::code_name() reports it.
+[[nodiscard]] DEVMEM_API std::string_view to_string(Status status) noexcept;
+
+/// Device memory capacity of every simulated device, in bytes. Shrinking below what is in use is
+/// allowed: allocations fail until enough is freed. Throws InvalidArgument for a negative value.
+DEVMEM_API void set_device_memory_capacity(std::int64_t bytes);
+/// The capacity set_device_memory_capacity (or DEVMEM_HOST_DEVICE_MEMORY) gave.
+[[nodiscard]] DEVMEM_API std::int64_t device_memory_capacity() noexcept;
+/// Bytes of simulated device memory currently allocated on `device`.
+[[nodiscard]] DEVMEM_API std::int64_t device_memory_used(int device = 0);
+
+/// Makes the `nth` (1-based) call of `kind` from now on, and the `count` - 1 calls right after
+/// it, fail with `status` (Injected by default; MemoryAllocation makes an allocation report
+/// out-of-memory). Replaces an earlier request for the same kind. InvalidArgument for nth < 1,
+/// count < 1 or a Success status. The failure is reported like the vendor's: synchronously by the
+/// call, or for work on a non-default stream by the next synchronize / query of that stream (a
+/// copy into pageable host memory, which the call waits for, reports it at once).
+DEVMEM_API void fail_nth(Call kind, std::int64_t nth, Status status = Status::Injected,
+                         std::int64_t count = 1);
+/// Cancels every pending fail_nth request.
+DEVMEM_API void clear_failures() noexcept;
+/// Number of calls of `kind` made since the process started or reset_call_counts().
+[[nodiscard]] DEVMEM_API std::int64_t call_count(Call kind) noexcept;
+/// Sets every call_count to 0.
+DEVMEM_API void reset_call_counts() noexcept;
+
+/// Turns the simulator's bounds checks (see the file comment) on or off for kernels that run from
+/// now on. Off, an out-of-range index is not reported and the access goes ahead unchecked, as on
+/// a GPU, and launch does not check its views' memory; the inline comparison itself stays (it is
+/// one compare and a not-taken branch per index): to compile it out, define
+/// DEVMEM_HOST_NO_BOUNDS_CHECK for every translation unit of the program.
+DEVMEM_API void set_bounds_checking(bool enabled) noexcept;
+/// Whether bounds checks are on: set_bounds_checking's value if it was called, else off when the
+/// environment variable DEVMEM_HOST_BOUNDS_CHECK (read once) is "0", "off" or "false", else on.
+[[nodiscard]] DEVMEM_API bool bounds_checking() noexcept;
+
+}  // namespace devmem::host
