@@ -1,4 +1,5 @@
 // Free functions of memory.hpp: allocation, to_device, pinned and mapped memory, scopes.
+#include "core/array_access.hpp"
 #include "core/internal.hpp"
 
 #include <devmem/error.hpp>
@@ -66,9 +67,9 @@ DeviceArray to_device(const HostArray& source, const Stream& stream, bool copy,
 
 HostArray pinned_array(Shape shape, DType dtype, Strides strides, Order order) {
   Layout l = layout::make_layout(shape, dtype.itemsize(), strides, order, "pinned_array");
-  auto memory = current_context()->state().allocate_host(l.extent().end, HostAllocFlags::None,
-                                                         "pinned_array");
-  return HostArray(std::move(memory), std::move(l), std::move(dtype));
+  auto memory = detail::ContextState::of(*current_context())
+                    .allocate_host(l.extent().end, HostAllocFlags::None, "pinned_array");
+  return detail::ArrayAccess::make(std::move(memory), std::move(l), std::move(dtype));
 }
 
 MappedArray mapped_array(Shape shape, DType dtype, Strides strides, Order order,
@@ -78,8 +79,9 @@ MappedArray mapped_array(Shape shape, DType dtype, Strides strides, Order order,
   HostAllocFlags flags = HostAllocFlags::Mapped;
   if (portable) flags = flags | HostAllocFlags::Portable;
   if (wc) flags = flags | HostAllocFlags::WriteCombined;
-  auto memory = ctx->state().allocate_host(l.extent().end, flags, "mapped_array");
-  return MappedArray(HostArray(std::move(memory), std::move(l), std::move(dtype)), stream);
+  auto memory = detail::ContextState::of(*ctx).allocate_host(l.extent().end, flags, "mapped_array");
+  return MappedArray(detail::ArrayAccess::make(std::move(memory), std::move(l), std::move(dtype)),
+                     stream);
 }
 
 // ---- Scopes ----
@@ -149,13 +151,13 @@ void wait_for_uses(Context& ctx, const std::vector<HostArray>& arrays,
                    std::vector<const void*> objects = {}) {
   std::vector<detail::HostSpan> spans;
   for (const HostArray& a : arrays) {
-    if (a.memory()) objects.push_back(a.memory().get());
+    if (detail::ArrayAccess::memory(a)) objects.push_back(detail::ArrayAccess::memory(a).get());
     const Range r = range_of(a);
     if (r.bytes == 0) continue;
     const auto* begin = static_cast<const std::byte*>(r.begin);
     spans.push_back({begin, begin + r.bytes});
   }
-  ctx.state().wait_for_host_uses(spans, objects);
+  detail::ContextState::of(ctx).wait_for_host_uses(spans, objects);
 }
 
 void check_registrable(const HostArray& a, std::size_t i, const char* operation) {
@@ -288,19 +290,22 @@ MappedScope::MappedScope(std::vector<HostArray> arrays, const MapOptions& option
   for (const HostArray& a : pins_.arrays()) {
     auto memory = std::make_shared<detail::DeviceMemory>();
     memory->context = ctx;
-    memory->bytes = a.memory() ? a.memory()->bytes : 0;
-    memory->keep_alive = a.memory();
-    if (a.memory() && a.memory()->ptr != nullptr && a.size() != 0) {
+    memory->bytes = detail::ArrayAccess::memory(a) ? detail::ArrayAccess::memory(a)->bytes : 0;
+    memory->keep_alive = detail::ArrayAccess::memory(a);
+    if (detail::ArrayAccess::memory(a) && detail::ArrayAccess::memory(a)->ptr != nullptr &&
+        a.size() != 0) {
       // The backend maps the registered range; the device address of the buffer base follows
       // from that of the first registered byte.
       const Range r = range_of(a);
       auto* device_begin =
           static_cast<std::byte*>(ctx->backend().mapped_device_pointer(ctx->device(), r.begin));
-      memory->ptr = device_begin - (static_cast<std::byte*>(r.begin) - a.memory()->ptr);
-      memory->host_alias = a.memory()->ptr;
+      memory->ptr =
+          device_begin - (static_cast<std::byte*>(r.begin) - detail::ArrayAccess::memory(a)->ptr);
+      memory->host_alias = detail::ArrayAccess::memory(a)->ptr;
       detail::track_device_memory(memory);
     }
-    views_.emplace_back(std::move(memory), a.layout(), a.dtype(), options.stream);
+    views_.push_back(
+        detail::ArrayAccess::make(std::move(memory), a.layout(), a.dtype(), options.stream));
   }
 }
 
@@ -309,10 +314,12 @@ void MappedScope::wait_for_views() const {
   // Kernels hold the views' device memory objects (not host spans): look for those too.
   std::vector<const void*> objects;
   for (const DeviceArray& view : views_) {
-    if (view.memory()) objects.push_back(view.memory().get());
+    if (detail::ArrayAccess::memory(view))
+      objects.push_back(detail::ArrayAccess::memory(view).get());
   }
   // Every view has a memory object (made by the constructor), which holds the scope's context.
-  wait_for_uses(*views_.front().memory()->context, pins_.arrays(), std::move(objects));
+  wait_for_uses(*detail::ArrayAccess::memory(views_.front())->context, pins_.arrays(),
+                std::move(objects));
 }
 
 void MappedScope::close() {

@@ -99,7 +99,7 @@ void* ContextState::allocate_with_retry(Allocate&& allocate, const char* operati
 
 std::shared_ptr<Context> ContextState::create(Backend& backend, int device) {
   std::shared_ptr<Context> ctx(new Context(backend, device));
-  ContextState& st = ctx->state();
+  ContextState& st = detail::ContextState::of(*ctx);
   st.weak_self = ctx;
   // Everything that can throw comes before the default stream, which holds the context: a
   // failure then leaves no cycle behind.
@@ -502,7 +502,7 @@ StreamState::~StreamState() {
   } catch (const std::exception& e) {
     report_error(fmt::format("destroying stream {}: {}", handle, e.what()));
   }
-  context->state().collect_retired();
+  detail::ContextState::of(*context).collect_retired();
 }
 
 EventState::~EventState() {
@@ -517,7 +517,7 @@ StreamState& resolve_stream(const Stream& requested, const Stream& fallback, Con
                             const char* operation) {
   const auto& chosen =
       requested.is_specified() ? StreamState::of(requested) : StreamState::of(fallback);
-  if (!chosen) return *context.state().default_stream;
+  if (!chosen) return *detail::ContextState::of(context).default_stream;
   if (chosen->context.get() != &context) {
     throw InvalidArgument(fmt::format(
         "{}: the stream belongs to device {} of backend '{}' but the array is on device {} of "
@@ -538,10 +538,10 @@ void finish_enqueued(StreamState& stream, std::vector<std::shared_ptr<const void
   Context& ctx = *stream.context;
   if (stream.is_default) {
     ctx.backend().synchronize_stream(ctx.device(), nullptr);
-    ctx.state().collect_retired();
+    detail::ContextState::of(ctx).collect_retired();
     return;
   }
-  ctx.state().retire_after(stream, std::move(keep_alive), std::move(host_spans));
+  detail::ContextState::of(ctx).retire_after(stream, std::move(keep_alive), std::move(host_spans));
 }
 
 }  // namespace detail
@@ -702,7 +702,7 @@ namespace {
 const std::shared_ptr<detail::StreamState>& state_or_default(
     const std::shared_ptr<detail::StreamState>& s, std::shared_ptr<detail::StreamState>& holder) {
   if (s) return s;
-  holder = current_context()->state().default_stream;
+  holder = detail::ContextState::of(*current_context()).default_stream;
   return holder;
 }
 }  // namespace
@@ -719,7 +719,7 @@ void Stream::synchronize() const {
   std::shared_ptr<detail::StreamState> holder;
   const auto& s = state_or_default(state_, holder);
   s->context->backend().synchronize_stream(s->context->device(), s->handle);
-  s->context->state().collect_retired();
+  detail::ContextState::of(*s->context).collect_retired();
 }
 
 bool Stream::query() const {
@@ -776,7 +776,7 @@ Stream stream() {
   auto ctx = current_context();
   NativeStream handle = ctx->backend().create_stream(ctx->device());
   auto state = std::make_shared<detail::StreamState>(ctx, handle, false);
-  ctx->state().track_stream(state);
+  detail::ContextState::of(*ctx).track_stream(state);
   return detail::StreamState::wrap(std::move(state));
 }
 
@@ -799,7 +799,7 @@ void Event::record(const Stream& stream) {
 
 void Event::synchronize() const {
   state_->context->backend().synchronize_event(state_->context->device(), state_->handle);
-  state_->context->state().collect_retired();
+  detail::ContextState::of(*state_->context).collect_retired();
 }
 
 bool Event::query() const {

@@ -1,5 +1,6 @@
 // The one strided-copy path behind every transfer (H2D, D2H, D2D, H2H), and the memory objects
 // it moves bytes between.
+#include "core/array_access.hpp"
 #include "core/internal.hpp"
 
 #include <devmem/error.hpp>
@@ -16,7 +17,8 @@ namespace devmem::detail {
 DeviceMemory::~DeviceMemory() {
   untrack_device_memory(*this);
   if (owned && ptr != nullptr) {
-    context->state().release(manager, ptr, bytes, false, HostAllocFlags::None, stream);
+    detail::ContextState::of(*context).release(manager, ptr, bytes, false, HostAllocFlags::None,
+                                               stream);
   }
 }
 
@@ -25,12 +27,12 @@ HostMemory::~HostMemory() {
   if (kind == HostMemoryKind::Pageable) {
     std::free(ptr);  // NOLINT(cppcoreguidelines-no-malloc): paired with calloc in make_host_array
   } else {
-    context->state().release(manager, ptr, bytes, true, alloc_flags, {});
+    detail::ContextState::of(*context).release(manager, ptr, bytes, true, alloc_flags, {});
   }
 }
 
 CopyEndpoint endpoint(const DeviceArray& array) {
-  const auto& mem = array.memory();
+  const auto& mem = detail::ArrayAccess::memory(array);
   std::byte* base = mem ? mem->ptr : nullptr;
   std::byte* element0 = base == nullptr ? nullptr : base + array.layout().offset;
   const bool aliases_host = mem && mem->host_alias != nullptr;
@@ -40,7 +42,7 @@ CopyEndpoint endpoint(const DeviceArray& array) {
 }
 
 CopyEndpoint endpoint(const HostArray& array) {
-  const auto& mem = array.memory();
+  const auto& mem = detail::ArrayAccess::memory(array);
   std::byte* base = mem ? mem->ptr : nullptr;
   std::byte* element0 = base == nullptr ? nullptr : base + array.layout().offset;
   CopyEndpoint result{
@@ -88,7 +90,7 @@ void finish_copy(StreamState& stream, const CopyEndpoint& src, const CopyEndpoin
     // CUDA documentation only says such a copy "might be synchronous").
     Context& ctx = *stream.context;
     ctx.backend().synchronize_stream(ctx.device(), stream.handle);
-    ctx.state().collect_retired();
+    detail::ContextState::of(ctx).collect_retired();
     return;
   }
   std::vector<HostSpan> spans;
@@ -151,10 +153,11 @@ void copy_elements(const char* operation, Context& context, StreamState& stream,
     std::optional<DeviceArray> device_staging;
     std::optional<HostArray> host_staging;
     const CopyEndpoint tmp =
-        src.on_device ? endpoint(device_staging.emplace(make_device_array(
-                            context, dense, *src.dtype,
-                            StreamState::wrap(context.state().default_stream), operation)))
-                      : endpoint(host_staging.emplace(make_host_array(dense, *src.dtype)));
+        src.on_device
+            ? endpoint(device_staging.emplace(make_device_array(
+                  context, dense, *src.dtype,
+                  StreamState::wrap(detail::ContextState::of(context).default_stream), operation)))
+            : endpoint(host_staging.emplace(make_host_array(dense, *src.dtype)));
     CopyEndpoint src_squeezed = src;
     src_squeezed.layout = &s;
     copy_elements(operation, context, stream, tmp, src_squeezed);
@@ -235,7 +238,7 @@ HostArray make_host_array(Layout layout, DType dtype) {
     }
     memory->owned = true;
   }
-  return HostArray(std::move(memory), std::move(layout), std::move(dtype));
+  return detail::ArrayAccess::make(std::move(memory), std::move(layout), std::move(dtype));
 }
 
 Layout broadcast_core(const Layout& layout) {
@@ -259,9 +262,11 @@ DeviceArray make_device_array(Context& context, Layout layout, DType dtype, Stre
   // The manager is told the array's stream; InvalidArgument for another context's stream.
   (void)resolve_stream(stream, Stream{}, context, operation);
   const auto& requested = StreamState::of(stream);
-  auto memory = context.state().allocate_device(
-      layout.extent().end, requested ? requested : context.state().default_stream, operation);
-  return DeviceArray(std::move(memory), std::move(layout), std::move(dtype), std::move(stream));
+  auto memory = detail::ContextState::of(context).allocate_device(
+      layout.extent().end, requested ? requested : detail::ContextState::of(context).default_stream,
+      operation);
+  return detail::ArrayAccess::make(std::move(memory), std::move(layout), std::move(dtype),
+                                   std::move(stream));
 }
 
 }  // namespace devmem::detail

@@ -1,4 +1,5 @@
 // DeviceArray: transfers, shape changes that may copy, element access and fills.
+#include "core/array_access.hpp"
 #include "core/internal.hpp"
 
 #include <devmem/error.hpp>
@@ -15,7 +16,8 @@ namespace {
 // Context of a device array that has no memory (size 0, default-constructed): its stream's, else
 // the current one.
 std::shared_ptr<Context> context_of(const DeviceArray& a) {
-  return a.memory() ? a.memory()->context : a.stream().context();
+  return detail::ArrayAccess::memory(a) ? detail::ArrayAccess::memory(a)->context
+                                        : a.stream().context();
 }
 
 }  // namespace
@@ -70,7 +72,7 @@ void DeviceArray::record_use(const Stream& stream) const {
   if (memory_->host_alias != nullptr) {  // a mapped view: the work uses these host bytes
     spans.push_back({memory_->host_alias, memory_->host_alias + memory_->bytes});
   }
-  state->context->state().retire_after(*state, {memory_}, std::move(spans));
+  detail::ContextState::of(*state->context).retire_after(*state, {memory_}, std::move(spans));
 }
 
 void DeviceArray::copy_to_host(const HostArray& destination, const Stream& stream) const {
@@ -140,7 +142,7 @@ std::vector<DeviceArray> DeviceArray::split(std::int64_t section, const Stream& 
   const Stream use = resolve(stream);
   std::vector<DeviceArray> parts;
   for (Layout& l : layout::split(layout_, section)) {
-    parts.emplace_back(memory_, std::move(l), dtype_, use);
+    parts.push_back(DeviceArray(memory_, std::move(l), dtype_, use));
   }
   return parts;
 }
@@ -171,7 +173,7 @@ void DeviceArray::read_element(std::span<const std::int64_t> index, void* value)
   detail::copy_elements("item", ctx, s, detail::endpoint(out), detail::endpoint(element));
   // The value is returned to the caller: the copy must be complete.
   ctx.backend().synchronize_stream(ctx.device(), s.handle);
-  ctx.state().collect_retired();
+  detail::ContextState::of(ctx).collect_retired();
 }
 
 void DeviceArray::write_element(std::span<const std::int64_t> index, const void* value) const {
@@ -233,8 +235,9 @@ void DeviceArray::assign(const HostArray& value, const Stream& stream) const {
         fmt::format("assign: cannot assign a {}-d value to a {}-d array", value.ndim(), ndim()));
   }
   if (size() == 0) return;
-  const HostArray broadcast(value.memory(),
-                            layout::broadcast_to(value.layout(), layout_.shape, "assign"), dtype_);
+  const HostArray broadcast = detail::ArrayAccess::make(
+      detail::ArrayAccess::memory(value),
+      layout::broadcast_to(value.layout(), layout_.shape, "assign"), dtype_);
   const auto ctx_holder = context_of(*this);
   Context& ctx = *ctx_holder;
   detail::StreamState& s = detail::resolve_stream(stream, stream_, ctx, "assign");

@@ -1,4 +1,5 @@
 // HostArray and MappedArray.
+#include "core/array_access.hpp"
 #include "core/internal.hpp"
 
 #include <devmem/error.hpp>
@@ -126,7 +127,7 @@ HostArray make_view(const void* data, Shape shape, DType dtype, Strides strides,
   memory->bytes = l.extent().end;
   memory->readonly = readonly;
   memory->keep_alive = std::move(owner);
-  return HostArray(std::move(memory), std::move(l), std::move(dtype));
+  return detail::ArrayAccess::make(std::move(memory), std::move(l), std::move(dtype));
 }
 }  // namespace
 
@@ -260,7 +261,7 @@ DeviceArray HostArray::device_view(const Stream& stream) const {
   if (stream.is_specified()) {
     (void)detail::resolve_stream(stream, Stream{}, *memory_->context, "device_view");
   }
-  return DeviceArray(std::move(device_memory), layout_, dtype_, stream);
+  return detail::ArrayAccess::make(std::move(device_memory), layout_, dtype_, stream);
 }
 
 DeviceArray HostArray::device_view() const { return device_view(Stream{}); }

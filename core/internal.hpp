@@ -122,6 +122,8 @@ struct HostSpan {
 };
 
 struct ContextState {
+  /// The state of `context` (core/ and the backends' kernel layers use it; users cannot).
+  [[nodiscard]] static ContextState& of(const Context& context) noexcept { return *context.state_; }
   Context& self;
   std::weak_ptr<Context> weak_self;
   std::shared_ptr<StreamState> default_stream;

@@ -2,6 +2,7 @@
 // are documented in include/devmem/interop.hpp.
 #include <devmem/interop.hpp>
 
+#include "core/array_access.hpp"
 #include "core/format.hpp"
 #include "core/internal.hpp"
 
@@ -87,7 +88,8 @@ DeviceArray view_foreign(const std::shared_ptr<Context>& context, std::byte* ele
   memory->owned = false;
   memory->keep_alive = std::move(keep_alive);
   detail::track_device_memory(memory);
-  return DeviceArray(std::move(memory), std::move(layout), std::move(dtype), std::move(stream));
+  return detail::ArrayAccess::make(std::move(memory), std::move(layout), std::move(dtype),
+                                   std::move(stream));
 }
 
 // ---- CUDA Array Interface ---------------------------------------------------------------------
@@ -343,7 +345,7 @@ Stream interface_stream(const std::shared_ptr<Context>& context, std::intptr_t v
       (value == ArrayInterface::kPerThreadDefaultStream && context->backend_name() == "host");
   const NativeStream native = is_default ? nullptr : reinterpret_cast<NativeStream>(value);
   if (!is_default) {
-    for (const auto& state : context->state().live_streams()) {
+    for (const auto& state : detail::ContextState::of(*context).live_streams()) {
       if (state->handle == native) {
         stream = detail::StreamState::wrap(state);
         break;
@@ -419,7 +421,7 @@ DLManagedTensor* to_dlpack(const HostArray& array) {
                           "read-only)");
   }
   DLDeviceType type = kDLCPU;
-  const auto& memory = array.memory();
+  const auto& memory = detail::ArrayAccess::memory(array);
   if (array.kind() != HostMemoryKind::Pageable && memory && memory->context) {
     const std::string_view backend = memory->context->backend_name();
     if (backend == "cuda") type = kDLCUDAHost;

@@ -70,7 +70,7 @@ PreparedLaunch launch_prepare(const LaunchConfig& config, std::string_view compi
   Stream stream = config.stream.is_specified() ? config.stream : default_stream();
   const std::shared_ptr<Context> context = stream.context();
   const int device = context->device();
-  const DeviceProperties& props = context->state().properties();
+  const DeviceProperties& props = detail::ContextState::of(*context).properties();
 
   const std::array<std::int64_t, 3> block_limits{props.max_block_dim[0], props.max_block_dim[1],
                                                  props.max_block_dim[2]};
@@ -165,7 +165,7 @@ void keep_alive_until_complete(const Stream& stream,
   if (objects.empty()) return;
   const std::shared_ptr<StreamState>& state = StreamState::of(stream);
   if (!state) throw InvalidArgument("keep_alive_until_complete: the stream is unspecified");
-  state->context->state().retire_after(*state, std::move(objects));
+  detail::ContextState::of(*state->context).retire_after(*state, std::move(objects));
 }
 
 void throw_launch_error(std::string_view backend, std::string_view function, int code,

@@ -334,7 +334,7 @@ void set_memory_manager(std::shared_ptr<MemoryManager> manager) {
 // ---- defer_cleanup ----
 
 DeferCleanup::DeferCleanup(std::shared_ptr<Context> context) : context_(std::move(context)) {
-  detail::ContextState& st = context_->state();
+  detail::ContextState& st = detail::ContextState::of(*context_);
   std::lock_guard lock(st.queue_mutex);
   ++st.defer_depth;
 }
@@ -343,7 +343,7 @@ DeferCleanup::DeferCleanup(DeferCleanup&& other) noexcept : context_(std::move(o
 
 DeferCleanup::~DeferCleanup() {
   if (!context_) return;
-  detail::ContextState& st = context_->state();
+  detail::ContextState& st = detail::ContextState::of(*context_);
   // Leaving the scope does not flush (Numba): the next release over a limit, an out-of-memory
   // retry or flush_deallocations() does.
   std::lock_guard lock(st.queue_mutex);

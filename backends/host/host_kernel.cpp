@@ -706,7 +706,7 @@ void run_kernel(const PreparedLaunch& launch, const LaunchConfig& config,
         fmt::format("devmem::launch: the host simulation cannot run on the '{}' backend",
                     context->backend_name()));
   }
-  const DeviceProperties& props = context->state().properties();
+  const DeviceProperties& props = detail::ContextState::of(*context).properties();
   // Like a GPU launch through devmem: more dynamic shared memory than the default limit opts the
   // kernel in to the larger one.
   const std::int64_t shared_limit =

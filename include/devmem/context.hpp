@@ -79,11 +79,8 @@ class DEVMEM_API Context {
   /// clears the list.
   [[nodiscard]] std::vector<std::string> take_deallocation_errors();
 
-  /// Internal state shared with core/; not for users.
-  [[nodiscard]] detail::ContextState& state() const noexcept { return *state_; }
-
  private:
-  friend struct detail::ContextState;
+  friend struct detail::ContextState;  // ContextState::of(context) reaches state_ for core/
   Context(Backend& backend, int device);
   Backend* backend_;
   int device_;

@@ -38,6 +38,7 @@ struct ArrayInterface;  // <devmem/interop.hpp>
 
 namespace detail {
 struct DeviceMemory;
+struct ArrayAccess;  // core/array_access.hpp
 /// Throws InvalidArgument unless an array of `dtype` with `layout` whose element 0 is at `data`
 /// can be viewed as ArrayView<`expected`, `rank`>: same dtype, `rank` dimensions, and (when it has
 /// elements) `data` and every stride of an axis longer than 1 multiples of the alignment. The
@@ -241,15 +242,20 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
   /// stream. Thread safe.
   void record_use(const Stream& stream) const;
 
-  /// The memory this array views (for core/).
-  [[nodiscard]] const std::shared_ptr<detail::DeviceMemory>& memory() const noexcept {
-    return memory_;
-  }
-  DeviceArray(std::shared_ptr<detail::DeviceMemory> memory, Layout layout, DType dtype,
-              Stream stream);
+  /// The memory this array views, as an opaque owner: holding it keeps the memory alive (an
+  /// exporter that hands the data to foreign code keeps it for as long as that code may use it),
+  /// and two arrays view the same allocation exactly when their owners compare equal. Null for an
+  /// array without memory (default-constructed). Thread safe.
+  [[nodiscard]] std::shared_ptr<const void> owner() const noexcept { return memory_; }
 
  private:
   friend class ArrayBase<DeviceArray>;
+  friend struct detail::ArrayAccess;
+  DeviceArray(std::shared_ptr<detail::DeviceMemory> memory, Layout layout, DType dtype,
+              Stream stream);
+  [[nodiscard]] const std::shared_ptr<detail::DeviceMemory>& memory() const noexcept {
+    return memory_;
+  }
   [[nodiscard]] DeviceArray with_layout(Layout layout, DType dtype) const {
     return DeviceArray(memory_, std::move(layout), std::move(dtype), stream_);
   }

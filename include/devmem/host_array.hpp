@@ -30,6 +30,7 @@ enum class HostMemoryKind { Pageable, Pinned, Mapped };
 
 namespace detail {
 struct HostMemory;
+struct ArrayAccess;  // core/array_access.hpp
 }
 
 class DEVMEM_API HostArray : public ArrayBase<HostArray> {
@@ -152,14 +153,18 @@ class DEVMEM_API HostArray : public ArrayBase<HostArray> {
   [[nodiscard]] DeviceArray device_view(const Stream& stream) const;
   [[nodiscard]] DeviceArray device_view() const;
 
-  /// The memory this array views (for core/).
-  [[nodiscard]] const std::shared_ptr<detail::HostMemory>& memory() const noexcept {
-    return memory_;
-  }
-  HostArray(std::shared_ptr<detail::HostMemory> memory, Layout layout, DType dtype);
+  /// The memory this array views, as an opaque owner: holding it keeps the memory alive, and two
+  /// arrays view the same allocation exactly when their owners compare equal. Null for an array
+  /// without memory. Thread safe.
+  [[nodiscard]] std::shared_ptr<const void> owner() const noexcept { return memory_; }
 
  private:
   friend class ArrayBase<HostArray>;
+  friend struct detail::ArrayAccess;
+  HostArray(std::shared_ptr<detail::HostMemory> memory, Layout layout, DType dtype);
+  [[nodiscard]] const std::shared_ptr<detail::HostMemory>& memory() const noexcept {
+    return memory_;
+  }
   [[nodiscard]] HostArray with_layout(Layout layout, DType dtype) const {
     return HostArray(memory_, std::move(layout), std::move(dtype));
   }

@@ -521,7 +521,7 @@ std::vector<std::shared_ptr<const void>> launch_keep_alive(const Args&... args) 
   (
       [&] {
         if constexpr (is_device_array_argument<Args>) {
-          if (args.memory()) objects.push_back(args.memory());
+          if (auto owner = args.owner()) objects.push_back(std::move(owner));
         } else if constexpr (is_array_view_argument<std::remove_cvref_t<Args>>) {
           if (auto owner = launch_view_owner(args.data())) objects.push_back(std::move(owner));
         }

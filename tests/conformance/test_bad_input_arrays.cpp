@@ -1,5 +1,6 @@
 // Bad-input catalogue, device arrays: allocation, transfers, element access, shape
 // changes and streams of another device, each with the exact exception type and message.
+#include "core/array_access.hpp"  // white-box: arrays over crafted layouts
 #include "support.hpp"
 
 namespace {
@@ -50,9 +51,10 @@ TEST_CASE("bad input, arrays: transfers", "[bad-input][transfer]") {
                          InvalidArgument,
                          Message("copy_to_device: dtype mismatch: source is int64, destination "
                                  "is float64"));
-  const HostArray broadcast(
-      HostArray(Shape{1}, f8()).memory(),
-      devmem::layout::broadcast_to(HostArray(Shape{1}, f8()).layout(), Shape{4}), f8());
+  const HostArray one(Shape{1}, f8());
+  const HostArray broadcast =
+      devmem::detail::ArrayAccess::make(devmem::detail::ArrayAccess::memory(one),
+                                        devmem::layout::broadcast_to(one.layout(), Shape{4}), f8());
   REQUIRE_THROWS_MATCHES(d.copy_to_host(broadcast), InvalidArgument,
                          Message("copy_to_host: the destination has a zero stride on axis 0 of "
                                  "length 4 (a broadcast array cannot be written element by "
@@ -138,7 +140,7 @@ TEST_CASE("bad input, arrays: typed views of misaligned layouts", "[bad-input][v
     iface.typestr = "|V12";
     iface.data.pointer = storage.data();
     const DeviceArray records =
-        devmem::as_device_array(iface, storage.memory()).view(devmem::dtype_of<Record>());
+        devmem::as_device_array(iface, storage.owner()).view(devmem::dtype_of<Record>());
     const devmem::MemoryStatistics allocated = ctx->device_statistics();
 
     REQUIRE_THROWS_MATCHES(((void)odd.view<double, 1>()), InvalidArgument,

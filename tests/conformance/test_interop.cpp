@@ -1,6 +1,7 @@
 // Interop: the CUDA Array Interface v3 (array_interface, as_device_array, is_device_array) and
 // DLPack (to_dlpack, from_dlpack): metadata, round trips, lifetimes, stream semantics and every
 // validation error.
+#include "core/array_access.hpp"  // white-box: arrays over crafted layouts
 #include "support.hpp"
 
 #include <dlpack/dlpack.h>
@@ -287,8 +288,9 @@ TEST_CASE("as_device_array: round trips keep shape, strides, dtype and pointer",
   }
   SECTION("a broadcast array") {
     const DeviceArray one = iota_device({4});
-    const DeviceArray b(one.memory(), devmem::layout::broadcast_to(one.layout(), Shape{3, 4}), f8(),
-                        {});
+    const DeviceArray b = devmem::detail::ArrayAccess::make(
+        devmem::detail::ArrayAccess::memory(one),
+        devmem::layout::broadcast_to(one.layout(), Shape{3, 4}), f8(), {});
     const DeviceArray view = devmem::as_device_array(b.array_interface());
     check_same_array(view, b);
     CHECK(device_values(view) == std::vector<double>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3});
@@ -343,7 +345,7 @@ TEST_CASE("as_device_array: objects exposing an interface (Numba's as_cuda_array
   }
   SECTION("by reference: a copy is kept alive") {
     DeviceArray d = iota_device({3});
-    const std::weak_ptr<devmem::detail::DeviceMemory> watch = d.memory();
+    const std::weak_ptr<const void> watch = d.owner();
     const void* data = d.data();
     DeviceArray view = devmem::as_device_array(d);
     d = DeviceArray();
@@ -649,7 +651,7 @@ TEST_CASE("to_dlpack: dtypes", "[interop][dlpack]") {
 
 TEST_CASE("to_dlpack: the deleter keeps the array alive", "[interop][dlpack][lifetime]") {
   DeviceArray d = iota_device({3, 2});
-  const std::weak_ptr<devmem::detail::DeviceMemory> watch = d.memory();
+  const std::weak_ptr<const void> watch = d.owner();
   DLManagedTensor* m = d.T().to_dlpack();
   d = DeviceArray();
   devmem::current_context()->flush_deallocations();
@@ -662,7 +664,7 @@ TEST_CASE("to_dlpack: the deleter keeps the array alive", "[interop][dlpack][lif
 
 TEST_CASE("to_dlpack: a DeviceArray deleted without a consumer", "[interop][dlpack][lifetime]") {
   DeviceArray d = iota_device({3});
-  const std::weak_ptr<devmem::detail::DeviceMemory> watch = d.memory();
+  const std::weak_ptr<const void> watch = d.owner();
   DLManagedTensor* m = d.to_dlpack();
   d = DeviceArray();
   CHECK_FALSE(watch.expired());
@@ -694,7 +696,7 @@ TEST_CASE("to_dlpack: host arrays", "[interop][dlpack]") {
                                                                      : kDLCPU;
   SECTION("pageable: kDLCPU, values readable through the plain struct") {
     HostArray h = iota_host({2, 3});
-    const std::weak_ptr<devmem::detail::HostMemory> watch = h.memory();
+    const std::weak_ptr<const void> watch = h.owner();
     DLManagedTensor* m = devmem::to_dlpack(h.T());
     h = HostArray();
     CHECK_FALSE(watch.expired());
@@ -767,7 +769,7 @@ TEST_CASE("from_dlpack: round trips keep shape, strides, dtype, pointer and life
   for (const auto& [name, original] : layouts_of(base)) {
     SECTION(name) {
       DeviceArray copy_of_handle = original;
-      const std::weak_ptr<devmem::detail::DeviceMemory> watch = base.memory();
+      const std::weak_ptr<const void> watch = base.owner();
       DLManagedTensor* m = copy_of_handle.to_dlpack();
       copy_of_handle = DeviceArray();
       const DeviceArray view = devmem::from_dlpack(m);

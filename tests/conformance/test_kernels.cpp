@@ -1022,7 +1022,7 @@ TEST_CASE("kernels: an ArrayView argument keeps its array's memory alive until t
   // allocated or viewed has no owner (such a view is the caller's to keep alive).
   const DeviceArray kept = devmem::device_array<int>({16}, Order::C, s);
   const auto middle = kept.slice(0, 4, 12).view<int, 1>();
-  CHECK(devmem::detail::launch_view_owner(middle.data()) == kept.memory());
+  CHECK(devmem::detail::launch_view_owner(middle.data()) == kept.owner());
   int not_device_memory = 0;
   CHECK(devmem::detail::launch_view_owner(&not_device_memory) == nullptr);
   devmem::launch({1, 1, 0, s}, fill_after_flag, flag.device().view<int, 1>(), middle, 3, 1LL);

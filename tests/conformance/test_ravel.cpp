@@ -5,6 +5,7 @@
 // The expected values and view flags were computed by NumPy 1.24 (np.lib.stride_tricks.as_strided
 // over np.arange(n), then a.ravel(order) and np.shares_memory(a, a.ravel(order)); for the empty
 // arrays, whether the result has a base) and are written here literally.
+#include "core/array_access.hpp"  // white-box: arrays over crafted layouts
 #include "support.hpp"
 
 #include <array>
@@ -179,7 +180,8 @@ TEST_CASE("ravel: NumPy's values, contiguity and view-or-copy for every layout a
       const RavelExpectation& want = c.expected[k];
       INFO(c.name << ", order " << static_cast<char>(order));
       const DeviceArray base = iota_device(Shape{c.buffer});
-      const DeviceArray a(base.memory(), case_layout(c), f8(), base.stream());
+      const DeviceArray a = devmem::detail::ArrayAccess::make(
+          devmem::detail::ArrayAccess::memory(base), case_layout(c), f8(), base.stream());
       const DeviceArray r = a.ravel(order);
       CHECK(r.shape() == Shape{static_cast<int64_t>(want.values.size())});
       CHECK(r.strides() == Strides{8});
@@ -204,7 +206,8 @@ TEST_CASE(
       const RavelExpectation& want = c.expected[k];
       INFO(c.name << ", order " << static_cast<char>(order));
       const HostArray base = iota_host(Shape{c.buffer});
-      const HostArray a(base.memory(), case_layout(c), f8());
+      const HostArray a = devmem::detail::ArrayAccess::make(
+          devmem::detail::ArrayAccess::memory(base), case_layout(c), f8());
       const HostArray r = a.ravel(order);
       CHECK(r.shape() == Shape{static_cast<int64_t>(want.values.size())});
       CHECK(r.strides() == Strides{8});
@@ -243,8 +246,9 @@ TEST_CASE("ravel(K) of a broadcast array keeps the broadcast axis in place", "[v
   // NumPy: np.broadcast_to(np.arange(3.), (2, 3)).ravel('K') == [0, 1, 2, 0, 1, 2].
   SECTION("device") {
     const DeviceArray row = iota_device(Shape{3});
-    const DeviceArray b(row.memory(), devmem::layout::broadcast_to(row.layout(), Shape{2, 3}), f8(),
-                        row.stream());
+    const DeviceArray b = devmem::detail::ArrayAccess::make(
+        devmem::detail::ArrayAccess::memory(row),
+        devmem::layout::broadcast_to(row.layout(), Shape{2, 3}), f8(), row.stream());
     REQUIRE(b.strides() == Strides{0, 8});
     const DeviceArray r = b.ravel(Order::K);
     CHECK(r.strides() == Strides{8});
@@ -252,7 +256,9 @@ TEST_CASE("ravel(K) of a broadcast array keeps the broadcast axis in place", "[v
   }
   SECTION("host") {
     const HostArray row = iota_host(Shape{3});
-    const HostArray b(row.memory(), devmem::layout::broadcast_to(row.layout(), Shape{2, 3}), f8());
+    const HostArray b = devmem::detail::ArrayAccess::make(
+        devmem::detail::ArrayAccess::memory(row),
+        devmem::layout::broadcast_to(row.layout(), Shape{2, 3}), f8());
     REQUIRE(b.strides() == Strides{0, 8});
     const HostArray r = b.ravel(Order::K);
     CHECK(r.strides() == Strides{8});

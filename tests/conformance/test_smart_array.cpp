@@ -1,5 +1,6 @@
 // SmartArray: lazily synchronised host and device copies. Values are checked on every backend;
 // the number of transfers is counted through the host backend ([host-only]).
+#include "core/array_access.hpp"  // white-box: arrays over crafted layouts
 #include "support.hpp"
 
 #include <atomic>
@@ -164,7 +165,9 @@ TEST_CASE("SmartArray: errors", "[smart][errors]") {
   }
   SECTION("a broadcast host array without a copy") {
     const HostArray one = iota_host({3});
-    const HostArray b(one.memory(), devmem::layout::broadcast_to(one.layout(), Shape{2, 3}), f8());
+    const HostArray b = devmem::detail::ArrayAccess::make(
+        devmem::detail::ArrayAccess::memory(one),
+        devmem::layout::broadcast_to(one.layout(), Shape{2, 3}), f8());
     REQUIRE_THROWS_MATCHES(SmartArray(b, false), InvalidArgument,
                            Message("SmartArray: a broadcast host array (stride 0 on an axis of "
                                    "length > 1) needs copy = true"));

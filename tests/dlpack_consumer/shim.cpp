@@ -16,7 +16,7 @@ namespace {
 
 std::mutex mutex;
 std::string last_error;
-std::array<std::weak_ptr<devmem::detail::DeviceMemory>, DEVMEM_SHIM_CASE_COUNT> exported;
+std::array<std::weak_ptr<const void>, DEVMEM_SHIM_CASE_COUNT> exported;
 
 template <class T>
 devmem::DeviceArray device_iota(std::int64_t n) {
@@ -66,7 +66,7 @@ extern "C" DLManagedTensor* devmem_shim_export(int which) {
     const devmem::DeviceArray array = make_case(which);
     {
       const std::lock_guard lock(mutex);
-      exported.at(static_cast<std::size_t>(which)) = array.memory();
+      exported.at(static_cast<std::size_t>(which)) = array.owner();
     }
     return array.to_dlpack();
   } catch (const std::exception& e) {
