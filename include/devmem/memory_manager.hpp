@@ -23,6 +23,9 @@
 //
 // Thread safety: all functions may be called from several threads. Managers are called
 // concurrently and must be thread-safe.
+//
+// Managers compose: the pool takes its blocks from an upstream manager, and the adaptors of
+// memory_adaptors.hpp (statistics, a byte limit, logging) wrap any manager.
 #pragma once
 
 #include <devmem/backend.hpp>
