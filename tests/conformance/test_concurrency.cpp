@@ -228,6 +228,7 @@ TEST_CASE("concurrency: 8 threads allocate, copy and free with the pool manager"
 
 TEST_CASE("concurrency: 8 threads allocate, copy and free through composed managers",
           "[concurrency][threads][deallocation][pool][adaptor]") {
+  std::atomic<int64_t> events{0};  // before the guard, whose final flush still logs
   const MemoryStateGuard mem;
   const auto& ctx = mem.context();
   ctx->set_deallocation_config(limits(10, 0.2));
@@ -237,7 +238,6 @@ TEST_CASE("concurrency: 8 threads allocate, copy and free through composed manag
   room.device_bytes = 1LL << 30;  // never reached: a refusal would fail a worker
   const auto limit = std::make_shared<devmem::LimitAdaptor>(*ctx, pool, room);
   const auto stats = std::make_shared<devmem::StatisticsAdaptor>(*ctx, limit);
-  std::atomic<int64_t> events{0};
   const auto logging = std::make_shared<devmem::LoggingAdaptor>(
       *ctx, stats, [&events](const devmem::MemoryEvent&) { events.fetch_add(1); });
   ctx->set_memory_manager(logging);

@@ -265,10 +265,13 @@ TEST_CASE("statistics adaptor: current, peak and total through it, device and ho
 
 TEST_CASE("logging adaptor: every call with its bytes, pointer, stream and result",
           "[memory-manager][adaptor]") {
+  // The sinks' targets first: the guard's final flush still logs through the adaptors.
+  EventLog log;
+  EventLog failures;
+  std::ostringstream out;
   const MemoryStateGuard mem;
   const auto& ctx = mem.context();
   ctx->set_deallocation_config(limits(10, 1.0));
-  EventLog log;
   const auto logging = std::make_shared<LoggingAdaptor>(*ctx, nullptr, log.sink());
   CHECK(logging->name() == "logging(direct)");
   ctx->set_memory_manager(logging);
@@ -302,7 +305,6 @@ TEST_CASE("logging adaptor: every call with its bytes, pointer, stream and resul
 
   SECTION("a failed call is logged with its error and rethrown unchanged") {
     const auto over_limit = std::make_shared<LimitAdaptor>(*ctx, nullptr, device_limit(100));
-    EventLog failures;
     const auto logged = std::make_shared<LoggingAdaptor>(*ctx, over_limit, failures.sink());
     CHECK(logged->name() == "logging(limit(direct))");
     ctx->set_memory_manager(logged);
@@ -314,7 +316,6 @@ TEST_CASE("logging adaptor: every call with its bytes, pointer, stream and resul
                Catch::Matchers::StartsWith("limit adaptor: allocating 101 bytes"));
   }
   SECTION("CSV lines on a stream") {
-    std::ostringstream out;
     const auto to_stream = std::make_shared<LoggingAdaptor>(*ctx, nullptr, out);
     ctx->set_memory_manager(to_stream);
     { const DeviceArray a = devmem::device_array(Shape{77}, u1()); }
@@ -355,9 +356,9 @@ TEST_CASE("logging adaptor: every call with its bytes, pointer, stream and resul
 
 TEST_CASE("memory adaptors: logging(limit(pool(direct))) runs a normal workload",
           "[memory-manager][adaptor][pool]") {
+  EventLog log;  // before the guard, whose final flush still logs
   const MemoryStateGuard mem;
   const auto& ctx = mem.context();
-  EventLog log;
   const auto pool = std::make_shared<PoolMemoryManager>(
       *ctx, PoolMemoryManager::Options{}, std::make_shared<devmem::DirectMemoryManager>(*ctx));
   const auto limit = std::make_shared<LimitAdaptor>(*ctx, pool, device_limit(64 * kMiB));
