@@ -150,13 +150,16 @@ struct MemoryEvent {
 /// own and events arrive one at a time (in the order the calls completed); it should be quick and
 /// must not call back into the adaptor. An exception from the sink is written to stderr and
 /// otherwise ignored: memory must not be lost because a log line failed.
+/// Lifetime: memory keeps the manager that made it until it is handed back (the deferred queue
+/// included), so the adaptor, and whatever its sink writes to, may be used after the application
+/// has dropped its own reference; flush_deallocations() before such targets go.
 class DEVMEM_API LoggingAdaptor : public MemoryAdaptor {
  public:
   using Sink = std::function<void(const MemoryEvent&)>;
   /// InvalidArgument for an empty sink, and as MemoryAdaptor.
   LoggingAdaptor(Context& context, std::shared_ptr<MemoryManager> upstream, Sink sink);
   /// Writes memory_event_csv_header() and then one format_memory_event() line per event to
-  /// `out`, which must outlive the adaptor.
+  /// `out`, which must outlive the adaptor (see Lifetime above).
   LoggingAdaptor(Context& context, std::shared_ptr<MemoryManager> upstream, std::ostream& out);
   ~LoggingAdaptor() override;
   [[nodiscard]] void* allocate(std::size_t bytes, const Stream& stream) override;
