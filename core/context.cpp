@@ -119,29 +119,6 @@ std::shared_ptr<Context> ContextState::create(Backend& backend, int device) {
   return ctx;
 }
 
-void ContextState::Counters::add(std::int64_t bytes) noexcept {
-  const std::int64_t now_bytes = current_bytes.fetch_add(bytes) + bytes;
-  const std::int64_t now_count = current_count.fetch_add(1) + 1;
-  total_bytes.fetch_add(bytes);
-  total_count.fetch_add(1);
-  for (std::int64_t peak = peak_bytes.load();
-       now_bytes > peak && !peak_bytes.compare_exchange_weak(peak, now_bytes);) {
-  }
-  for (std::int64_t peak = peak_count.load();
-       now_count > peak && !peak_count.compare_exchange_weak(peak, now_count);) {
-  }
-}
-
-void ContextState::Counters::remove(std::int64_t bytes) noexcept {
-  current_bytes.fetch_sub(bytes);
-  current_count.fetch_sub(1);
-}
-
-MemoryStatistics ContextState::Counters::snapshot() const noexcept {
-  return MemoryStatistics{current_bytes.load(), peak_bytes.load(), total_bytes.load(),
-                          current_count.load(), peak_count.load(), total_count.load()};
-}
-
 std::shared_ptr<MemoryManager> ContextState::manager() const {
   std::lock_guard lock(queue_mutex);
   return current_manager;

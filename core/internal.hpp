@@ -10,6 +10,8 @@
 
 #include <devmem/memory_manager.hpp>
 
+#include "core/memory_counter.hpp"
+
 #include <atomic>
 #include <cstddef>
 #include <deque>
@@ -24,6 +26,13 @@ namespace devmem::detail {
 
 /// Writes an error that cannot be thrown (destructors, background release) to stderr.
 void report_error(std::string_view what) noexcept;
+
+/// `upstream` for a manager of `context` made by `who` (an adaptor, the pool): a new
+/// DirectMemoryManager when null; InvalidArgument naming `who` when it belongs to another context
+/// or has another interface version.
+std::shared_ptr<MemoryManager> checked_upstream(Context& context,
+                                                std::shared_ptr<MemoryManager> upstream,
+                                                std::string_view who);
 
 /// Throws InvalidArgument ("<operation>: byte stride S of axis K is not a multiple of the
 /// alignment A of dtype D") when an axis longer than 1 has a stride that would put its second
@@ -177,13 +186,9 @@ struct ContextState {
     // keep destroyed streams' vendor queues alive until the next flush.
     std::weak_ptr<StreamState> stream;
   };
-  struct Counters {
-    std::atomic<std::int64_t> current_bytes{0}, peak_bytes{0}, total_bytes{0};
-    std::atomic<std::int64_t> current_count{0}, peak_count{0}, total_count{0};
-    void add(std::int64_t bytes) noexcept;
-    void remove(std::int64_t bytes) noexcept;
-    [[nodiscard]] MemoryStatistics snapshot() const noexcept;
-  };
+  // Memory handed to arrays: added at allocation, removed when the last array goes (release()),
+  // not when the queue frees it.
+  using Counters = MemoryCounter;
 
   mutable std::mutex queue_mutex;  // guards everything below up to `errors`
   std::deque<Pending> queue;

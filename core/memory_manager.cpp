@@ -3,12 +3,17 @@
 #include "core/internal.hpp"
 
 #include <devmem/error.hpp>
+#include <devmem/memory_adaptors.hpp>
+#include <devmem/byte_size.hpp>
 #include <devmem/memory_manager.hpp>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <bit>
+#include <charconv>
+#include <iostream>
+#include <limits>
 #include <map>
 #include <unordered_map>
 #include <utility>
@@ -65,6 +70,7 @@ void AsyncMemoryManager::deallocate(void* ptr, std::size_t /*bytes*/, const Stre
 
 struct PoolMemoryManager::State {
   Options options;
+  std::shared_ptr<MemoryManager> upstream;
   mutable std::mutex mutex;
   // Free blocks by size class. Blocks get here only once no work uses them (the context queues
   // memory after the streams that used it are done), so any stream may take them at once.
@@ -76,6 +82,10 @@ struct PoolMemoryManager::State {
 PoolMemoryManager::PoolMemoryManager(Context& context) : PoolMemoryManager(context, Options{}) {}
 
 PoolMemoryManager::PoolMemoryManager(Context& context, Options options)
+    : PoolMemoryManager(context, options, nullptr) {}
+
+PoolMemoryManager::PoolMemoryManager(Context& context, Options options,
+                                     std::shared_ptr<MemoryManager> upstream)
     : MemoryManager(context), state_(std::make_unique<State>()) {
   if (options.max_cached_bytes < 0) {
     throw InvalidArgument(
@@ -83,6 +93,11 @@ PoolMemoryManager::PoolMemoryManager(Context& context, Options options)
                     options.max_cached_bytes));
   }
   state_->options = options;
+  state_->upstream = detail::checked_upstream(context, std::move(upstream), "PoolMemoryManager");
+}
+
+const std::shared_ptr<MemoryManager>& PoolMemoryManager::upstream() const noexcept {
+  return state_->upstream;
 }
 
 PoolMemoryManager::~PoolMemoryManager() {
@@ -102,7 +117,7 @@ std::size_t PoolMemoryManager::size_class(std::size_t bytes) noexcept {
   return (bytes + step - 1) / step * step;
 }
 
-void* PoolMemoryManager::allocate(std::size_t bytes, const Stream& /*stream*/) {
+void* PoolMemoryManager::allocate(std::size_t bytes, const Stream& stream) {
   const std::size_t cls = size_class(bytes);
   {
     std::lock_guard lock(state_->mutex);
@@ -117,21 +132,21 @@ void* PoolMemoryManager::allocate(std::size_t bytes, const Stream& /*stream*/) {
     }
     ++state_->stats.misses;
   }
-  Backend& backend = context().backend();
+  MemoryManager& upstream = *state_->upstream;
   void* block = nullptr;
   try {
-    block = backend.allocate(context().device(), cls);
+    block = upstream.allocate(cls, stream);
   } catch (const OutOfMemory&) {
     // Cached blocks of other sizes may be what stands in the way.
     trim();
-    block = backend.allocate(context().device(), cls);
+    block = upstream.allocate(cls, stream);
   }
   std::lock_guard lock(state_->mutex);
   state_->stats.backend_bytes += static_cast<std::int64_t>(cls);
   return block;
 }
 
-void PoolMemoryManager::deallocate(void* ptr, std::size_t bytes, const Stream& /*stream*/) {
+void PoolMemoryManager::deallocate(void* ptr, std::size_t bytes, const Stream& stream) {
   const std::size_t cls = size_class(bytes);
   const auto cls_bytes = static_cast<std::int64_t>(cls);
   {
@@ -147,7 +162,7 @@ void PoolMemoryManager::deallocate(void* ptr, std::size_t bytes, const Stream& /
     }
     state_->stats.backend_bytes -= cls_bytes;
   }
-  context().backend().deallocate(context().device(), ptr);
+  state_->upstream->deallocate(ptr, cls, stream);
 }
 
 void* PoolMemoryManager::host_allocate(std::size_t bytes, HostAllocFlags flags) {
@@ -165,12 +180,12 @@ void* PoolMemoryManager::host_allocate(std::size_t bytes, HostAllocFlags flags) 
     }
     ++state_->stats.misses;
   }
-  Backend& backend = context().backend();
+  MemoryManager& upstream = *state_->upstream;
   try {
-    return backend.host_allocate(context().device(), cls, flags);
+    return upstream.host_allocate(cls, flags);
   } catch (const OutOfMemory&) {
     trim();
-    return backend.host_allocate(context().device(), cls, flags);
+    return upstream.host_allocate(cls, flags);
   }
 }
 
@@ -187,13 +202,14 @@ void PoolMemoryManager::host_deallocate(void* ptr, std::size_t bytes, HostAllocF
       return;
     }
   }
-  context().backend().host_deallocate(context().device(), ptr);
+  state_->upstream->host_deallocate(ptr, cls, flags);
 }
 
 MemoryInfo PoolMemoryManager::memory_info() const {
-  MemoryInfo info = context().backend().memory_info(context().device());
+  MemoryInfo info = state_->upstream->memory_info();
   // Cached blocks are free for this context's arrays.
-  info.free += cached_bytes();
+  std::lock_guard lock(state_->mutex);
+  info.free += state_->stats.cached_bytes;
   return info;
 }
 
@@ -228,11 +244,14 @@ void PoolMemoryManager::trim() {
       first = std::current_exception();
     }
   };
-  Backend& backend = context().backend();
+  // The blocks' streams are not kept (no work uses a cached block); upstream gets the default
+  // stream, as the context's queue does for memory whose stream has gone.
+  MemoryManager& upstream = *state_->upstream;
+  const Stream stream = context().default_stream();
   for (auto& [cls, blocks] : device_blocks) {
     for (void* p : blocks) {
       try {
-        backend.deallocate(context().device(), p);
+        upstream.deallocate(p, cls, stream);
       } catch (...) {
         remember("device memory", p, cls);
       }
@@ -241,18 +260,25 @@ void PoolMemoryManager::trim() {
   for (auto& [key, blocks] : host_blocks) {
     for (void* p : blocks) {
       try {
-        backend.host_deallocate(context().device(), p);
+        upstream.host_deallocate(p, key.second, static_cast<HostAllocFlags>(key.first));
       } catch (...) {
         remember("page-locked host memory", p, key.second);
       }
     }
   }
   if (first) std::rethrow_exception(first);
+  // An upstream that caches (another pool) gives back what it holds too, so that trim() frees
+  // device memory whatever the chain.
+  upstream.trim();
 }
 
 std::int64_t PoolMemoryManager::cached_bytes() const noexcept {
-  std::lock_guard lock(state_->mutex);
-  return state_->stats.cached_bytes;
+  std::int64_t own = 0;
+  {
+    std::lock_guard lock(state_->mutex);
+    own = state_->stats.cached_bytes;
+  }
+  return own + state_->upstream->cached_bytes();
 }
 
 PoolStatistics PoolMemoryManager::statistics() const {
@@ -290,6 +316,11 @@ Registry& registry() {
 
 void register_memory_manager(std::string name, MemoryManagerFactory factory) {
   if (name.empty()) throw InvalidArgument("register_memory_manager: the name is empty");
+  if (name.find_first_of(":=") != std::string::npos) {
+    throw InvalidArgument(fmt::format(
+        "register_memory_manager: the name '{}' contains ':' or '=', which compose managers",
+        name));
+  }
   if (!factory) {
     throw InvalidArgument(
         fmt::format("register_memory_manager: the factory for '{}' is empty", name));
@@ -299,21 +330,126 @@ void register_memory_manager(std::string name, MemoryManagerFactory factory) {
   r.factories.insert_or_assign(std::move(name), std::move(factory));
 }
 
-std::shared_ptr<MemoryManager> make_memory_manager(std::string_view name, Context& context) {
-  MemoryManagerFactory factory;
+namespace {
+
+/// The factory registered under `name`, or an empty one.
+MemoryManagerFactory find_factory(std::string_view name) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.factories.find(name);
+  return it == r.factories.end() ? MemoryManagerFactory{} : it->second;
+}
+
+/// InvalidArgument for an unknown `name`, listing the known ones. `in`: the whole composition
+/// when `name` is a part of one.
+[[noreturn]] void throw_unknown(std::string_view name, std::string_view in) {
+  Registry& r = registry();
+  std::vector<std::string> known;
   {
-    Registry& r = registry();
     std::lock_guard lock(r.mutex);
-    auto it = r.factories.find(name);
-    if (it == r.factories.end()) {
-      std::vector<std::string_view> known;
-      known.reserve(r.factories.size());
-      for (const auto& [key, value] : r.factories) known.push_back(key);
-      throw InvalidArgument(
-          fmt::format("make_memory_manager: unknown memory manager '{}' (known: {})", name,
-                      fmt::join(known, ", ")));
+    known.reserve(r.factories.size());
+    for (const auto& [key, value] : r.factories) known.push_back(key);
+  }
+  if (in.empty()) {
+    throw InvalidArgument(fmt::format("make_memory_manager: unknown memory manager '{}' (known: {})",
+                                      name, fmt::join(known, ", ")));
+  }
+  throw InvalidArgument(fmt::format(
+      "make_memory_manager: unknown memory manager '{}' in '{}' (known: {}; adaptors: "
+      "statistics, logging, limit=SIZE, pool)",
+      name, in, fmt::join(known, ", ")));
+}
+
+/// The byte size of a `limit=SIZE` part of a composition (parse_byte_size, and more than 0).
+std::int64_t parse_limit(std::string_view text, std::string_view part, std::string_view in) {
+  std::int64_t bytes = 0;
+  try {
+    bytes = parse_byte_size(text);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("make_memory_manager: bad limit in '{}' of '{}': {}", part,
+                                      in, e.what()));
+  }
+  if (bytes == 0) {
+    throw InvalidArgument(fmt::format(
+        "make_memory_manager: bad limit in '{}' of '{}': the limit must be more than 0 bytes",
+        part, in));
+  }
+  return bytes;
+}
+
+/// The manager of one part of a composition over `upstream` (null: the direct manager), or null
+/// when `part` is not an adaptor or the pool.
+std::shared_ptr<MemoryManager> make_adaptor(std::string_view part, std::string_view in,
+                                            Context& context,
+                                            std::shared_ptr<MemoryManager> upstream) {
+  if (part == "statistics") {
+    return std::make_shared<StatisticsAdaptor>(context, std::move(upstream));
+  }
+  if (part == "logging") {
+    return std::make_shared<LoggingAdaptor>(context, std::move(upstream), std::clog);
+  }
+  if (part == "pool") {
+    return std::make_shared<PoolMemoryManager>(context, PoolMemoryManager::Options{},
+                                               std::move(upstream));
+  }
+  constexpr std::string_view kLimit = "limit=";
+  if (part.starts_with(kLimit)) {
+    LimitAdaptor::Limits limits;
+    limits.device_bytes = parse_limit(part.substr(kLimit.size()), part, in);
+    return std::make_shared<LimitAdaptor>(context, std::move(upstream), limits);
+  }
+  return nullptr;
+}
+
+/// A composition "OUTER:...:INNER": every part but the last an adaptor (or "pool") over the part
+/// after it; the last a registered name or an adaptor over the direct manager.
+std::shared_ptr<MemoryManager> make_composition(std::string_view name, Context& context) {
+  std::vector<std::string_view> parts;
+  for (std::size_t begin = 0;;) {
+    const std::size_t colon = name.find(':', begin);
+    parts.push_back(name.substr(begin, colon == std::string_view::npos ? colon : colon - begin));
+    if (colon == std::string_view::npos) break;
+    begin = colon + 1;
+  }
+  for (const std::string_view part : parts) {
+    if (part.empty()) {
+      throw InvalidArgument(fmt::format(
+          "make_memory_manager: an empty part in '{}' (parts are separated by one ':')", name));
     }
-    factory = it->second;
+  }
+  // Registered names are plain managers, not adaptors: they can only come last.
+  const std::string_view last = parts.back();
+  std::shared_ptr<MemoryManager> manager;
+  if (const MemoryManagerFactory factory = find_factory(last)) {
+    manager = factory(context);
+    if (!manager) {
+      throw InvalidArgument(fmt::format(
+          "make_memory_manager: the factory of '{}' in '{}' returned null", last, name));
+    }
+  } else {
+    manager = make_adaptor(last, name, context, nullptr);
+    if (!manager) throw_unknown(last, parts.size() == 1 ? std::string_view{} : name);
+  }
+  for (auto it = std::next(parts.rbegin()); it != parts.rend(); ++it) {
+    auto outer = make_adaptor(*it, name, context, manager);
+    if (!outer) {
+      throw InvalidArgument(fmt::format(
+          "make_memory_manager: '{}' in '{}' is not an adaptor (statistics, logging, limit=SIZE, "
+          "pool): only the last part may name a plain manager",
+          *it, name));
+    }
+    manager = std::move(outer);
+  }
+  return manager;
+}
+
+}  // namespace
+
+std::shared_ptr<MemoryManager> make_memory_manager(std::string_view name, Context& context) {
+  const MemoryManagerFactory factory = find_factory(name);
+  if (!factory) {
+    if (name.empty()) throw_unknown(name, {});
+    return make_composition(name, context);
   }
   auto manager = factory(context);
   if (!manager) {

@@ -13,6 +13,7 @@
 #include <devmem/interop.hpp>
 #include <devmem/layout.hpp>
 #include <devmem/memory.hpp>
+#include <devmem/memory_adaptors.hpp>
 #include <devmem/memory_manager.hpp>
 #include <devmem/smart_array.hpp>
 #include <devmem/stream.hpp>

@@ -23,6 +23,9 @@
 //
 // Thread safety: all functions may be called from several threads. Managers are called
 // concurrently and must be thread-safe.
+//
+// Managers compose: the pool takes its blocks from an upstream manager, and the adaptors of
+// memory_adaptors.hpp (statistics, a byte limit, logging) wrap any manager.
 #pragma once
 
 #include <devmem/backend.hpp>
@@ -173,15 +176,24 @@ struct PoolStatistics {
   std::int64_t cached_bytes = 0;  // device bytes held free in the cache
   std::int64_t cached_blocks = 0;
   std::int64_t cached_host_bytes = 0;  // pinned host bytes held free in the cache
-  std::int64_t backend_bytes = 0;      // device bytes obtained from the backend, still held
+  std::int64_t backend_bytes = 0;      // device bytes obtained from upstream, still held
   std::int64_t trims = 0;              // times the cache was released
 };
 
 /// A caching allocator ("pool"): requests are rounded up to size classes (each power of two split
 /// in four steps, so at most 25% is wasted; at least 256 bytes), freed blocks are kept per class
-/// and handed out again without calling the backend. Pinned host blocks are cached the same way,
-/// per allocation flags. When the backend reports out of memory, the cache is released and the
+/// and handed out again without calling upstream. Pinned host blocks are cached the same way, per
+/// allocation flags. When upstream reports out of memory, the cache is released and the
 /// allocation retried.
+///
+/// Upstream: the manager the pool takes its blocks from and gives them back to (RMM's
+/// pool_memory_resource over an upstream resource), by default a DirectMemoryManager of the
+/// context; any manager of the same context composes, e.g. a LimitAdaptor to cap what the pool may
+/// hold (memory_adaptors.hpp). Upstream sees whole size classes: allocate on a miss (with the
+/// requesting stream), deallocate when a block returns beyond max_cached_bytes (with the stream
+/// the context passes) and for every cached block at trim() (with the context's default stream).
+/// trim() then calls upstream->trim(), cached_bytes() adds upstream->cached_bytes(), and
+/// memory_info() is upstream's with this pool's cached device bytes counted as free.
 class DEVMEM_API PoolMemoryManager : public MemoryManager {
  public:
   struct Options {
@@ -193,6 +205,10 @@ class DEVMEM_API PoolMemoryManager : public MemoryManager {
   explicit PoolMemoryManager(Context& context);
   /// A pool with `options`.
   PoolMemoryManager(Context& context, Options options);
+  /// A pool with `options` over `upstream` (null: a new DirectMemoryManager for `context`).
+  /// InvalidArgument when upstream belongs to another context ("PoolMemoryManager: the upstream
+  /// manager 'NAME' was made for device D, not for device E") or has another interface version.
+  PoolMemoryManager(Context& context, Options options, std::shared_ptr<MemoryManager> upstream);
   ~PoolMemoryManager() override;
   [[nodiscard]] std::string_view name() const noexcept override { return "pool"; }
   [[nodiscard]] void* allocate(std::size_t bytes, const Stream& stream) override;
@@ -202,6 +218,8 @@ class DEVMEM_API PoolMemoryManager : public MemoryManager {
   [[nodiscard]] MemoryInfo memory_info() const override;
   void trim() override;
   [[nodiscard]] std::int64_t cached_bytes() const noexcept override;
+  /// The manager the pool's blocks come from.
+  [[nodiscard]] const std::shared_ptr<MemoryManager>& upstream() const noexcept;
   /// Hits, misses and the cache's contents now (thread-safe).
   [[nodiscard]] PoolStatistics statistics() const;
   /// The size class a request of `bytes` is rounded up to.
@@ -216,12 +234,20 @@ class DEVMEM_API PoolMemoryManager : public MemoryManager {
 using MemoryManagerFactory = std::function<std::shared_ptr<MemoryManager>(Context&)>;
 
 /// Makes `factory` available to DEVMEM_MEMORY_MANAGER under `name` ("direct", "pool" and "async"
-/// are built in). Replaces an earlier registration of the same name.
+/// are built in). Replaces an earlier registration of the same name. Names must not contain ':'
+/// or '=' (InvalidArgument), which compose managers (make_memory_manager).
 DEVMEM_API void register_memory_manager(std::string name, MemoryManagerFactory factory);
 /// The manager registered under `name`, made for `context`. InvalidArgument for unknown names
 /// ("make_memory_manager: unknown memory manager 'NAME' (known: ...)") and for a factory that
 /// returns null; the factory's own errors (the async manager's InvalidArgument on a device without
 /// a stream-ordered allocator) pass through.
+/// A name that is not registered may compose managers (memory_adaptors.hpp), outermost first,
+/// parts separated by ':': every part but the last is "statistics", "logging" (CSV lines to
+/// std::clog), "limit=SIZE" (a device byte limit; SIZE is digits with an optional K, M, G or T,
+/// powers of 1024) or "pool", each over the part after it; the last part is a registered name or
+/// one of those over the direct manager. "statistics:limit=512M:pool" is
+/// statistics(limit(pool(direct))). InvalidArgument naming the bad part for an empty part, a bad
+/// size, an unknown name, or a plain manager before the last part.
 [[nodiscard]] DEVMEM_API std::shared_ptr<MemoryManager> make_memory_manager(std::string_view name,
                                                                             Context& context);
 /// The same, for the current context (NoDevice when there is no device).

@@ -226,6 +226,35 @@ TEST_CASE("concurrency: 8 threads allocate, copy and free with the pool manager"
   CHECK(pool->statistics().backend_bytes == 0);
 }
 
+TEST_CASE("concurrency: 8 threads allocate, copy and free through composed managers",
+          "[concurrency][threads][deallocation][pool][adaptor]") {
+  std::atomic<int64_t> events{0};  // before the guard, whose final flush still logs
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  ctx->set_deallocation_config(limits(10, 0.2));
+  const auto pool = std::make_shared<devmem::PoolMemoryManager>(
+      *ctx, devmem::PoolMemoryManager::Options{}, nullptr);
+  devmem::LimitAdaptor::Limits room;
+  room.device_bytes = 1LL << 30;  // never reached: a refusal would fail a worker
+  const auto limit = std::make_shared<devmem::LimitAdaptor>(*ctx, pool, room);
+  const auto stats = std::make_shared<devmem::StatisticsAdaptor>(*ctx, limit);
+  const auto logging = std::make_shared<devmem::LoggingAdaptor>(
+      *ctx, stats, [&events](const devmem::MemoryEvent&) { events.fetch_add(1); });
+  ctx->set_memory_manager(logging);
+  const devmem::MemoryStatistics device0 = ctx->device_statistics();
+  const devmem::MemoryStatistics host0 = ctx->host_statistics();
+  const auto results = run_stress();
+  check_all_released(*ctx, device0, host0, results);
+  const devmem::MemoryStatistics s = stats->statistics();
+  CHECK(s.current_bytes == 0);
+  CHECK(s.total_count == device_allocations(results));
+  CHECK(stats->host_statistics().total_count == host_allocations(results));
+  CHECK(events.load() == 2 * (s.total_count + stats->host_statistics().total_count));
+  CHECK(limit->device_bytes_in_use() == 0);  // above the pool: its cache is not counted
+  logging->trim();                           // forwarded down to the pool
+  CHECK(pool->statistics().backend_bytes == 0);
+}
+
 TEST_CASE("concurrency: 8 threads stress while another thread switches managers",
           "[concurrency][threads][deallocation][pool]") {
   const MemoryStateGuard mem;
