@@ -227,11 +227,14 @@ std::string describe_shape(std::span<const std::size_t> shape) {
 }
 
 bool same_site(const SourceSite& a, const SourceSite& b) {
-  return a.line == b.line && std::strcmp(a.file, b.file) == 0;
+  return a.line == b.line && (a.file == b.file || std::strcmp(a.file, b.file) == 0);
 }
 
 class BlockRunner;
-thread_local BlockRunner* t_runner = nullptr;  // the scheduler of this OS thread, if any
+// The scheduler of this OS thread, if any. Read by every thread index and barrier call of a
+// kernel: initial-exec is one load from the thread pointer, where the default model of a shared
+// library calls __tls_get_addr (one pointer fits the static TLS reserve even when dlopen'ed).
+[[gnu::tls_model("initial-exec")]] thread_local BlockRunner* t_runner = nullptr;
 
 /// Runs the blocks handed to it on the calling OS thread, one block at a time.
 class BlockRunner {
@@ -241,6 +244,13 @@ class BlockRunner {
         block_threads_(static_cast<std::size_t>(grid.block.volume())),
         threads_(block_threads_),
         shared_(grid.shared_limit + kSharedAlignment) {
+    const Dim3& b = grid_.block;
+    for (std::size_t i = 0; i < block_threads_; ++i) {
+      const auto linear = static_cast<unsigned>(i);
+      threads_[i].coords =
+          ThreadCoords{Dim3(linear % b.x, (linear / b.x) % b.y, linear / (b.x * b.y)), Dim3(),
+                       grid_.block, grid_.grid};
+    }
     const auto base = reinterpret_cast<std::uintptr_t>(shared_.data());
     shared_base_ =
         shared_.data() + ((kSharedAlignment - base % kSharedAlignment) % kSharedAlignment);
@@ -394,12 +404,8 @@ class BlockRunner {
     shared_arrays_.clear();
     shared_end_ = grid_.dynamic_shared_bytes;
     std::memset(shared_base_, kUninitialisedShared, grid_.dynamic_shared_bytes);
-    const Dim3& b = grid_.block;
-    for (std::size_t i = 0; i < block_threads_; ++i) {
-      SimThread& t = threads_[i];
-      const auto linear = static_cast<unsigned>(i);
-      t.coords = ThreadCoords{Dim3(linear % b.x, (linear / b.x) % b.y, linear / (b.x * b.y)), index,
-                              grid_.block, grid_.grid};
+    for (SimThread& t : threads_) {
+      t.coords.block_idx = index;
       t.state = State::Ready;
     }
   }
@@ -429,29 +435,50 @@ class BlockRunner {
     t.state = State::Done;
   }
 
+  /// Every jump between the scheduler and the fibers passes where the context of the side that
+  /// suspends is to be kept (null from a fiber that has finished): the side that resumes stores it.
+  static void store_context(const fctx::transfer_t& from) noexcept {
+    if (from.data != nullptr) *static_cast<fctx::fcontext_t*>(from.data) = from.fctx;
+  }
+
+  /// Gives thread `t`, which has not run yet, a fiber to start on.
+  void start_fiber(SimThread& t) {
+    t.stack = take_stack();
+    t.context = fctx::make_fcontext(t.stack.top(), FiberStack::size(), &BlockRunner::fiber_main);
+#ifdef DEVMEM_FIBER_TSAN
+    t.tsan_fiber = __tsan_create_fiber(0);
+#endif
+  }
+
   /// Entry point of every fiber (on its own stack; never returns). Runs the thread it was started
   /// for, then, as long as the next thread of the scheduler's round has not started yet, that
   /// one too: threads that return without waiting cost no switch and share one stack.
   static void fiber_main(fctx::transfer_t from) {
-    BlockRunner& self = *static_cast<BlockRunner*>(from.data);
-    self.scheduler_context_ = from.fctx;
+    store_context(from);
+    BlockRunner& self = *t_runner;
 #ifdef DEVMEM_FIBER_ASAN
-    __sanitizer_finish_switch_fiber(nullptr, &self.scheduler_stack_bottom_,
-                                    &self.scheduler_stack_size_);
+    const void* from_bottom = nullptr;
+    std::size_t from_size = 0;
+    __sanitizer_finish_switch_fiber(nullptr, &from_bottom, &from_size);
+    if (from.data == &self.scheduler_context_) {
+      self.scheduler_stack_bottom_ = from_bottom;
+      self.scheduler_stack_size_ = from_size;
+    }
 #endif
     while (true) {
       SimThread& t = self.threads_[self.current_];
       self.run_body(t);
+      t.context = nullptr;
       const std::size_t next = self.cursor_ + 1;
       if (self.aborting_ || next == self.block_threads_) break;
       SimThread& n = self.threads_[next];
       if (n.state != State::Ready || n.context != nullptr) break;
-      t.context = nullptr;
       n.stack = std::move(t.stack);
       n.tsan_fiber = std::exchange(t.tsan_fiber, nullptr);
       self.cursor_ = self.current_ = next;
     }
-    // This fiber is finished: it is never resumed, and its stack goes to another fiber.
+    // This fiber is finished: it is never resumed. The scheduler takes its stack back (and, under
+    // TSan, destroys its fiber, which cannot be done while running on it).
 #ifdef DEVMEM_FIBER_ASAN
     __sanitizer_start_switch_fiber(nullptr, self.scheduler_stack_bottom_,
                                    self.scheduler_stack_size_);
@@ -463,55 +490,66 @@ class BlockRunner {
     std::abort();  // unreachable: nothing resumes a finished fiber
   }
 
-  /// Scheduler -> simulated thread `index` (started on a fiber if it has not run yet), until it
-  /// waits or returns (or, after starting threads that follow it, the last of them does).
+  /// Scheduler -> simulated thread `index` (started on a fiber if it has not run yet), until a
+  /// thread returns to the scheduler: the threads after it in the round may have run meanwhile
+  /// (cursor_ says up to which), each switching to the next directly.
   void switch_to(std::size_t index) {
     SimThread& t = threads_[index];
     current_ = index;
-    if (t.context == nullptr) {
-      t.stack = take_stack();
-      t.context = fctx::make_fcontext(t.stack.top(), FiberStack::size(), &BlockRunner::fiber_main);
-#ifdef DEVMEM_FIBER_TSAN
-      t.tsan_fiber = __tsan_create_fiber(0);
-#endif
-    }
+    if (t.context == nullptr) start_fiber(t);
 #ifdef DEVMEM_FIBER_ASAN
     __sanitizer_start_switch_fiber(&scheduler_fake_stack_, t.stack.bottom(), FiberStack::size());
 #endif
 #ifdef DEVMEM_FIBER_TSAN
     __tsan_switch_to_fiber(t.tsan_fiber, 0);
 #endif
-    const fctx::transfer_t back = fctx::jump_fcontext(t.context, this);
+    store_context(fctx::jump_fcontext(t.context, &scheduler_context_));
 #ifdef DEVMEM_FIBER_ASAN
     __sanitizer_finish_switch_fiber(scheduler_fake_stack_, nullptr, nullptr);
 #endif
-    SimThread& last = threads_[current_];  // not t when t returned and later threads started
+    SimThread& last = threads_[current_];  // the thread that came back
     if (last.state == State::Done) {
 #ifdef DEVMEM_FIBER_TSAN
       __tsan_destroy_fiber(std::exchange(last.tsan_fiber, nullptr));
 #endif
       last.context = nullptr;
       spare_stacks_.push_back(std::move(last.stack));
-    } else {
-      last.context = back.fctx;
     }
     current_ = kScheduler;
   }
 
-  /// Simulated thread -> scheduler; throws BlockAbort when resumed to unwind.
+  /// Simulated thread -> the next thread of the scheduler's round that is ready, directly, or
+  /// the scheduler when there is none; throws BlockAbort when resumed to unwind.
   void yield() {
-    [[maybe_unused]] SimThread& t = threads_[current_];
+    SimThread& t = threads_[current_];
+    std::size_t next = cursor_ + 1;
+    if (aborting_) next = block_threads_;  // the scheduler resumes whom it needs to unwind
+    while (next < block_threads_ && threads_[next].state != State::Ready) ++next;
+    fctx::transfer_t from{};
+    if (next < block_threads_) {
+      SimThread& n = threads_[next];
+      if (n.context == nullptr) start_fiber(n);
+      cursor_ = current_ = next;
 #ifdef DEVMEM_FIBER_ASAN
-    __sanitizer_start_switch_fiber(&t.asan_fake_stack, scheduler_stack_bottom_,
-                                   scheduler_stack_size_);
+      __sanitizer_start_switch_fiber(&t.asan_fake_stack, n.stack.bottom(), FiberStack::size());
 #endif
 #ifdef DEVMEM_FIBER_TSAN
-    __tsan_switch_to_fiber(scheduler_tsan_, 0);
+      __tsan_switch_to_fiber(n.tsan_fiber, 0);
 #endif
-    scheduler_context_ = fctx::jump_fcontext(scheduler_context_, nullptr).fctx;
+      from = fctx::jump_fcontext(n.context, &t.context);
+    } else {
 #ifdef DEVMEM_FIBER_ASAN
-    __sanitizer_finish_switch_fiber(t.asan_fake_stack, &scheduler_stack_bottom_,
-                                    &scheduler_stack_size_);
+      __sanitizer_start_switch_fiber(&t.asan_fake_stack, scheduler_stack_bottom_,
+                                     scheduler_stack_size_);
+#endif
+#ifdef DEVMEM_FIBER_TSAN
+      __tsan_switch_to_fiber(scheduler_tsan_, 0);
+#endif
+      from = fctx::jump_fcontext(scheduler_context_, &t.context);
+    }
+    store_context(from);
+#ifdef DEVMEM_FIBER_ASAN
+    __sanitizer_finish_switch_fiber(t.asan_fake_stack, nullptr, nullptr);
 #endif
     if (aborting_) throw BlockAbort{};
   }
@@ -540,6 +578,17 @@ class BlockRunner {
         t.state = State::Done;
       }
     }
+    // A thread that swallowed BlockAbort (catch (...)) and waits again is abandoned: it is never
+    // resumed, so its stack can serve the next block.
+    for (SimThread& t : threads_) {
+      if (t.state == State::Done) continue;
+      t.state = State::Done;
+      t.context = nullptr;
+#ifdef DEVMEM_FIBER_TSAN
+      __tsan_destroy_fiber(std::exchange(t.tsan_fiber, nullptr));
+#endif
+      spare_stacks_.push_back(std::move(t.stack));
+    }
   }
 
   /// Called when no thread is ready. Releases the barriers every participant has reached and
@@ -552,6 +601,16 @@ class BlockRunner {
       if (t.state == State::AtBlockBarrier) ++at_block;
     }
     if (done == block_threads_) return false;
+    if (at_block == block_threads_) {
+      // The common case: the whole block waits at one barrier.
+      const SourceSite& site = threads_.front().site;
+      bool one_site = true;
+      for (const auto& t : threads_) one_site = one_site && same_site(t.site, site);
+      if (one_site) {
+        for (auto& t : threads_) t.state = State::Ready;
+        return true;
+      }
+    }
 
     // Warps whose live threads all wait at wave_barrier.
     bool released = false;
@@ -661,13 +720,17 @@ class BlockRunner {
   [[maybe_unused]] void* scheduler_tsan_ = nullptr;
 };
 
-BlockRunner& runner_in_thread(const char* function) {
+[[noreturn, gnu::cold, gnu::noinline]] void outside_kernel(const char* function) {
+  throw InvalidArgument(
+      fmt::format("{}: called outside a kernel (the host backend provides it to kernels run by "
+                  "devmem::launch)",
+                  function));
+}
+
+inline BlockRunner& runner_in_thread(const char* function) {
   BlockRunner* runner = t_runner;
-  if (runner == nullptr || !runner->in_thread()) {
-    throw InvalidArgument(
-        fmt::format("{}: called outside a kernel (the host backend provides it to kernels run by "
-                    "devmem::launch)",
-                    function));
+  if (runner == nullptr || !runner->in_thread()) [[unlikely]] {
+    outside_kernel(function);
   }
   return *runner;
 }
