@@ -12,7 +12,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace devmem::app {
@@ -55,8 +57,9 @@ double median(std::vector<double> samples) {
   return n % 2 == 1 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
 }
 
-/// Seconds per call of `op`: calls per sample chosen from one timed call so that a sample lasts
-/// about `target` seconds; median of `repeats` samples after that warm-up.
+/// Seconds per call of `op` (warmed up already): calls per sample chosen from one timed call so
+/// that a sample lasts about `target` seconds; the median of `repeats` samples, the timed call
+/// being the first when one call is a sample.
 double seconds_per_call(const std::function<void()>& op, int repeats, double target, int* calls) {
   const auto time = [&](int count) {
     const auto start = Clock::now();
@@ -67,8 +70,9 @@ double seconds_per_call(const std::function<void()>& op, int repeats, double tar
   const double one = std::max(time(1), 1e-9);
   const int count = static_cast<int>(std::clamp(target / one, 1.0, 100000.0));
   std::vector<double> samples;
-  for (int r = 0; r < repeats; ++r) samples.push_back(time(count) / count);
-  if (calls != nullptr) *calls = count;
+  if (count == 1) samples.push_back(one);
+  while (static_cast<int>(samples.size()) < repeats) samples.push_back(time(count) / count);
+  *calls = count;
   return median(std::move(samples));
 }
 
@@ -236,11 +240,13 @@ std::vector<KernelResult> measure_kernels(int repeats, bool quick,
   // Long enough that a sample is not one descheduling away from an outlier, short enough for a
   // quick run to take seconds.
   const double target = quick ? 0.005 : 0.02;
+  // The largest cases take most of a second per launch: a quick run takes fewer samples.
+  if (quick) repeats = std::min(repeats, 3);
   for (std::size_t i = 0; i < case_specs().size(); ++i) {
     const CaseSpec& spec = case_specs()[i];
     step(labels[i]);
     const Case c = spec.make(spec.size);
-    c.check();
+    c.check();  // also the warm-up of both
     int launches = 0;
     int loops = 0;
     const double kernel_s = seconds_per_call(c.launch, repeats, target, &launches);

@@ -858,7 +858,8 @@ Dim3 block_at(const Dim3& grid, std::uint64_t linear) {
 /// Runs every block of `grid`, spread over the machine's cores; rethrows the first failure.
 void execute_grid(const KernelGrid& grid) {
   const std::uint64_t blocks = grid.grid.volume();
-  const std::uint64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  // Read once: hardware_concurrency opens and parses a file in /sys at every call.
+  static const std::uint64_t cores = std::max(1u, std::thread::hardware_concurrency());
   const std::uint64_t workers = std::min(blocks, cores);
   std::atomic<std::uint64_t> next_block{0};
   std::atomic<bool> failed{false};
