@@ -1,12 +1,13 @@
 // The host backend's kernel simulator (<devmem/kernel.hpp> compiled by the host compiler).
 //
 // Every thread of a block really runs: each simulated thread is a fiber (a Boost.Context fcontext
-// on an mmap'ed stack with a guard page below it) and the threads of a block take turns on one OS
-// thread, each running until it reaches a barrier or returns. Fibers rather than OS threads
-// because a block barrier then costs two user-space context switches per thread (a few
-// nanoseconds each, no system call: glibc's swapcontext saves the signal mask with one) instead of
-// waking hundreds of OS threads on two cores. Blocks are independent, so they are spread over the
-// machine's cores, one scheduler (BlockRunner) per OS thread.
+// on an mmap'ed stack with a guard region below it) and the threads of a block take turns on one
+// OS thread, each running until it reaches a barrier or returns. Fibers rather than OS threads
+// because a block barrier then costs about one user-space context switch per thread (a waiting
+// thread switches straight to the next ready one; a few nanoseconds, no system call: glibc's
+// swapcontext saves the signal mask with one) instead of waking hundreds of OS threads on two
+// cores. Blocks are independent, so they are spread over the machine's cores, one scheduler
+// (BlockRunner) per OS thread.
 //
 // What a thread costs beyond its own code is kept small: a thread gets a stack (from a pool kept
 // across blocks and launches) only when it first runs, and a thread that returns without waiting
