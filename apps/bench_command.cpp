@@ -1,5 +1,6 @@
 #include "bench_command.hpp"
 
+#include "bench_kernels.hpp"
 #include "bench_options.hpp"
 #include "raw_baseline.hpp"
 
@@ -114,6 +115,8 @@ struct Report {
   std::vector<AllocResult> allocations;
   std::optional<FirstUseResult> first_use;
   std::optional<EnqueueResult> enqueue;
+  std::vector<KernelResult> kernels;
+  std::string kernels_skipped;  // why the kernel group did not run, when it was asked for
   std::vector<Goal> goals;
 };
 
@@ -535,11 +538,27 @@ std::optional<double> median_ratio(const Report& report, std::int64_t from,
   return ratios.size() % 2 == 1 ? ratios[mid] : (ratios[mid - 1] + ratios[mid]) / 2;
 }
 
+/// Times slower than the plain loop of kernel `name` at `size`, if it was measured.
+std::optional<double> kernel_slowdown(const Report& report, std::string_view name,
+                                      std::int64_t size) {
+  for (const KernelResult& k : report.kernels) {
+    if (k.kernel == name && k.size == size) return k.slowdown();
+  }
+  return std::nullopt;
+}
+
 void evaluate_goals(Report& report) {
   const auto add = [&](std::string name, std::optional<double> measured, double target,
                        bool at_most, std::string unit) {
     if (measured) report.goals.push_back({std::move(name), *measured, target, at_most, unit});
   };
+  // The simulator against plain loops: what bounds the size of a test or a CPU-only run.
+  add("kernel matmul 256 vs plain loop (times slower)", kernel_slowdown(report, "matmul", 256), 60,
+      true, "x");
+  add("kernel saxpy 2^20 vs plain loop (times slower)",
+      kernel_slowdown(report, "saxpy", std::int64_t{1} << 20), 20, true, "x");
+  add("kernel reduction 2^20 vs plain loop (times slower)",
+      kernel_slowdown(report, "reduction", std::int64_t{1} << 20), 60, true, "x");
   const auto any = [](const CopyResult&) { return true; };
   if (report.backend == "host") {
     add("copies >= 64 KiB vs 1-thread memcpy (worst)", worst_ratio(report, 64 << 10, any), 0.9,
@@ -658,6 +677,23 @@ std::string print_table(const Report& r) {
                     e.raw_ns < 0 ? std::string("n/a (memcpy has no enqueue)")
                                  : fmt::format("{} {:.0f} ns", r.raw_copy_call, e.raw_ns)));
   }
+  if (!r.kernels.empty()) {
+    line("");
+    line(
+        "Kernels in the host backend's simulator against the same computation as a plain C++ "
+        "loop in this program (per launch / per loop run; slower = kernel / loop)");
+    line(fmt::format("{:<10} {:>8} {:>8} {:>6} {:>12} {:>12} {:>12} {:>9}", "kernel", "size",
+                     "threads", "calls", "per launch", "plain loop", "threads/s", "slower"));
+    for (const KernelResult& k : r.kernels) {
+      line(fmt::format("{:<10} {:>8} {:>8} {:>6} {:>9.3f} ms {:>9.3f} ms {:>10.1f} M {:>8.1f}x",
+                       k.kernel, k.size, k.threads, k.launches_per_sample, k.kernel_seconds * 1e3,
+                       k.loop_seconds * 1e3, k.threads_per_second() / 1e6, k.slowdown()));
+    }
+  }
+  if (!r.kernels_skipped.empty()) {
+    line("");
+    line(fmt::format("Kernels: not measured: {}", r.kernels_skipped));
+  }
   if (!r.goals.empty()) {
     line("");
     line("Goals");
@@ -748,6 +784,21 @@ std::string print_json(const Report& r) {
   } else {
     out += "  \"enqueue\": null,\n";
   }
+  out += "  \"kernels\": [";
+  for (std::size_t i = 0; i < r.kernels.size(); ++i) {
+    const KernelResult& k = r.kernels[i];
+    out += fmt::format(
+        "{}\n    {{\"kernel\": {}, \"size\": {}, \"bytes\": {}, \"threads\": {}, "
+        "\"launches_per_sample\": {}, \"seconds_per_launch\": {}, \"loop_seconds\": {}, "
+        "\"threads_per_second\": {}, \"slowdown\": {}, \"ratio\": {}}}",
+        i == 0 ? "" : ",", json_string(k.kernel), k.size, k.bytes, k.threads, k.launches_per_sample,
+        json_number(k.kernel_seconds), json_number(k.loop_seconds),
+        json_number(k.threads_per_second()), json_number(k.slowdown()),
+        json_number(k.loop_seconds / k.kernel_seconds));
+  }
+  out += r.kernels.empty() ? "],\n" : "\n  ],\n";
+  out += fmt::format("  \"kernels_skipped\": {},\n",
+                     r.kernels_skipped.empty() ? "null" : json_string(r.kernels_skipped));
   out += "  \"goals\": [";
   for (std::size_t i = 0; i < r.goals.size(); ++i) {
     const Goal& g = r.goals[i];
@@ -790,6 +841,13 @@ std::string print_csv(const Report& r) {
   } else if (r.enqueue) {
     out += fmt::format("enqueue,h2d,pinned,{},{},,ns,\n", r.enqueue->bytes,
                        json_number(r.enqueue->api_ns));
+  }
+  // devmem: the kernel, raw: the plain loop, seconds per run; bytes: the arrays it reads and
+  // writes (the size is in the measurement's name).
+  for (const KernelResult& k : r.kernels) {
+    out += fmt::format("kernel-{}-{},,device,{},{},{},s,{}\n", k.kernel, k.size, k.bytes,
+                       json_number(k.kernel_seconds), json_number(k.loop_seconds),
+                       json_number(k.loop_seconds / k.kernel_seconds));
   }
   return out;
 }
@@ -844,7 +902,7 @@ int run(const BenchOptions& options) {
   // devmem's two device buffers of the largest size (D2D), and on a GPU the raw baseline's two.
   const MemoryInfo memory = ctx->memory_info();
   const std::int64_t needed = options.max_size * (report.backend == "host" ? 2 : 4);
-  if (needed > memory.free) {
+  if (options.measure_transfers && needed > memory.free) {
     fmt::print(stderr,
                "devmem bench: --max-size {} needs {} of device memory, the device has {} free\n",
                devmem::format_bytes(options.max_size), devmem::format_bytes(needed), devmem::format_bytes(memory.free));
@@ -858,17 +916,35 @@ int run(const BenchOptions& options) {
   report.raw_copy_call = raw->copy_call();
   report.raw_alloc_call = raw->alloc_call();
 
+  const bool transfers = options.measure_transfers;
+  // The kernels of the group are compiled by the host compiler into this program: they run on the
+  // host backend's simulator, not on a GPU backend.
+  const bool kernels = options.measure_kernels && report.backend == "host";
+  if (options.measure_kernels && !kernels) {
+    report.kernels_skipped = fmt::format(
+        "the kernel group runs on the host backend only (its kernels are compiled by the host "
+        "compiler into this program); run with DEVMEM_BACKEND=host to measure it");
+  }
   const std::vector<Combination> combos = combinations(options);
-  const int alloc_steps =
-      options.measure_alloc ? static_cast<int>(alloc_sizes(options, memory.total).size()) + 1 : 0;
-  const int strided_steps = static_cast<int>(options.directions.size() * strided_layouts().size());
-  Progress progress(options.progress, static_cast<int>(combos.size() * options.sizes().size()) +
-                                          strided_steps + alloc_steps);
-  report.copies = measure_copies(options, *raw, progress);
-  report.strided = measure_strided(options, *raw, progress);
-  if (options.measure_alloc) {
-    measure_allocations(options, *raw, report, progress);
-    report.enqueue = measure_enqueue(options, *raw);
+  const int alloc_steps = transfers && options.measure_alloc
+                              ? static_cast<int>(alloc_sizes(options, memory.total).size()) + 1
+                              : 0;
+  const int strided_steps =
+      transfers ? static_cast<int>(options.directions.size() * strided_layouts().size()) : 0;
+  const int copy_steps = transfers ? static_cast<int>(combos.size() * options.sizes().size()) : 0;
+  const int kernel_steps = kernels ? static_cast<int>(kernel_case_labels().size()) : 0;
+  Progress progress(options.progress, copy_steps + strided_steps + alloc_steps + kernel_steps);
+  if (transfers) {
+    report.copies = measure_copies(options, *raw, progress);
+    report.strided = measure_strided(options, *raw, progress);
+    if (options.measure_alloc) {
+      measure_allocations(options, *raw, report, progress);
+      report.enqueue = measure_enqueue(options, *raw);
+    }
+  }
+  if (kernels) {
+    report.kernels = measure_kernels(options.repeats, options.quick,
+                                     [&](std::string_view label) { progress.step(label); });
   }
   progress.clear();
   evaluate_goals(report);

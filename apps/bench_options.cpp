@@ -108,6 +108,7 @@ BenchOptions parse_bench_options(std::span<const std::string_view> args) {
   std::optional<std::int64_t> min_size;
   std::optional<std::int64_t> max_size;
   std::optional<int> repeats;
+  bool only_kernels = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string_view arg = args[i];
     // "--name=value" and "--name value" are both accepted for options that take a value.
@@ -146,6 +147,12 @@ BenchOptions parse_bench_options(std::span<const std::string_view> args) {
     } else if (arg == "--no-alloc") {
       no_value();
       options.measure_alloc = false;
+    } else if (arg == "--kernels") {
+      no_value();
+      only_kernels = true;
+    } else if (arg == "--no-kernels") {
+      no_value();
+      options.measure_kernels = false;
     } else if (arg == "--json" || arg == "--csv") {
       OutputTarget& target = arg == "--json" ? options.json : options.csv;
       target.enabled = true;
@@ -160,6 +167,10 @@ BenchOptions parse_bench_options(std::span<const std::string_view> args) {
       throw UsageError(fmt::format("unknown option '{}'", args[i]));
     }
   }
+  if (only_kernels && !options.measure_kernels) {
+    throw UsageError("--kernels and --no-kernels leave nothing to measure");
+  }
+  if (only_kernels) options.measure_transfers = false;
   if (options.json.enabled && options.csv.enabled && options.json.path.empty() &&
       options.csv.path.empty()) {
     throw UsageError("--json and --csv both want stdout: give one of them a file (--csv=FILE)");
@@ -183,14 +194,20 @@ std::string bench_usage() {
          "the raw vendor call measured in the same run (cudaMemcpyAsync / hipMemcpyAsync; on the\n"
          "host backend single-thread memcpy), with the ratio devmem / raw. Each number is the\n"
          "median of the repeats after a warm-up; device work is timed with events.\n"
+         "On the host backend also kernels (saxpy, a shared-memory block reduction, a tiled\n"
+         "matrix multiply, a transpose) run by its simulator against the same computation as a\n"
+         "plain C++ loop: time per launch, simulated threads/s, times slower than the loop.\n"
          "options:\n"
-         "  --quick             4 B .. 64 MiB, fewer copies per sample: seconds on the host backend\n"
+         "  --quick             4 B .. 64 MiB, fewer copies per sample: seconds on the host "
+         "backend\n"
          "  --min-size SIZE     smallest transfer (default 4); SIZE is bytes with K, M or G\n"
          "  --max-size SIZE     largest transfer (default 1G, --quick 64M); sizes step x4\n"
          "  --repeats N         timed repeats per measurement (default 5)\n"
          "  --kinds LIST        directions: h2d,d2h,d2d (default all)\n"
          "  --memory LIST       host memory: pageable,pinned,mapped (default all)\n"
          "  --no-alloc          skip the allocation and enqueue measurements\n"
+         "  --kernels           only the kernel group (no transfers, no allocation)\n"
+         "  --no-kernels        skip the kernel group\n"
          "  --json[=FILE]       JSON to stdout instead of the table, or to FILE besides it\n"
          "  --csv[=FILE]        CSV to stdout instead of the table, or to FILE besides it\n"
          "  --no-progress       no progress bar (it is drawn on stderr only when a terminal)\n"

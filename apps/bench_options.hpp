@@ -42,6 +42,8 @@ struct BenchOptions {
                                     Direction::DeviceToDevice};
   std::vector<HostMemory> memories{HostMemory::Pageable, HostMemory::Pinned, HostMemory::Mapped};
   bool measure_alloc = true;
+  bool measure_transfers = true;  // copies, strided copies, allocation (--kernels: none of them)
+  bool measure_kernels = true;    // the kernel group (host backend only)
   OutputTarget json;
   OutputTarget csv;
   bool progress = true;

@@ -2,7 +2,8 @@ cmake_minimum_required(VERSION 3.25)
 # Runs one `devmem` command line and checks what it did, for CTest (cmake -P):
 #   -DPROGRAM=<path> -DARGS=<arguments separated by '|'> -DEXPECT_EXIT=<code>
 #   [-DEXPECT_STDOUT=<regex>] [-DEXPECT_STDERR=<regex>]
-#   [-DCHECK=json|csv]   stdout must be a bench JSON document / CSV with the bench's header
+#   [-DCHECK=json|csv|csv-kernels]   stdout must be a bench JSON document / CSV with the bench's
+#                                    header (and copy rows, or kernel rows)
 # CTest's WILL_FAIL only knows "non-zero"; the exit codes of devmem are part of its interface.
 string(REPLACE "|" ";" arg_list "${ARGS}")
 execute_process(COMMAND "${PROGRAM}" ${arg_list}
@@ -20,7 +21,7 @@ endif()
 
 if(CHECK STREQUAL "json")
   # string(JSON) parses the whole document: a syntax error anywhere fails here.
-  foreach(key backend device copies allocations goals)
+  foreach(key backend device copies allocations kernels goals)
     string(JSON value ERROR_VARIABLE json_error GET "${out}" ${key})
     if(json_error)
       message(FATAL_ERROR "not a bench JSON document (${key}): ${json_error}\n${shown}")
@@ -45,19 +46,30 @@ if(CHECK STREQUAL "json")
   check_rows(copies direction memory bytes devmem_gbps raw_gbps ratio)
   # The strided transfers (a transpose and a reversed axis per direction) and their baseline.
   check_rows(strided layout direction bytes devmem_gbps raw_gbps ratio)
+  # The kernel group (host backend): every kernel against its plain loop.
+  check_rows(kernels kernel size threads seconds_per_launch loop_seconds threads_per_second
+             slowdown ratio)
   string(JSON backend GET "${out}" backend)
   if(NOT backend STREQUAL "host")
     message(FATAL_ERROR "backend is '${backend}', expected 'host'\n${shown}")
   endif()
-elseif(CHECK STREQUAL "csv")
+elseif(CHECK STREQUAL "csv" OR CHECK STREQUAL "csv-kernels")
   string(REPLACE "\n" ";" lines "${out}")
   list(GET lines 0 header)
   if(NOT header STREQUAL "measurement,direction,memory,bytes,devmem,raw,unit,ratio")
     message(FATAL_ERROR "unexpected CSV header '${header}'\n${shown}")
   endif()
-  list(FILTER lines INCLUDE REGEX "^copy,(h2d|d2h|d2d),[a-z]+,[0-9]+,[0-9.e+-]+,[0-9.e+-]+,GB/s,")
-  list(LENGTH lines copy_rows)
-  if(copy_rows EQUAL 0)
-    message(FATAL_ERROR "no well-formed copy rows in the CSV\n${shown}")
+  if(CHECK STREQUAL "csv")
+    list(FILTER lines INCLUDE REGEX "^copy,(h2d|d2h|d2d),[a-z]+,[0-9]+,[0-9.e+-]+,[0-9.e+-]+,GB/s,")
+    set(what copy)
+  else()
+    # One row per kernel case: seconds per launch and per plain-loop run, and their ratio.
+    list(FILTER lines INCLUDE REGEX
+         "^kernel-[a-z]+-[0-9]+,,device,[0-9]+,[0-9.e+-]+,[0-9.e+-]+,s,[0-9.e+-]+$")
+    set(what kernel)
+  endif()
+  list(LENGTH lines rows)
+  if(rows EQUAL 0)
+    message(FATAL_ERROR "no well-formed ${what} rows in the CSV\n${shown}")
   endif()
 endif()

@@ -2,6 +2,8 @@
 // twice, as devmem_kernel_bench (checked, the default) and devmem_kernel_bench_unchecked
 // (DEVMEM_HOST_NO_BOUNDS_CHECK compiles the comparisons out). Run both and compare the times;
 // each prints the best of several runs per kernel. --quick: one small run (a smoke test).
+#include "kernels.hpp"  // saxpy and the tiled matrix multiply, shared with `devmem bench`
+
 #include <devmem/devmem.hpp>
 #include <devmem/kernel.hpp>
 
@@ -16,14 +18,7 @@
 namespace {
 
 using devmem::ArrayView;
-
-constexpr int kTile = 16;
-
-// One element per thread: the simulator's per-thread cost dominates.
-DEVMEM_KERNEL void saxpy(ArrayView<const float, 1> x, ArrayView<float, 1> y, float a) {
-  const std::int64_t i = devmem::global_id();
-  if (i < y.shape(0)) y[i] = a * x[i] + y[i];
-}
+namespace k = devmem::bench_kernels;
 
 // One row per thread, a long inner loop of 2-d accesses: the checks' worst case.
 DEVMEM_KERNEL void row_sums(ArrayView<const float, 2> m, ArrayView<float, 1> sums) {
@@ -32,27 +27,6 @@ DEVMEM_KERNEL void row_sums(ArrayView<const float, 2> m, ArrayView<float, 1> sum
   float sum = 0.0f;
   for (std::int64_t j = 0; j < m.shape(1); ++j) sum += m(r, j);
   sums[r] = sum;
-}
-
-// Numba's tiled matrix multiply: shared arrays, barriers.
-DEVMEM_KERNEL void tiled_matmul(ArrayView<const float, 2> a, ArrayView<const float, 2> b,
-                                ArrayView<float, 2> c) {
-  DEVMEM_SHARED_ARRAY(sa, float, kTile, kTile);
-  DEVMEM_SHARED_ARRAY(sb, float, kTile, kTile);
-  const unsigned tx = devmem::thread_idx().x;
-  const unsigned ty = devmem::thread_idx().y;
-  const std::int64_t col = devmem::global_id(0);
-  const std::int64_t row = devmem::global_id(1);
-  const std::int64_t n = a.shape(1);
-  float sum = 0.0f;
-  for (std::int64_t t = 0; t < n / kTile; ++t) {
-    sa(ty, tx) = a(row, t * kTile + tx);
-    sb(ty, tx) = b(t * kTile + ty, col);
-    devmem::syncthreads();
-    for (int k = 0; k < kTile; ++k) sum += sa(ty, k) * sb(k, tx);
-    devmem::syncthreads();
-  }
-  c(row, col) = sum;
 }
 
 template <class Launch>
@@ -85,7 +59,7 @@ int main(int argc, char** argv) {
   x.fill(1.0f);
   y.fill(2.0f);
   fmt::print("{} saxpy ({} threads): {:.2f} ms\n", variant, n, best_ms(runs, [&] {
-               devmem::launch({static_cast<unsigned>(n / 256), 256}, saxpy, x, y, 0.5f);
+               devmem::launch({static_cast<unsigned>(n / 256), 256}, k::saxpy, x, y, 0.5f);
              }));
 
   const std::int64_t rows = quick ? 256 : 4096;
@@ -104,10 +78,10 @@ int main(int argc, char** argv) {
   const auto c = devmem::device_array<float>({size, size});
   a.fill(1.0f);
   b.fill(1.0f);
-  const auto blocks = static_cast<unsigned>(size / kTile);
+  const auto blocks = static_cast<unsigned>(size / k::kTile);
   fmt::print("{} tiled_matmul ({}x{}): {:.2f} ms\n", variant, size, size, best_ms(runs, [&] {
-               devmem::launch({devmem::Dim3(blocks, blocks), devmem::Dim3(kTile, kTile)},
-                              tiled_matmul, a, b, c);
+               devmem::launch({devmem::Dim3(blocks, blocks), devmem::Dim3(k::kTile, k::kTile)},
+                              k::tiled_matmul, a, b, c);
              }));
   return 0;
 }

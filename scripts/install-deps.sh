@@ -9,7 +9,7 @@
 #                                    the pre-commit hooks
 set -euo pipefail
 
-packages=(cmake ninja-build g++ pkg-config catch2 libfmt-dev libdlpack-dev)
+packages=(cmake ninja-build g++ pkg-config catch2 libfmt-dev libdlpack-dev libboost-context-dev)
 for arg in "$@"; do
   case "$arg" in
     --roc) packages+=(hipcc libamdhip64-dev libhsa-runtime-dev rocm-device-libs) ;;

@@ -1,12 +1,25 @@
 // The host backend's kernel simulator (<devmem/kernel.hpp> compiled by the host compiler).
 //
-// Every thread of a block really runs: each simulated thread is a fiber (a ucontext with its own
-// mmap'ed stack and a guard page) and the threads of a block take turns on one OS thread, each
-// running until it reaches a barrier or returns. Fibers rather than OS threads because a block
-// barrier then costs two context switches per thread instead of waking hundreds of OS threads
-// on two cores: a 256x256 tiled matrix multiply (256 blocks x 256 threads x 32 barriers) takes
-// well under a second instead of minutes. Blocks are independent, so they are spread over the
-// machine's cores, one scheduler (BlockRunner) per OS thread.
+// Every thread of a block really runs: each simulated thread is a fiber (a Boost.Context fcontext
+// on an mmap'ed stack with a guard region below it) and the threads of a block take turns on one
+// OS thread, each running until it reaches a barrier or returns. Fibers rather than OS threads
+// because a block barrier then costs about one user-space context switch per thread (a waiting
+// thread switches straight to the next ready one; a few nanoseconds, no system call: glibc's
+// swapcontext saves the signal mask with one) instead of waking hundreds of OS threads on two
+// cores. Blocks are independent, so they are spread over the machine's cores, one scheduler
+// (BlockRunner) per OS thread.
+//
+// What a thread costs beyond its own code is kept small: a thread gets a stack (from a pool kept
+// across blocks and launches) only when it first runs, and a thread that returns without waiting
+// at a barrier hands its stack straight to the next thread of the block, which then starts on the
+// same fiber without a switch. A barrier-free block therefore runs its threads one after another,
+// like a loop, while a thread that reaches a barrier still suspends there until the whole block
+// (or warp) has arrived.
+//
+// A kernel thread that overflows its stack faults in the guard page; a SIGSEGV handler on an
+// alternate signal stack recognises that fault and ends the process with a message naming the
+// block, the thread and the stack size, instead of a bare segmentation fault (not in sanitizer
+// builds, whose runtimes report stack overflows themselves).
 //
 // A barrier completes when every thread of the block (or of the warp, for wave_barrier) waits at
 // it. Anything else is barrier divergence, undefined behaviour on a GPU (a hang or silent
@@ -34,12 +47,14 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <signal.h>
 #include <sys/mman.h>
-#include <ucontext.h>
 #include <unistd.h>
+#include <boost/context/detail/fcontext.hpp>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -72,6 +87,7 @@
 namespace devmem::detail::sim {
 namespace {
 
+namespace fctx = boost::context::detail;
 using host::HostBackend;
 using host::Status;
 
@@ -87,41 +103,100 @@ constexpr unsigned char kUninitialisedShared = 0xA5;  // shared memory starts as
 /// std::exception, so kernel code catching std::exception does not swallow it.
 struct BlockAbort {};
 
-/// A fiber stack: mmap'ed (pages are committed on first touch) with a guard page below it, so
-/// an overflowing kernel faults instead of overwriting a neighbour's stack.
+/// A fiber stack: mmap'ed (pages are committed on first touch) with a guard region below it, so
+/// an overflowing kernel faults instead of overwriting a neighbour's stack. Empty when
+/// default-constructed; FiberStack::map() makes one.
 class FiberStack {
  public:
-  FiberStack() {
-    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-    mapped_bytes_ = kStackBytes + page;
-    void* base = ::mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE,
+  FiberStack() = default;
+  static FiberStack map() {
+    FiberStack s;
+    const std::size_t guard = guard_bytes();
+    s.mapped_bytes_ = kStackBytes + guard;
+    void* base = ::mmap(nullptr, s.mapped_bytes_, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
     if (base == MAP_FAILED) throw std::bad_alloc();
-    base_ = static_cast<std::byte*>(base);
-    if (::mprotect(base_, page, PROT_NONE) != 0) {
-      ::munmap(base_, mapped_bytes_);
-      throw std::bad_alloc();
-    }
-    bottom_ = base_ + page;
+    s.base_ = static_cast<std::byte*>(base);
+    if (::mprotect(s.base_, guard, PROT_NONE) != 0) throw std::bad_alloc();  // ~s unmaps
+    s.bottom_ = s.base_ + guard;
+    return s;
   }
-  FiberStack(FiberStack&& other) noexcept
-      : base_(std::exchange(other.base_, nullptr)),
-        bottom_(other.bottom_),
-        mapped_bytes_(other.mapped_bytes_) {}
+  FiberStack(FiberStack&& other) noexcept { *this = std::move(other); }
+  FiberStack& operator=(FiberStack&& other) noexcept {
+    if (this != &other) {
+      release();
+      base_ = std::exchange(other.base_, nullptr);
+      bottom_ = std::exchange(other.bottom_, nullptr);
+      mapped_bytes_ = std::exchange(other.mapped_bytes_, 0);
+    }
+    return *this;
+  }
   FiberStack(const FiberStack&) = delete;
   FiberStack& operator=(const FiberStack&) = delete;
-  FiberStack& operator=(FiberStack&&) = delete;
-  ~FiberStack() {
-    if (base_ != nullptr) ::munmap(base_, mapped_bytes_);
-  }
+  ~FiberStack() { release(); }
+
+  [[nodiscard]] bool empty() const noexcept { return base_ == nullptr; }
   [[nodiscard]] void* bottom() const noexcept { return bottom_; }
+  [[nodiscard]] void* top() const noexcept { return bottom_ + kStackBytes; }
   [[nodiscard]] static std::size_t size() noexcept { return kStackBytes; }
+  /// Whether `address` lies in the guard region (a fault there is this stack overflowing).
+  [[nodiscard]] bool guards(const void* address) const noexcept {
+    const auto a = reinterpret_cast<std::uintptr_t>(address);
+    return base_ != nullptr && a >= reinterpret_cast<std::uintptr_t>(base_) &&
+           a < reinterpret_cast<std::uintptr_t>(bottom_);
+  }
 
  private:
+  // Several pages: a frame larger than one page (a local array) could otherwise skip over the
+  // guard into whatever is mapped below. It costs address space only.
+  static std::size_t guard_bytes() noexcept {
+    return 16 * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  }
+  void release() noexcept {
+    if (base_ != nullptr) ::munmap(base_, mapped_bytes_);
+    base_ = nullptr;
+  }
+
   std::byte* base_ = nullptr;
   std::byte* bottom_ = nullptr;
   std::size_t mapped_bytes_ = 0;
 };
+
+/// Stacks kept across launches: mapping and unmapping a stack per thread (and the page faults of
+/// touching fresh pages) would cost more than running a small kernel thread. Runners take stacks
+/// from here and give them back when their launch ends.
+class StackPool {
+ public:
+  FiberStack take() {
+    {
+      const std::lock_guard lock(mutex_);
+      if (!stacks_.empty()) {
+        FiberStack s = std::move(stacks_.back());
+        stacks_.pop_back();
+        return s;
+      }
+    }
+    return FiberStack::map();
+  }
+  void give_back(std::vector<FiberStack>& stacks) {
+    const std::lock_guard lock(mutex_);
+    for (auto& s : stacks) {
+      if (stacks_.size() >= kMaxKept) break;  // the rest are unmapped by the caller's vector
+      stacks_.push_back(std::move(s));
+    }
+  }
+
+ private:
+  // Enough for a few cores' worth of 1024-thread blocks all waiting at barriers.
+  static constexpr std::size_t kMaxKept = 4096;
+  std::mutex mutex_;
+  std::vector<FiberStack> stacks_;
+};
+
+StackPool& stack_pool() {
+  static auto* pool = new StackPool;  // never destroyed: launches may run during static teardown
+  return *pool;
+}
 
 /// What every block of one launch shares (immutable while the grid runs).
 struct KernelGrid {
@@ -154,11 +229,14 @@ std::string describe_shape(std::span<const std::size_t> shape) {
 }
 
 bool same_site(const SourceSite& a, const SourceSite& b) {
-  return a.line == b.line && std::strcmp(a.file, b.file) == 0;
+  return a.line == b.line && (a.file == b.file || std::strcmp(a.file, b.file) == 0);
 }
 
 class BlockRunner;
-thread_local BlockRunner* t_runner = nullptr;  // the scheduler of this OS thread, if any
+// The scheduler of this OS thread, if any. Read by every thread index and barrier call of a
+// kernel: initial-exec is one load from the thread pointer, where the default model of a shared
+// library calls __tls_get_addr (one pointer fits the static TLS reserve even when dlopen'ed).
+[[gnu::tls_model("initial-exec")]] thread_local BlockRunner* t_runner = nullptr;
 
 /// Runs the blocks handed to it on the calling OS thread, one block at a time.
 class BlockRunner {
@@ -166,22 +244,29 @@ class BlockRunner {
   explicit BlockRunner(const KernelGrid& grid)
       : grid_(grid),
         block_threads_(static_cast<std::size_t>(grid.block.volume())),
+        threads_(block_threads_),
         shared_(grid.shared_limit + kSharedAlignment) {
-    threads_.reserve(block_threads_);
-    for (std::size_t i = 0; i < block_threads_; ++i) threads_.emplace_back();
+    const Dim3& b = grid_.block;
+    for (std::size_t i = 0; i < block_threads_; ++i) {
+      const auto linear = static_cast<unsigned>(i);
+      threads_[i].coords =
+          ThreadCoords{Dim3(linear % b.x, (linear / b.x) % b.y, linear / (b.x * b.y)), Dim3(),
+                       grid_.block, grid_.grid};
+    }
     const auto base = reinterpret_cast<std::uintptr_t>(shared_.data());
     shared_base_ =
         shared_.data() + ((kSharedAlignment - base % kSharedAlignment) % kSharedAlignment);
 #ifdef DEVMEM_FIBER_TSAN
     scheduler_tsan_ = __tsan_get_current_fiber();
-    for (auto& t : threads_) t.tsan_fiber = __tsan_create_fiber(0);
 #endif
   }
   BlockRunner(const BlockRunner&) = delete;
   BlockRunner& operator=(const BlockRunner&) = delete;
   ~BlockRunner() {
+    // run_block leaves no thread suspended (it aborts the block when it cannot finish it).
+    stack_pool().give_back(spare_stacks_);
 #ifdef DEVMEM_FIBER_TSAN
-    for (auto& t : threads_) __tsan_destroy_fiber(t.tsan_fiber);
+    for (void* fiber : spare_tsan_fibers_) __tsan_destroy_fiber(fiber);
 #endif
   }
 
@@ -195,8 +280,9 @@ class BlockRunner {
 
     start_block(index);
     while (true) {
-      for (std::size_t i = 0; i < block_threads_ && !aborting_; ++i) {
-        if (threads_[i].state == State::Ready) switch_to(i);
+      // cursor_ is advanced by the fibers too, when a returning thread starts the next one.
+      for (cursor_ = 0; cursor_ < block_threads_ && !aborting_; ++cursor_) {
+        if (threads_[cursor_].state == State::Ready) switch_to(cursor_);
       }
       if (aborting_ || !release_barriers()) break;
     }
@@ -208,6 +294,11 @@ class BlockRunner {
   }
 
   [[nodiscard]] bool in_thread() const noexcept { return current_ != kScheduler; }
+
+  /// Whether `address` is in the guard region of the stack the current thread runs on.
+  [[nodiscard]] bool current_stack_guards(const void* address) const noexcept {
+    return in_thread() && threads_[current_].stack.guards(address);
+  }
 
   /// Fails the block with `what` (an out-of-bounds access) followed by the calling thread.
   [[noreturn]] void fail_access(std::string_view what) {
@@ -293,9 +384,11 @@ class BlockRunner {
 
   struct SimThread {
     ThreadCoords coords;
-    ucontext_t context{};
-    FiberStack stack;
     State state = State::Done;
+    // The fiber the thread runs on, from its first run until it returns: the context is set
+    // while it waits at a barrier, the stack while it runs or waits.
+    fctx::fcontext_t context = nullptr;
+    FiberStack stack;
     const char* barrier_name = "";
     SourceSite site;
     void* asan_fake_stack = nullptr;
@@ -317,56 +410,88 @@ class BlockRunner {
     shared_arrays_.clear();
     shared_end_ = grid_.dynamic_shared_bytes;
     std::memset(shared_base_, kUninitialisedShared, grid_.dynamic_shared_bytes);
-    const Dim3& b = grid_.block;
-    for (std::size_t i = 0; i < block_threads_; ++i) {
-      SimThread& t = threads_[i];
-      const auto linear = static_cast<unsigned>(i);
-      t.coords = ThreadCoords{Dim3(linear % b.x, (linear / b.x) % b.y, linear / (b.x * b.y)), index,
-                              grid_.block, grid_.grid};
+    for (SimThread& t : threads_) {
+      t.coords.block_idx = index;
       t.state = State::Ready;
-      prepare_context(t);
     }
   }
 
-  // Separate and not inlined: getcontext "returns twice" for the compiler, which would then
-  // forbid keeping the caller's loop variables in registers (-Wclobbered).
-  [[gnu::noinline]] static void prepare_context(SimThread& t) {
-    if (::getcontext(&t.context) != 0) {
-      throw HostBackend::make_error("launch", Status::LaunchFailure, "getcontext failed");
-    }
-    t.context.uc_stack.ss_sp = t.stack.bottom();
-    t.context.uc_stack.ss_size = FiberStack::size();
-    t.context.uc_link = nullptr;
-    ::makecontext(&t.context, &BlockRunner::thread_main, 0);
+  FiberStack take_stack() {
+    if (spare_stacks_.empty()) return stack_pool().take();
+    FiberStack s = std::move(spare_stacks_.back());
+    spare_stacks_.pop_back();
+    return s;
   }
 
-  /// Entry point of every simulated thread (on its own stack; never returns).
-  static void thread_main() {
-    BlockRunner& self = *t_runner;
-#ifdef DEVMEM_FIBER_ASAN
-    __sanitizer_finish_switch_fiber(nullptr, &self.scheduler_stack_bottom_,
-                                    &self.scheduler_stack_size_);
-#endif
-    SimThread& t = self.threads_[self.current_];
-    if (!self.aborting_) {
-      try {
-        (*self.grid_.body)();
-      } catch (const BlockAbort&) {
-        // The block was aborted by another thread's failure: nothing to report.
-      } catch (const std::exception& e) {
-        self.record_failure(
-            Status::LaunchFailure,
-            fmt::format("kernel code threw in thread {} of block {}: {}",
-                        describe(t.coords.thread_idx), describe(self.block_index_), e.what()));
-      } catch (...) {
-        self.record_failure(
-            Status::LaunchFailure,
-            fmt::format("kernel code threw a non-standard exception in thread {} "
-                        "of block {}",
-                        describe(t.coords.thread_idx), describe(self.block_index_)));
-      }
+  void run_body(SimThread& t) {
+    try {
+      (*grid_.body)();
+    } catch (const BlockAbort&) {
+      // The block was aborted by another thread's failure, or this thread's failure is recorded.
+    } catch (const std::exception& e) {
+      record_failure(Status::LaunchFailure,
+                     fmt::format("kernel code threw in thread {} of block {}: {}",
+                                 describe(t.coords.thread_idx), describe(block_index_), e.what()));
+    } catch (...) {
+      record_failure(Status::LaunchFailure,
+                     fmt::format("kernel code threw a non-standard exception in thread {} "
+                                 "of block {}",
+                                 describe(t.coords.thread_idx), describe(block_index_)));
     }
     t.state = State::Done;
+  }
+
+  /// Every jump between the scheduler and the fibers passes where the context of the side that
+  /// suspends is to be kept (null from a fiber that has finished): the side that resumes stores it.
+  static void store_context(const fctx::transfer_t& from) noexcept {
+    if (from.data != nullptr) *static_cast<fctx::fcontext_t*>(from.data) = from.fctx;
+  }
+
+  /// Gives thread `t`, which has not run yet, a fiber to start on.
+  void start_fiber(SimThread& t) {
+    t.stack = take_stack();
+    t.context = fctx::make_fcontext(t.stack.top(), FiberStack::size(), &BlockRunner::fiber_main);
+#ifdef DEVMEM_FIBER_TSAN
+    // Reused: TSan sizes its vector clocks by every fiber ever created, so a fiber per thread
+    // and block would make each switch slower than the last.
+    if (spare_tsan_fibers_.empty()) {
+      t.tsan_fiber = __tsan_create_fiber(0);
+    } else {
+      t.tsan_fiber = spare_tsan_fibers_.back();
+      spare_tsan_fibers_.pop_back();
+    }
+#endif
+  }
+
+  /// Entry point of every fiber (on its own stack; never returns). Runs the thread it was started
+  /// for, then, as long as the next thread of the scheduler's round has not started yet, that
+  /// one too: threads that return without waiting cost no switch and share one stack.
+  static void fiber_main(fctx::transfer_t from) {
+    store_context(from);
+    BlockRunner& self = *t_runner;
+#ifdef DEVMEM_FIBER_ASAN
+    const void* from_bottom = nullptr;
+    std::size_t from_size = 0;
+    __sanitizer_finish_switch_fiber(nullptr, &from_bottom, &from_size);
+    if (from.data == &self.scheduler_context_) {
+      self.scheduler_stack_bottom_ = from_bottom;
+      self.scheduler_stack_size_ = from_size;
+    }
+#endif
+    while (true) {
+      SimThread& t = self.threads_[self.current_];
+      self.run_body(t);
+      t.context = nullptr;
+      const std::size_t next = self.cursor_ + 1;
+      if (self.aborting_ || next == self.block_threads_) break;
+      SimThread& n = self.threads_[next];
+      if (n.state != State::Ready || n.context != nullptr) break;
+      n.stack = std::move(t.stack);
+      n.tsan_fiber = std::exchange(t.tsan_fiber, nullptr);
+      self.cursor_ = self.current_ = next;
+    }
+    // This fiber is finished: it is never resumed. The scheduler takes its stack (and its TSan
+    // fiber) back, for a fiber started later.
 #ifdef DEVMEM_FIBER_ASAN
     __sanitizer_start_switch_fiber(nullptr, self.scheduler_stack_bottom_,
                                    self.scheduler_stack_size_);
@@ -374,41 +499,70 @@ class BlockRunner {
 #ifdef DEVMEM_FIBER_TSAN
     __tsan_switch_to_fiber(self.scheduler_tsan_, 0);
 #endif
-    ::setcontext(&self.scheduler_context_);
-    std::terminate();  // setcontext returns only on failure
+    fctx::jump_fcontext(self.scheduler_context_, nullptr);
+    std::abort();  // unreachable: nothing resumes a finished fiber
   }
 
-  /// Scheduler -> simulated thread `index`, until it waits or returns.
+  /// Scheduler -> simulated thread `index` (started on a fiber if it has not run yet), until a
+  /// thread returns to the scheduler: the threads after it in the round may have run meanwhile
+  /// (cursor_ says up to which), each switching to the next directly.
   void switch_to(std::size_t index) {
     SimThread& t = threads_[index];
     current_ = index;
+    if (t.context == nullptr) start_fiber(t);
 #ifdef DEVMEM_FIBER_ASAN
     __sanitizer_start_switch_fiber(&scheduler_fake_stack_, t.stack.bottom(), FiberStack::size());
 #endif
 #ifdef DEVMEM_FIBER_TSAN
     __tsan_switch_to_fiber(t.tsan_fiber, 0);
 #endif
-    ::swapcontext(&scheduler_context_, &t.context);
+    store_context(fctx::jump_fcontext(t.context, &scheduler_context_));
 #ifdef DEVMEM_FIBER_ASAN
     __sanitizer_finish_switch_fiber(scheduler_fake_stack_, nullptr, nullptr);
 #endif
+    SimThread& last = threads_[current_];  // the thread that came back
+    if (last.state == State::Done) {
+#ifdef DEVMEM_FIBER_TSAN
+      spare_tsan_fibers_.push_back(std::exchange(last.tsan_fiber, nullptr));
+#endif
+      last.context = nullptr;
+      spare_stacks_.push_back(std::move(last.stack));
+    }
     current_ = kScheduler;
   }
 
-  /// Simulated thread -> scheduler; throws BlockAbort when resumed to unwind.
+  /// Simulated thread -> the next thread of the scheduler's round that is ready, directly, or
+  /// the scheduler when there is none; throws BlockAbort when resumed to unwind.
   void yield() {
     SimThread& t = threads_[current_];
+    std::size_t next = cursor_ + 1;
+    if (aborting_) next = block_threads_;  // the scheduler resumes whom it needs to unwind
+    while (next < block_threads_ && threads_[next].state != State::Ready) ++next;
+    fctx::transfer_t from{};
+    if (next < block_threads_) {
+      SimThread& n = threads_[next];
+      if (n.context == nullptr) start_fiber(n);
+      cursor_ = current_ = next;
 #ifdef DEVMEM_FIBER_ASAN
-    __sanitizer_start_switch_fiber(&t.asan_fake_stack, scheduler_stack_bottom_,
-                                   scheduler_stack_size_);
+      __sanitizer_start_switch_fiber(&t.asan_fake_stack, n.stack.bottom(), FiberStack::size());
 #endif
 #ifdef DEVMEM_FIBER_TSAN
-    __tsan_switch_to_fiber(scheduler_tsan_, 0);
+      __tsan_switch_to_fiber(n.tsan_fiber, 0);
 #endif
-    ::swapcontext(&t.context, &scheduler_context_);
+      from = fctx::jump_fcontext(n.context, &t.context);
+    } else {
 #ifdef DEVMEM_FIBER_ASAN
-    __sanitizer_finish_switch_fiber(t.asan_fake_stack, &scheduler_stack_bottom_,
-                                    &scheduler_stack_size_);
+      __sanitizer_start_switch_fiber(&t.asan_fake_stack, scheduler_stack_bottom_,
+                                     scheduler_stack_size_);
+#endif
+#ifdef DEVMEM_FIBER_TSAN
+      __tsan_switch_to_fiber(scheduler_tsan_, 0);
+#endif
+      from = fctx::jump_fcontext(scheduler_context_, &t.context);
+    }
+    store_context(from);
+#ifdef DEVMEM_FIBER_ASAN
+    __sanitizer_finish_switch_fiber(t.asan_fake_stack, nullptr, nullptr);
 #endif
     if (aborting_) throw BlockAbort{};
   }
@@ -427,10 +581,26 @@ class BlockRunner {
     throw BlockAbort{};
   }
 
-  /// Resumes every thread that has not finished so that it unwinds (or, never started, exits).
+  /// Resumes every waiting thread so that it unwinds; threads that never ran are not started.
   void abort_block() {
     for (std::size_t i = 0; i < block_threads_; ++i) {
-      if (threads_[i].state != State::Done) switch_to(i);
+      SimThread& t = threads_[i];
+      if (t.context != nullptr) {
+        switch_to(i);
+      } else {
+        t.state = State::Done;
+      }
+    }
+    // A thread that swallowed BlockAbort (catch (...)) and waits again is abandoned: it is never
+    // resumed, so its stack can serve the next block.
+    for (SimThread& t : threads_) {
+      if (t.state == State::Done) continue;
+      t.state = State::Done;
+      t.context = nullptr;
+#ifdef DEVMEM_FIBER_TSAN
+      spare_tsan_fibers_.push_back(std::exchange(t.tsan_fiber, nullptr));
+#endif
+      spare_stacks_.push_back(std::move(t.stack));
     }
   }
 
@@ -444,6 +614,16 @@ class BlockRunner {
       if (t.state == State::AtBlockBarrier) ++at_block;
     }
     if (done == block_threads_) return false;
+    if (at_block == block_threads_) {
+      // The common case: the whole block waits at one barrier.
+      const SourceSite& site = threads_.front().site;
+      bool one_site = true;
+      for (const auto& t : threads_) one_site = one_site && same_site(t.site, site);
+      if (one_site) {
+        for (auto& t : threads_) t.state = State::Ready;
+        return true;
+      }
+    }
 
     // Warps whose live threads all wait at wave_barrier.
     bool released = false;
@@ -540,7 +720,10 @@ class BlockRunner {
   std::size_t shared_end_ = 0;
   Dim3 block_index_;
   std::size_t current_ = kScheduler;
-  ucontext_t scheduler_context_{};
+  std::size_t cursor_ = 0;  // the thread the scheduler's round is at
+  fctx::fcontext_t scheduler_context_ = nullptr;
+  std::vector<FiberStack> spare_stacks_;  // stacks of finished fibers, for the next ones
+  [[maybe_unused]] std::vector<void*> spare_tsan_fibers_;  // likewise their TSan fibers
   bool aborting_ = false;
   Status failure_status_ = Status::LaunchFailure;
   std::string failure_;
@@ -551,16 +734,134 @@ class BlockRunner {
   [[maybe_unused]] void* scheduler_tsan_ = nullptr;
 };
 
-BlockRunner& runner_in_thread(const char* function) {
+[[noreturn, gnu::cold, gnu::noinline]] void outside_kernel(const char* function) {
+  throw InvalidArgument(
+      fmt::format("{}: called outside a kernel (the host backend provides it to kernels run by "
+                  "devmem::launch)",
+                  function));
+}
+
+inline BlockRunner& runner_in_thread(const char* function) {
   BlockRunner* runner = t_runner;
-  if (runner == nullptr || !runner->in_thread()) {
-    throw InvalidArgument(
-        fmt::format("{}: called outside a kernel (the host backend provides it to kernels run by "
-                    "devmem::launch)",
-                    function));
+  if (runner == nullptr || !runner->in_thread()) [[unlikely]] {
+    outside_kernel(function);
   }
   return *runner;
 }
+
+#if !defined(DEVMEM_FIBER_ASAN) && !defined(DEVMEM_FIBER_TSAN)
+// A stack overflow in a kernel thread. The handler runs on an alternate signal stack (the faulting
+// stack has no room left) and may only use async-signal-safe calls: the message is assembled by
+// hand and written with write(2).
+struct sigaction g_previous_segv {};
+
+class SignalText {
+ public:
+  void add(std::string_view text) noexcept {
+    for (const char c : text) {
+      if (length_ < sizeof(buffer_)) buffer_[length_++] = c;
+    }
+  }
+  void add(std::uint64_t value) noexcept {
+    char digits[20];
+    std::size_t n = 0;
+    do {
+      digits[n++] = static_cast<char>('0' + value % 10);
+      value /= 10;
+    } while (value != 0);
+    while (n != 0) add(std::string_view(&digits[--n], 1));
+  }
+  void add(const Dim3& d) noexcept {
+    add("(");
+    add(std::uint64_t{d.x});
+    add(", ");
+    add(std::uint64_t{d.y});
+    add(", ");
+    add(std::uint64_t{d.z});
+    add(")");
+  }
+  void write_to_stderr() const noexcept {
+    std::size_t written = 0;
+    while (written < length_) {
+      const ssize_t n = ::write(STDERR_FILENO, buffer_ + written, length_ - written);
+      if (n <= 0) break;
+      written += static_cast<std::size_t>(n);
+    }
+  }
+
+ private:
+  char buffer_[512];
+  std::size_t length_ = 0;
+};
+
+void on_segv(int signal, siginfo_t* info, void* /*context*/) {
+  const BlockRunner* runner = t_runner;
+  if (runner != nullptr && runner->current_stack_guards(info->si_addr)) {
+    const ThreadCoords& coords = runner->coords();
+    SignalText text;
+    text.add("devmem: kernel thread ");
+    text.add(coords.thread_idx);
+    text.add(" of block ");
+    text.add(coords.block_idx);
+    text.add(" overflowed its stack of ");
+    text.add(std::uint64_t{FiberStack::size()});
+    text.add(
+        " bytes (the host backend runs every GPU thread on a fixed-size stack: deep recursion or "
+        "large local arrays in a kernel do not fit)\n");
+    text.write_to_stderr();
+    struct sigaction default_action {};
+    default_action.sa_handler = SIG_DFL;
+    ::sigaction(SIGSEGV, &default_action, nullptr);
+    return;  // the faulting instruction runs again and the default action ends the process
+  }
+  // Not ours: whoever handled SIGSEGV before (or the default action) sees the fault as if this
+  // handler were not installed, when the instruction faults again on return.
+  ::sigaction(SIGSEGV, &g_previous_segv, nullptr);
+  if (info->si_code <= 0) ::raise(signal);  // sent, not a fault: it would not come again
+}
+
+/// An alternate signal stack for this OS thread, unless it has one already.
+class AltSignalStack {
+ public:
+  AltSignalStack() {
+    stack_t current{};
+    if (::sigaltstack(nullptr, &current) != 0 || (current.ss_flags & SS_DISABLE) == 0) return;
+    memory_ = std::make_unique<std::byte[]>(kBytes);
+    stack_t ours{};
+    ours.ss_sp = memory_.get();
+    ours.ss_size = kBytes;
+    if (::sigaltstack(&ours, nullptr) != 0) memory_.reset();
+  }
+  AltSignalStack(const AltSignalStack&) = delete;
+  AltSignalStack& operator=(const AltSignalStack&) = delete;
+  ~AltSignalStack() {
+    if (memory_ == nullptr) return;
+    stack_t off{};
+    off.ss_flags = SS_DISABLE;
+    ::sigaltstack(&off, nullptr);
+  }
+
+ private:
+  static constexpr std::size_t kBytes = 64 * 1024;
+  std::unique_ptr<std::byte[]> memory_;
+};
+
+/// Makes a stack overflow in a kernel thread on this OS thread end with a message.
+void prepare_overflow_report() {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    struct sigaction action {};
+    action.sa_sigaction = &on_segv;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGSEGV, &action, &g_previous_segv);
+  });
+  thread_local AltSignalStack alt_stack;
+}
+#else
+// ASan and TSan install their own SIGSEGV handling (ASan reports a stack overflow itself).
+void prepare_overflow_report() {}
+#endif
 
 Dim3 block_at(const Dim3& grid, std::uint64_t linear) {
   return Dim3(static_cast<unsigned>(linear % grid.x),
@@ -571,7 +872,8 @@ Dim3 block_at(const Dim3& grid, std::uint64_t linear) {
 /// Runs every block of `grid`, spread over the machine's cores; rethrows the first failure.
 void execute_grid(const KernelGrid& grid) {
   const std::uint64_t blocks = grid.grid.volume();
-  const std::uint64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  // Read once: hardware_concurrency opens and parses a file in /sys at every call.
+  static const std::uint64_t cores = std::max(1u, std::thread::hardware_concurrency());
   const std::uint64_t workers = std::min(blocks, cores);
   std::atomic<std::uint64_t> next_block{0};
   std::atomic<bool> failed{false};
@@ -580,6 +882,7 @@ void execute_grid(const KernelGrid& grid) {
 
   auto work = [&] {
     try {
+      prepare_overflow_report();
       BlockRunner runner(grid);
       while (!failed.load(std::memory_order_relaxed)) {
         const std::uint64_t b = next_block.fetch_add(1, std::memory_order_relaxed);

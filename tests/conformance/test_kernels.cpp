@@ -1163,6 +1163,42 @@ DEVMEM_KERNEL void read_lut_at(ArrayView<float, 1> out, int key) {
   out[0] = conformance_lut[key];
 }
 
+// Sanitizer builds run every simulated thread switch through the sanitizer's fiber bookkeeping,
+// orders of magnitude slower (ThreadSanitizer most: about 70 us a switch on the 2-core CI
+// machine): fewer rounds keep the test within seconds there.
+#if defined(__SANITIZE_THREAD__)
+constexpr int kBarrierRounds = 10;
+#elif defined(__SANITIZE_ADDRESS__)
+constexpr int kBarrierRounds = 100;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr int kBarrierRounds = 10;
+#elif __has_feature(address_sanitizer)
+constexpr int kBarrierRounds = 100;
+#else
+constexpr int kBarrierRounds = 5000;
+#endif
+#else
+constexpr int kBarrierRounds = 5000;
+#endif
+
+/// Two barriers per round: every thread writes its cell, then reads another thread's, which must
+/// hold that thread's value of this round. Counts the reads that did not.
+DEVMEM_KERNEL void barrier_rounds(ArrayView<int, 1> wrong_reads, int rounds) {
+  DEVMEM_SHARED_ARRAY(cells, int, 1024);
+  const unsigned t = devmem::thread_idx().x;
+  const unsigned n = devmem::block_dim().x;
+  int wrong = 0;
+  for (int r = 0; r < rounds; ++r) {
+    cells[t] = r + static_cast<int>(t);
+    devmem::syncthreads();
+    const unsigned other = (t + static_cast<unsigned>(r)) % n;
+    if (cells[other] != r + static_cast<int>(other)) ++wrong;
+    devmem::syncthreads();
+  }
+  wrong_reads[std::int64_t{devmem::block_idx().x} * n + t] = wrong;
+}
+
 /// Restores devmem::host::bounds_checking().
 class BoundsCheckingGuard {
  public:
@@ -1239,6 +1275,18 @@ TEST_CASE("kernels: the simulator reports barrier divergence", "[kernels][host-o
   // The stream and the simulator keep working afterwards.
   devmem::launch({1, 64, 0, s}, fill_iota, out, 1);
   CHECK(out.to_vector<int>(s)[63] == 64);
+}
+
+TEST_CASE("kernels: many barriers per thread in blocks of 1024 threads", "[kernels][host-only]") {
+  // 10^4 barriers per thread (fewer under sanitizers): every thread suspends and resumes at each.
+  const devmem::Stream s = devmem::stream();
+  constexpr unsigned kBlocks = 4;
+  constexpr unsigned kThreads = 1024;
+  const DeviceArray wrong = devmem::device_array<int>({kBlocks * kThreads}, Order::C, s);
+  wrong.fill(-1, s);
+  devmem::launch({kBlocks, kThreads, 0, s}, barrier_rounds, wrong, kBarrierRounds);
+  const std::vector<int> counts = wrong.to_vector<int>(s);
+  CHECK(std::count(counts.begin(), counts.end(), 0) == std::ptrdiff_t{kBlocks * kThreads});
 }
 
 TEST_CASE("kernels: an exception in kernel code fails the launch and unwinds every thread",
