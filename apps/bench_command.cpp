@@ -280,8 +280,8 @@ std::vector<CopyResult> measure_copies(const BenchOptions& options, RawBaseline&
     buffers.prepare(c.direction, c.memory, options.max_size);
     raw.prepare(c.direction, c.memory, static_cast<std::size_t>(options.max_size));
     for (const std::int64_t bytes : sizes) {
-      progress.step(
-          fmt::format("{} {} {}", to_string(c.direction), to_string(c.memory), devmem::format_bytes(bytes)));
+      progress.step(fmt::format("{} {} {}", to_string(c.direction), to_string(c.memory),
+                                devmem::format_bytes(bytes)));
       const int count = ops_per_sample(bytes, options.quick);
       const std::function<void()> op = buffers.copy_op(c.direction, c.memory, bytes);
       const double devmem_s =
@@ -662,10 +662,10 @@ std::string print_table(const Report& r) {
   }
   if (r.first_use) {
     const FirstUseResult& f = *r.first_use;
-    line(
-        fmt::format("Allocate + write every byte + free, {}: direct {:.2f} ms, pool {:.2f} ms "
-                    "({:.1f}x)",
-                    devmem::format_bytes(f.bytes), f.direct_ms, f.pool_ms, f.direct_ms / f.pool_ms));
+    line(fmt::format(
+        "Allocate + write every byte + free, {}: direct {:.2f} ms, pool {:.2f} ms "
+        "({:.1f}x)",
+        devmem::format_bytes(f.bytes), f.direct_ms, f.pool_ms, f.direct_ms / f.pool_ms));
   }
   if (r.enqueue) {
     const EnqueueResult& e = *r.enqueue;
@@ -905,7 +905,8 @@ int run(const BenchOptions& options) {
   if (options.measure_transfers && needed > memory.free) {
     fmt::print(stderr,
                "devmem bench: --max-size {} needs {} of device memory, the device has {} free\n",
-               devmem::format_bytes(options.max_size), devmem::format_bytes(needed), devmem::format_bytes(memory.free));
+               devmem::format_bytes(options.max_size), devmem::format_bytes(needed),
+               devmem::format_bytes(memory.free));
     return kExitRuntimeError;
   }
 

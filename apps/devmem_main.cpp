@@ -46,7 +46,8 @@ int info() {
     const devmem::DeviceProperties p = ctx->properties();
     const devmem::MemoryInfo m = ctx->memory_info();
     fmt::print("device {}: {} ({})\n", d, p.name, p.architecture);
-    fmt::print("  memory: {} free of {}\n", devmem::format_bytes(m.free), devmem::format_bytes(m.total));
+    fmt::print("  memory: {} free of {}\n", devmem::format_bytes(m.free),
+               devmem::format_bytes(m.total));
     fmt::print(
         "  multiprocessors: {}, warp size: {}, max threads per block: {}, shared memory "
         "per block: {} ({} with opt-in)\n",

@@ -20,7 +20,7 @@ using Clock = std::chrono::steady_clock;
 /// 256-byte aligned like the host backend's device memory, written once.
 struct AlignedBuffer {
   struct Free {
-    void operator()(std::byte* p) const noexcept { ::operator delete (p, std::align_val_t{256}); }
+    void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{256}); }
   };
   std::unique_ptr<std::byte, Free> data;
   std::size_t bytes = 0;
@@ -28,7 +28,7 @@ struct AlignedBuffer {
   void ensure(std::size_t wanted) {
     if (bytes >= wanted) return;
     data.reset();
-    data.reset(static_cast<std::byte*>(::operator new (wanted, std::align_val_t{256})));
+    data.reset(static_cast<std::byte*>(::operator new(wanted, std::align_val_t{256})));
     bytes = wanted;
     std::memset(data.get(), 1, wanted);  // first touch now, not in a timed copy
   }

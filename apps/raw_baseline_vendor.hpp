@@ -162,7 +162,7 @@ class VendorBaseline final : public RawBaseline {
         if (page_locked) {
           static_cast<void>(Vendor::hostFree(p));
         } else {
-          ::operator delete (p, std::align_val_t{4096});
+          ::operator delete(p, std::align_val_t{4096});
         }
       }
     };
@@ -173,7 +173,7 @@ class VendorBaseline final : public RawBaseline {
       data.reset();
       bytes = 0;
       if (memory == HostMemory::Pageable) {
-        data = std::unique_ptr<void, Free>(::operator new (wanted, std::align_val_t{4096}),
+        data = std::unique_ptr<void, Free>(::operator new(wanted, std::align_val_t{4096}),
                                            Free{false});
       } else {
         void* p = nullptr;

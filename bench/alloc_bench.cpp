@@ -59,8 +59,8 @@ double raw_pair_ns(std::int64_t bytes, int repeats, int batch) {
 
 double managed_pair_ns(std::int64_t bytes, int repeats, int batch) {
   return time_ns(repeats, batch, [&] {
-    const devmem::DeviceArray a = devmem::device_array(devmem::Shape{bytes},
-                                                       devmem::dtype_of<std::uint8_t>());
+    const devmem::DeviceArray a =
+        devmem::device_array(devmem::Shape{bytes}, devmem::dtype_of<std::uint8_t>());
     (void)a;
   });
 }
@@ -72,7 +72,8 @@ double random_workload_ms(int allocations, std::int64_t max_bytes, unsigned seed
   live.reserve(static_cast<std::size_t>(allocations));
   const auto start = Clock::now();
   for (int i = 0; i < allocations; ++i) {
-    live.push_back(devmem::device_array(devmem::Shape{size(rng)}, devmem::dtype_of<std::uint8_t>()));
+    live.push_back(
+        devmem::device_array(devmem::Shape{size(rng)}, devmem::dtype_of<std::uint8_t>()));
     // Free a random live array half of the time, like RMM's random_allocations.
     if (rng() % 2 == 0 && !live.empty()) {
       const std::size_t victim = rng() % live.size();
@@ -110,7 +111,8 @@ int main(int argc, char* argv[]) {
   const auto direct = devmem::make_memory_manager("direct", *ctx);
   const auto pool = devmem::make_memory_manager("pool", *ctx);
 
-  fmt::print("| size | raw alloc+free (ns) | direct (ns) | pool (ns) | raw / pool | direct / pool |\n");
+  fmt::print(
+      "| size | raw alloc+free (ns) | direct (ns) | pool (ns) | raw / pool | direct / pool |\n");
   fmt::print("|---:|---:|---:|---:|---:|---:|\n");
   for (const std::int64_t bytes : sizes) {
     const double raw = raw_pair_ns(bytes, repeats, batch);

@@ -90,8 +90,8 @@ void* ContextState::allocate_with_retry(Allocate&& allocate, const char* operati
       throw OutOfMemory(
           fmt::format("{}: out of {} allocating {} bytes ({}) on device {} ({} free of {}, after "
                       "flushing pending deallocations): {}",
-                      operation, what, bytes, format_bytes(bytes), device(), format_bytes(info.free),
-                      format_bytes(info.total), e.what()),
+                      operation, what, bytes, format_bytes(bytes), device(),
+                      format_bytes(info.free), format_bytes(info.total), e.what()),
           bytes);
     }
   }

@@ -63,8 +63,9 @@ void check_view(const DType& expected, std::size_t rank, const DType& dtype, con
                                       expected.name(), rank, dtype.name(), expected.name()));
   }
   if (static_cast<std::size_t>(ndim) != rank) {
-    throw InvalidArgument(fmt::format("DeviceArray::view<{}, {}>: the array has {} dimension{}, not {}",
-                                      expected.name(), rank, ndim, ndim == 1 ? "" : "s", rank));
+    throw InvalidArgument(
+        fmt::format("DeviceArray::view<{}, {}>: the array has {} dimension{}, not {}",
+                    expected.name(), rank, ndim, ndim == 1 ? "" : "s", rank));
   }
   // No element of an empty array is ever accessed, so its layout cannot fault.
   if (layout.size() == 0) return;
@@ -118,8 +119,8 @@ HostArray make_view(const void* data, Shape shape, DType dtype, Strides strides,
                     std::shared_ptr<const void> owner, bool readonly) {
   Layout l = layout::make_layout(shape, dtype.itemsize(), strides, Order::C, "HostArray::view");
   if (data == nullptr && l.size() != 0) {
-    throw InvalidArgument(fmt::format("HostArray::view: null data for shape {}",
-                                      layout::format_tuple(l.shape)));
+    throw InvalidArgument(
+        fmt::format("HostArray::view: null data for shape {}", layout::format_tuple(l.shape)));
   }
   auto memory = std::make_shared<detail::HostMemory>();
   // `data` is element (0, ..., 0); the extent may start before it when strides are negative.
@@ -159,8 +160,12 @@ HostArray HostArray::view_with_order(const void* data, std::size_t count,
 HostMemoryKind HostArray::kind() const noexcept {
   return memory_ ? memory_->kind : HostMemoryKind::Pageable;
 }
-bool HostArray::is_readonly() const noexcept { return memory_ && memory_->readonly; }
-std::byte* HostArray::base() const noexcept { return memory_ ? memory_->ptr : nullptr; }
+bool HostArray::is_readonly() const noexcept {
+  return memory_ && memory_->readonly;
+}
+std::byte* HostArray::base() const noexcept {
+  return memory_ ? memory_->ptr : nullptr;
+}
 void* HostArray::data() const noexcept {
   return base() == nullptr ? nullptr : base() + layout_.offset;
 }
@@ -246,10 +251,10 @@ HostArray HostArray::ravel(Order order) const {
 
 DeviceArray HostArray::device_view(const Stream& stream) const {
   if (!memory_ || memory_->kind != HostMemoryKind::Mapped) {
-    throw InvalidArgument(fmt::format(
-        "device_view: a {} host array is not mapped into the device address space (use "
-        "mapped_array() or a mapped() scope)",
-        to_string(kind())));
+    throw InvalidArgument(
+        fmt::format("device_view: a {} host array is not mapped into the device address space (use "
+                    "mapped_array() or a mapped() scope)",
+                    to_string(kind())));
   }
   auto device_memory = std::make_shared<detail::DeviceMemory>();
   device_memory->context = memory_->context;
@@ -264,11 +269,15 @@ DeviceArray HostArray::device_view(const Stream& stream) const {
   return detail::ArrayAccess::make(std::move(device_memory), layout_, dtype_, stream);
 }
 
-DeviceArray HostArray::device_view() const { return device_view(Stream{}); }
+DeviceArray HostArray::device_view() const {
+  return device_view(Stream{});
+}
 
 MappedArray::MappedArray(HostArray host, Stream stream)
     : HostArray(std::move(host)), stream_(std::move(stream)) {}
 
-DeviceArray MappedArray::device() const { return device_view(stream_); }
+DeviceArray MappedArray::device() const {
+  return device_view(stream_);
+}
 
 }  // namespace devmem

@@ -2,9 +2,9 @@
 // and the defer_cleanup scope.
 #include "core/internal.hpp"
 
+#include <devmem/byte_size.hpp>
 #include <devmem/error.hpp>
 #include <devmem/memory_adaptors.hpp>
-#include <devmem/byte_size.hpp>
 #include <devmem/memory_manager.hpp>
 
 #include <fmt/format.h>
@@ -351,13 +351,14 @@ MemoryManagerFactory find_factory(std::string_view name) {
     for (const auto& [key, value] : r.factories) known.push_back(key);
   }
   if (in.empty()) {
-    throw InvalidArgument(fmt::format("make_memory_manager: unknown memory manager '{}' (known: {})",
-                                      name, fmt::join(known, ", ")));
+    throw InvalidArgument(
+        fmt::format("make_memory_manager: unknown memory manager '{}' (known: {})", name,
+                    fmt::join(known, ", ")));
   }
-  throw InvalidArgument(fmt::format(
-      "make_memory_manager: unknown memory manager '{}' in '{}' (known: {}; adaptors: "
-      "statistics, logging, limit=SIZE, pool)",
-      name, in, fmt::join(known, ", ")));
+  throw InvalidArgument(
+      fmt::format("make_memory_manager: unknown memory manager '{}' in '{}' (known: {}; adaptors: "
+                  "statistics, logging, limit=SIZE, pool)",
+                  name, in, fmt::join(known, ", ")));
 }
 
 /// The byte size of a `limit=SIZE` part of a composition (parse_byte_size, and more than 0).
@@ -366,13 +367,13 @@ std::int64_t parse_limit(std::string_view text, std::string_view part, std::stri
   try {
     bytes = parse_byte_size(text);
   } catch (const InvalidArgument& e) {
-    throw InvalidArgument(fmt::format("make_memory_manager: bad limit in '{}' of '{}': {}", part,
-                                      in, e.what()));
+    throw InvalidArgument(
+        fmt::format("make_memory_manager: bad limit in '{}' of '{}': {}", part, in, e.what()));
   }
   if (bytes == 0) {
     throw InvalidArgument(fmt::format(
-        "make_memory_manager: bad limit in '{}' of '{}': the limit must be more than 0 bytes",
-        part, in));
+        "make_memory_manager: bad limit in '{}' of '{}': the limit must be more than 0 bytes", part,
+        in));
   }
   return bytes;
 }

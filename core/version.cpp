@@ -2,5 +2,7 @@
 #include <devmem/version.hpp>
 
 namespace devmem {
-const char* version() noexcept { return DEVMEM_VERSION_STRING; }
+const char* version() noexcept {
+  return DEVMEM_VERSION_STRING;
+}
 }  // namespace devmem

@@ -23,7 +23,8 @@ class FuzzInput {
   [[nodiscard]] bool empty() const noexcept { return bytes_.empty(); }
 
   template <class T>
-  requires std::is_trivially_copyable_v<T> T take() {
+    requires std::is_trivially_copyable_v<T>
+  T take() {
     T value{};
     const std::size_t n = std::min(sizeof(T), bytes_.size());
     if (n > 0) std::memcpy(&value, bytes_.data(), n);

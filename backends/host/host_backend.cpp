@@ -149,10 +149,10 @@ std::exception_ptr HostBackend::injected_error(const char* function, Call kind,
       fmt::format("injected failure of call {} of {} (fail_nth)", injection.nth, to_string(kind));
   if (injection.status == Status::MemoryAllocation &&
       (kind == Call::Allocate || kind == Call::HostAllocate)) {
-    return std::make_exception_ptr(OutOfMemory(
-        fmt::format("host {}: out of memory allocating {} ({} bytes) on device {} ({})", function,
-                    format_bytes(bytes), bytes, device, request),
-        clamp_to_int64(bytes)));
+    return std::make_exception_ptr(
+        OutOfMemory(fmt::format("host {}: out of memory allocating {} ({} bytes) on device {} ({})",
+                                function, format_bytes(bytes), bytes, device, request),
+                    clamp_to_int64(bytes)));
   }
   return std::make_exception_ptr(make_error(function, injection.status, request));
 }
@@ -441,8 +441,7 @@ void* HostBackend::allocate(int device, std::size_t bytes) {
         clamp_to_int64(bytes));
   };
   if (clamp_to_int64(bytes) > free) {
-    throw out_of_memory(
-        fmt::format("free {} of {}", format_bytes(free), format_bytes(capacity)));
+    throw out_of_memory(fmt::format("free {} of {}", format_bytes(free), format_bytes(capacity)));
   }
   void* const ptr = ::operator new(bytes, std::align_val_t{kDeviceAlignment}, std::nothrow);
   if (ptr == nullptr) throw out_of_memory("the process is out of memory");

@@ -288,8 +288,8 @@ class BlockRunner {
     }
     if (aborting_) {
       abort_block();
-      throw HostBackend::make_error(
-          "launch", failure_status_, fmt::format("{}: {}", grid_.kernel_name, failure_));
+      throw HostBackend::make_error("launch", failure_status_,
+                                    fmt::format("{}: {}", grid_.kernel_name, failure_));
     }
   }
 
@@ -1016,11 +1016,10 @@ void run_kernel(const PreparedLaunch& launch, const LaunchConfig& config,
       static_cast<std::int64_t>(config.shared_bytes) > props.max_shared_memory_per_block
           ? props.max_shared_memory_per_block_optin
           : props.max_shared_memory_per_block;
-  auto grid = std::make_shared<const KernelGrid>(
-      KernelGrid{config.grid, config.block, config.shared_bytes,
-                 static_cast<std::size_t>(shared_limit), static_cast<unsigned>(props.warp_size),
-                 launch.device, std::make_shared<const std::function<void()>>(std::move(body)),
-                 launch.kernel_name});
+  auto grid = std::make_shared<const KernelGrid>(KernelGrid{
+      config.grid, config.block, config.shared_bytes, static_cast<std::size_t>(shared_limit),
+      static_cast<unsigned>(props.warp_size), launch.device,
+      std::make_shared<const std::function<void()>>(std::move(body)), launch.kernel_name});
   backend->launch_kernel(launch.device, launch.stream.native_handle(),
                          [grid] { execute_grid(*grid); });
 }

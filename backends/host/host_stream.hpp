@@ -27,9 +27,9 @@ class StreamOperation {
   StreamOperation() = default;
   StreamOperation(std::nullptr_t) noexcept {}  // NOLINT: like std::function's
   template <class F>
-  requires(std::is_invocable_r_v<void, std::decay_t<F>&> &&
-           !std::is_same_v<std::decay_t<F>, StreamOperation>)
-      StreamOperation(F&& f) {  // NOLINT: implicit, like std::function's
+    requires(std::is_invocable_r_v<void, std::decay_t<F>&> &&
+             !std::is_same_v<std::decay_t<F>, StreamOperation>)
+  StreamOperation(F&& f) {  // NOLINT: implicit, like std::function's
     using Fn = std::decay_t<F>;
     if constexpr (std::is_trivially_copyable_v<Fn> && sizeof(Fn) <= kInlineBytes &&
                   alignof(Fn) <= alignof(std::max_align_t)) {

@@ -37,7 +37,8 @@ class DEVMEM_API DType {
   static DType record(std::int64_t itemsize, std::int64_t alignment = 1,
                       std::string_view type_name = {});
 
-  /// NumPy's kind character: 'b' bool, 'i' signed, 'u' unsigned, 'f' float, 'c' complex, 'V' record.
+  /// NumPy's kind character: 'b' bool, 'i' signed, 'u' unsigned, 'f' float, 'c' complex, 'V'
+  /// record.
   [[nodiscard]] char kind() const noexcept { return kind_; }
   /// Bytes per element.
   [[nodiscard]] std::int64_t itemsize() const noexcept { return itemsize_; }
@@ -69,8 +70,8 @@ struct is_complex<std::complex<T>> : std::true_type {};
 /// Types that have a dtype: bool, the fixed-width integers, float, double, std::complex<float>,
 /// std::complex<double>, and any other trivially copyable type (as a record).
 template <class T>
-concept Element = std::is_trivially_copyable_v<T> && !std::is_pointer_v<T> &&
-                  !std::is_reference_v<T> && !std::is_const_v<T> && !std::is_volatile_v<T>;
+concept Element = std::is_trivially_copyable_v<T> && !
+std::is_pointer_v<T> && !std::is_reference_v<T> && !std::is_const_v<T> && !std::is_volatile_v<T>;
 
 /// The dtype of a C++ type.
 template <Element T>

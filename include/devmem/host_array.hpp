@@ -31,7 +31,7 @@ enum class HostMemoryKind { Pageable, Pinned, Mapped };
 namespace detail {
 struct HostMemory;
 struct ArrayAccess;  // core/array_access.hpp
-}
+}  // namespace detail
 
 class DEVMEM_API HostArray : public ArrayBase<HostArray> {
  public:

@@ -131,8 +131,8 @@ struct ArrayInterface {
 /// array_interface() returning something convertible to ArrayInterface.
 template <class T>
 concept ArrayInterfaceProvider = requires(const T& t) {
-  { t.array_interface() } -> std::convertible_to<ArrayInterface>;
-};
+                                   { t.array_interface() } -> std::convertible_to<ArrayInterface>;
+                                 };
 template <class T>
 inline constexpr bool is_device_array_v = ArrayInterfaceProvider<std::remove_cvref_t<T>>;
 /// True for any object exposing an array interface (no validation, like Numba's is_cuda_array).
@@ -151,7 +151,7 @@ template <ArrayInterfaceProvider T>
 /// The same for an object passed by reference: a copy of it is kept alive (and its interface is
 /// read from that copy). For handle types such as DeviceArray the copy is cheap.
 template <ArrayInterfaceProvider T>
-requires std::copy_constructible<T>
+  requires std::copy_constructible<T>
 [[nodiscard]] DeviceArray as_device_array(const T& object, bool sync = true) {
   return as_device_array(std::make_shared<const T>(object), sync);
 }

@@ -313,8 +313,8 @@ launch_prepare(const LaunchConfig& config, std::string_view compiled_for,
   if (rest.starts_with('&')) rest.remove_prefix(1);
   // A kernel in an unnamed namespace: GCC and nvcc write "{anonymous}::", Clang
   // "(anonymous namespace)::"; the name alone reads better.
-  for (const std::string_view unnamed : {std::string_view("{anonymous}::"),
-                                         std::string_view("(anonymous namespace)::")}) {
+  for (const std::string_view unnamed :
+       {std::string_view("{anonymous}::"), std::string_view("(anonymous namespace)::")}) {
     if (rest.starts_with(unnamed)) rest.remove_prefix(unnamed.size());
   }
   int depth = 0;  // inside <...> or (...), where ';' ',' ']' belong to the name

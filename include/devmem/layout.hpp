@@ -60,7 +60,9 @@ struct DEVMEM_API Layout {
   /// The same rules for Fortran order.
   [[nodiscard]] bool is_f_contiguous() const noexcept;
   /// Contiguous in C or F order: the elements fill exactly nbytes() bytes with no gaps.
-  [[nodiscard]] bool is_contiguous() const noexcept { return is_c_contiguous() || is_f_contiguous(); }
+  [[nodiscard]] bool is_contiguous() const noexcept {
+    return is_c_contiguous() || is_f_contiguous();
+  }
   /// Elements occupy every byte of their extent exactly once in some axis order (no gaps, no
   /// overlaps), e.g. a transpose of a 3-d C array.
   [[nodiscard]] bool is_dense() const;

@@ -12,8 +12,8 @@ int main(int argc, char* argv[]) {
   Catch::Session session;
   if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
   const Catch::ConfigData& config = session.configData();
-  const bool listing = config.listTests || config.listTestNamesOnly || config.listTags ||
-                       config.listReporters;
+  const bool listing =
+      config.listTests || config.listTestNamesOnly || config.listTags || config.listReporters;
   try {
     devmem::select_backend(DEVMEM_CONFORMANCE_BACKEND);
     if (!listing && devmem::device_count() == 0) {

@@ -108,8 +108,7 @@ TEST_CASE("bad input, host memory: views of freed or unmapped foreign memory",
   const DeviceArray dangling = devmem::as_device_array(iface);
   REQUIRE_THROWS_MATCHES(
       dangling.copy_to_host(), BackendError,
-      Message("host copy: IllegalAddress (700): source " +
-              pointer_text(iface.data.pointer) +
+      Message("host copy: IllegalAddress (700): source " + pointer_text(iface.data.pointer) +
               " (32 bytes) is not inside a live device allocation or mapped host memory"));
   // Ordinary process memory imported as if it were device memory.
   std::vector<double> process_memory(4, 1.0);

@@ -119,8 +119,9 @@ TEST_CASE("errors: out of device memory", "[errors][oom][host-only]") {
   }
   SECTION("an out-of-memory failure of the allocation and of its retry is final") {
     devmem::host::fail_nth(Call::Allocate, 1, Status::MemoryAllocation, 2);
-    REQUIRE_THROWS_MATCHES(devmem::device_array(Shape{100}, f8()), devmem::OutOfMemory,
-                           MessageStartsWith("device_array: out of device memory allocating 800 bytes"));
+    REQUIRE_THROWS_MATCHES(
+        devmem::device_array(Shape{100}, f8()), devmem::OutOfMemory,
+        MessageStartsWith("device_array: out of device memory allocating 800 bytes"));
     CHECK(devmem::host::device_memory_used() == used);
     CHECK(devmem::device_array(Shape{100}, f8()).alloc_size() == 800);
   }

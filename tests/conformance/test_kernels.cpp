@@ -646,10 +646,9 @@ TEST_CASE("kernels: launch messages name the kernel", "[kernels]") {
   CHECK(devmem::detail::kernel_name_of<fill_iota>() == "fill_iota");
   // Through a pointer the name comes from the dynamic symbol table: found for an exported
   // function, "kernel" for one it does not hold (this test's kernels).
-  CHECK(devmem::detail::kernel_symbol_name(reinterpret_cast<const void*>(
-            &devmem::current_device)) == "devmem::current_device");
-  CHECK(devmem::detail::kernel_symbol_name(reinterpret_cast<const void*>(&fill_iota)) ==
-        "kernel");
+  CHECK(devmem::detail::kernel_symbol_name(
+            reinterpret_cast<const void*>(&devmem::current_device)) == "devmem::current_device");
+  CHECK(devmem::detail::kernel_symbol_name(reinterpret_cast<const void*>(&fill_iota)) == "kernel");
   const DeviceArray ints = devmem::device_array<int>({64});
   CHECK_THROWS_MATCHES(
       devmem::launch<fill_iota>({0, 64}, ints, 0), devmem::InvalidArgument,
@@ -1232,7 +1231,8 @@ TEST_CASE("kernels: the simulator reports barrier divergence", "[kernels][host-o
     } catch (const devmem::BackendError& e) {
       check_launch_failure(e,
                            "host launch: LaunchFailure (719): half_the_block_skips_the_barrier: "
-                           "barrier divergence in block (0, 0, 0): 16 of 32 threads wait at syncthreads() (test_kernels.cpp:");
+                           "barrier divergence in block (0, 0, 0): 16 of 32 threads wait at "
+                           "syncthreads() (test_kernels.cpp:");
       CHECK_THAT(std::string(e.what()),
                  Catch::Matchers::Contains("but 16 threads (first: thread (16, 0, 0)) returned "
                                            "without reaching it"));
@@ -1319,7 +1319,8 @@ TEST_CASE("kernels: the simulator refuses two untagged shared arrays of one type
       check_launch_failure(
           e,
           "host launch: LaunchFailure (719): two_untagged_shared_arrays: shared_array: two "
-          "untagged shared arrays of shape (8,) with 4-byte elements (32 bytes) in one kernel, at " +
+          "untagged shared arrays of shape (8,) with 4-byte elements (32 bytes) in one kernel, "
+          "at " +
               file + std::to_string(kUntaggedFirstLine) + " and at " + file +
               std::to_string(kUntaggedFirstLine + 1) + " (thread (0, 0, 0) of block (");
       CHECK_THAT(std::string(e.what()),

@@ -453,17 +453,16 @@ TEST_CASE("memory adaptors: make_memory_manager composes 'OUTER:...:INNER'",
   CHECK(device_values(d) == iota_vec(16));
 
   SECTION("bad compositions name the bad part") {
-    REQUIRE_THROWS_MATCHES(devmem::make_memory_manager("limit=5X:direct", *ctx),
-                           devmem::InvalidArgument,
-                           Catch::Matchers::Message(
-                               "make_memory_manager: bad limit in 'limit=5X' of "
-                               "'limit=5X:direct': '5X' has an unknown suffix 'X' (use K, M, G "
-                               "or T)"));
-    REQUIRE_THROWS_MATCHES(devmem::make_memory_manager("limit=0:direct", *ctx),
-                           devmem::InvalidArgument,
-                           Catch::Matchers::Message("make_memory_manager: bad limit in 'limit=0' of "
-                                                    "'limit=0:direct': the limit must be more "
-                                                    "than 0 bytes"));
+    REQUIRE_THROWS_MATCHES(
+        devmem::make_memory_manager("limit=5X:direct", *ctx), devmem::InvalidArgument,
+        Catch::Matchers::Message("make_memory_manager: bad limit in 'limit=5X' of "
+                                 "'limit=5X:direct': '5X' has an unknown suffix 'X' (use K, M, G "
+                                 "or T)"));
+    REQUIRE_THROWS_MATCHES(
+        devmem::make_memory_manager("limit=0:direct", *ctx), devmem::InvalidArgument,
+        Catch::Matchers::Message("make_memory_manager: bad limit in 'limit=0' of "
+                                 "'limit=0:direct': the limit must be more "
+                                 "than 0 bytes"));
     REQUIRE_THROWS_AS(devmem::make_memory_manager("limit=:direct", *ctx), devmem::InvalidArgument);
     REQUIRE_THROWS_AS(devmem::make_memory_manager("limit=99999999999T", *ctx),
                       devmem::InvalidArgument);

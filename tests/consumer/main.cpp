@@ -13,7 +13,8 @@ int main() {
   // back is the transpose: back[j * 10 + i] == host[i * 100 + j]
   for (int i = 0; i < 10; ++i) {
     for (int j = 0; j < 100; ++j) {
-      if (back[static_cast<std::size_t>(j * 10 + i)] != host[static_cast<std::size_t>(i * 100 + j)]) {
+      if (back[static_cast<std::size_t>(j * 10 + i)] !=
+          host[static_cast<std::size_t>(i * 100 + j)]) {
         std::printf("consumer: mismatch at (%d, %d)\n", i, j);
         return 1;
       }
