@@ -198,7 +198,7 @@ class DevmemBuffers {
   /// Enqueues one copy of `bytes` on the benchmark's stream.
   [[nodiscard]] std::function<void()> copy_op(Direction direction, HostMemory memory,
                                               std::int64_t bytes) const {
-    const DeviceArray a = device_a_->slice(0, 0, bytes);
+    const DeviceArray a = allocated(device_a_).slice(0, 0, bytes);
     switch (direction) {
       case Direction::HostToDevice: {
         const HostArray h = host_.at(memory).slice(0, 0, bytes);
@@ -209,7 +209,7 @@ class DevmemBuffers {
         return [a, h, s = stream_] { a.copy_to_host(h, s); };
       }
       case Direction::DeviceToDevice: {
-        const DeviceArray b = device_b_->slice(0, 0, bytes);
+        const DeviceArray b = allocated(device_b_).slice(0, 0, bytes);
         return [a, b, s = stream_] { b.copy_to_device(a, s); };
       }
     }
@@ -226,7 +226,7 @@ class DevmemBuffers {
   }
 
   [[nodiscard]] const Stream& stream() const noexcept { return stream_; }
-  [[nodiscard]] const DeviceArray& device() const { return *device_a_; }
+  [[nodiscard]] const DeviceArray& device() const { return allocated(device_a_); }
   [[nodiscard]] const HostArray& host(HostMemory memory) const { return host_.at(memory); }
 
  private:
@@ -236,6 +236,12 @@ class DevmemBuffers {
     array.emplace(device_array(Shape{bytes}, dtype_of<std::uint8_t>(), {}, Order::C, stream_));
     array->fill(std::uint8_t{1}, stream_);  // first touch, untimed
     stream_.synchronize();
+  }
+
+  /// A device buffer that ensure() has made (InvalidArgument before).
+  static const DeviceArray& allocated(const std::optional<DeviceArray>& buffer) {
+    if (!buffer) throw InvalidArgument("devmem bench: the device buffer is not allocated yet");
+    return *buffer;
   }
 
   Stream stream_;
@@ -550,7 +556,9 @@ std::optional<double> kernel_slowdown(const Report& report, std::string_view nam
 void evaluate_goals(Report& report) {
   const auto add = [&](std::string name, std::optional<double> measured, double target,
                        bool at_most, std::string unit) {
-    if (measured) report.goals.push_back({std::move(name), *measured, target, at_most, unit});
+    if (measured) {
+      report.goals.push_back({std::move(name), *measured, target, at_most, std::move(unit)});
+    }
   };
   // The simulator against plain loops: what bounds the size of a test or a CPU-only run.
   add("kernel matmul 256 vs plain loop (times slower)", kernel_slowdown(report, "matmul", 256), 60,
@@ -605,16 +613,17 @@ void evaluate_goals(Report& report) {
 
 // ---- Output -------------------------------------------------------------------------------------
 
-std::string print_table(const Report& r) {
+/// The lines of the text table, each added with its newline.
+struct TableLines {
   std::string out;
-  const auto line = [&out](std::string_view text) {
+  void operator()(std::string_view text) {
     out += text;
     out += '\n';
-  };
-  line(fmt::format("devmem bench: backend {}, device {} ({}), devmem {}, {}", r.backend, r.device,
-                   r.architecture, r.version, r.date));
-  line(fmt::format("raw baseline: {} / {}; medians of {} repeats after a warm-up{}",
-                   r.raw_copy_call, r.raw_alloc_call, r.repeats, r.quick ? " (--quick)" : ""));
+  }
+};
+
+/// Contiguous copies, one group per direction and memory kind.
+void table_transfers(const Report& r, TableLines& line) {
   if (!r.copies.empty()) {
     line("");
     line("Transfers (GB/s = 1e9 bytes/s; ratio = devmem / raw, above 1 devmem is faster)");
@@ -632,6 +641,10 @@ std::string print_table(const Report& r) {
                        c.ops_per_sample, c.devmem_gbps(), c.raw_gbps(), c.ratio()));
     }
   }
+}
+
+/// Strided copies against the raw contiguous copy of the same bytes.
+void table_strided(const Report& r, TableLines& line) {
   if (!r.strided.empty()) {
     line("");
     line(fmt::format(
@@ -646,6 +659,10 @@ std::string print_table(const Report& r) {
                        c.ops_per_sample, c.devmem_gbps(), c.raw_gbps(), c.ratio()));
     }
   }
+}
+
+/// Allocation latency, the first-use cost and the enqueue cost.
+void table_allocations(const Report& r, TableLines& line) {
   if (!r.allocations.empty()) {
     line("");
     line(
@@ -677,6 +694,10 @@ std::string print_table(const Report& r) {
                     e.raw_ns < 0 ? std::string("n/a (memcpy has no enqueue)")
                                  : fmt::format("{} {:.0f} ns", r.raw_copy_call, e.raw_ns)));
   }
+}
+
+/// The simulator against plain loops, or why it was not measured.
+void table_kernels(const Report& r, TableLines& line) {
   if (!r.kernels.empty()) {
     line("");
     line(
@@ -694,6 +715,10 @@ std::string print_table(const Report& r) {
     line("");
     line(fmt::format("Kernels: not measured: {}", r.kernels_skipped));
   }
+}
+
+/// Each goal, measured and met or missed.
+void table_goals(const Report& r, TableLines& line) {
   if (!r.goals.empty()) {
     line("");
     line("Goals");
@@ -702,7 +727,20 @@ std::string print_table(const Report& r) {
                        g.at_most ? "<=" : ">=", g.target, g.unit, g.met() ? "met" : "MISSED"));
     }
   }
-  return out;
+}
+
+std::string print_table(const Report& r) {
+  TableLines line;
+  line(fmt::format("devmem bench: backend {}, device {} ({}), devmem {}, {}", r.backend, r.device,
+                   r.architecture, r.version, r.date));
+  line(fmt::format("raw baseline: {} / {}; medians of {} repeats after a warm-up{}",
+                   r.raw_copy_call, r.raw_alloc_call, r.repeats, r.quick ? " (--quick)" : ""));
+  table_transfers(r, line);
+  table_strided(r, line);
+  table_allocations(r, line);
+  table_kernels(r, line);
+  table_goals(r, line);
+  return line.out;
 }
 
 std::string json_string(std::string_view text) {
@@ -726,6 +764,19 @@ std::string json_number(double value) {
   return std::isfinite(value) ? fmt::format("{:.6g}", value) : "null";
 }
 
+/// `  "name": [rows],` with one row (a JSON object from `row`) per item, as the JSON output
+/// writes every list; `last`: no comma after it.
+template <class Item, class Row>
+std::string json_list(std::string_view name, const std::vector<Item>& items, Row row,
+                      bool last = false) {
+  std::string out = fmt::format("  \"{}\": [", name);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    out += fmt::format("{}\n    {}", i == 0 ? "" : ",", row(items[i]));
+  }
+  out += items.empty() ? "]" : "\n  ]";
+  return out + (last ? "\n" : ",\n");
+}
+
 std::string print_json(const Report& r) {
   std::string out = "{\n";
   out += fmt::format(
@@ -735,39 +786,29 @@ std::string print_json(const Report& r) {
       json_string(r.backend), json_string(r.device), json_string(r.architecture),
       json_string(r.version), json_string(r.date), json_string(r.raw_copy_call),
       json_string(r.raw_alloc_call), r.repeats, r.quick);
-  out += "  \"copies\": [";
-  for (std::size_t i = 0; i < r.copies.size(); ++i) {
-    const CopyResult& c = r.copies[i];
-    out += fmt::format(
-        "{}\n    {{\"direction\": \"{}\", \"memory\": \"{}\", \"bytes\": {}, \"ops_per_sample\": "
+  out += json_list("copies", r.copies, [](const CopyResult& c) {
+    return fmt::format(
+        "{{\"direction\": \"{}\", \"memory\": \"{}\", \"bytes\": {}, \"ops_per_sample\": "
         "{}, \"devmem_gbps\": {}, \"raw_gbps\": {}, \"ratio\": {}}}",
-        i == 0 ? "" : ",", to_string(c.direction), to_string(c.memory), c.bytes, c.ops_per_sample,
+        to_string(c.direction), to_string(c.memory), c.bytes, c.ops_per_sample,
         json_number(c.devmem_gbps()), json_number(c.raw_gbps()), json_number(c.ratio()));
-  }
-  out += r.copies.empty() ? "],\n" : "\n  ],\n";
-  out += "  \"strided\": [";
-  for (std::size_t i = 0; i < r.strided.size(); ++i) {
-    const StridedResult& c = r.strided[i];
-    out += fmt::format(
-        "{}\n    {{\"layout\": {}, \"direction\": \"{}\", \"memory\": \"{}\", \"side\": {}, "
+  });
+  out += json_list("strided", r.strided, [](const StridedResult& c) {
+    return fmt::format(
+        "{{\"layout\": {}, \"direction\": \"{}\", \"memory\": \"{}\", \"side\": {}, "
         "\"bytes\": {}, \"ops_per_sample\": {}, \"devmem_gbps\": {}, \"raw_gbps\": {}, "
         "\"ratio\": {}}}",
-        i == 0 ? "" : ",", json_string(c.layout), to_string(c.direction), to_string(c.memory),
-        c.side, c.bytes, c.ops_per_sample, json_number(c.devmem_gbps()), json_number(c.raw_gbps()),
+        json_string(c.layout), to_string(c.direction), to_string(c.memory), c.side, c.bytes,
+        c.ops_per_sample, json_number(c.devmem_gbps()), json_number(c.raw_gbps()),
         json_number(c.ratio()));
-  }
-  out += r.strided.empty() ? "],\n" : "\n  ],\n";
-  out += "  \"allocations\": [";
-  for (std::size_t i = 0; i < r.allocations.size(); ++i) {
-    const AllocResult& a = r.allocations[i];
-    out += fmt::format(
-        "{}\n    {{\"bytes\": {}, \"raw_ns\": {}, \"direct_ns\": {}, \"pool_ns\": {}, "
+  });
+  out += json_list("allocations", r.allocations, [](const AllocResult& a) {
+    return fmt::format(
+        "{{\"bytes\": {}, \"raw_ns\": {}, \"direct_ns\": {}, \"pool_ns\": {}, "
         "\"direct_over_pool\": {}, \"raw_over_pool\": {}}}",
-        i == 0 ? "" : ",", a.bytes, json_number(a.raw_ns), json_number(a.direct_ns),
-        json_number(a.pool_ns), json_number(a.direct_ns / a.pool_ns),
-        json_number(a.raw_ns / a.pool_ns));
-  }
-  out += r.allocations.empty() ? "],\n" : "\n  ],\n";
+        a.bytes, json_number(a.raw_ns), json_number(a.direct_ns), json_number(a.pool_ns),
+        json_number(a.direct_ns / a.pool_ns), json_number(a.raw_ns / a.pool_ns));
+  });
   if (r.first_use) {
     out += fmt::format(
         "  \"first_use\": {{\"bytes\": {}, \"direct_ms\": {}, \"pool_ms\": {}, \"ratio\": {}}},\n",
@@ -784,31 +825,28 @@ std::string print_json(const Report& r) {
   } else {
     out += "  \"enqueue\": null,\n";
   }
-  out += "  \"kernels\": [";
-  for (std::size_t i = 0; i < r.kernels.size(); ++i) {
-    const KernelResult& k = r.kernels[i];
-    out += fmt::format(
-        "{}\n    {{\"kernel\": {}, \"size\": {}, \"bytes\": {}, \"threads\": {}, "
+  out += json_list("kernels", r.kernels, [](const KernelResult& k) {
+    return fmt::format(
+        "{{\"kernel\": {}, \"size\": {}, \"bytes\": {}, \"threads\": {}, "
         "\"launches_per_sample\": {}, \"seconds_per_launch\": {}, \"loop_seconds\": {}, "
         "\"threads_per_second\": {}, \"slowdown\": {}, \"ratio\": {}}}",
-        i == 0 ? "" : ",", json_string(k.kernel), k.size, k.bytes, k.threads, k.launches_per_sample,
+        json_string(k.kernel), k.size, k.bytes, k.threads, k.launches_per_sample,
         json_number(k.kernel_seconds), json_number(k.loop_seconds),
         json_number(k.threads_per_second()), json_number(k.slowdown()),
         json_number(k.loop_seconds / k.kernel_seconds));
-  }
-  out += r.kernels.empty() ? "],\n" : "\n  ],\n";
+  });
   out += fmt::format("  \"kernels_skipped\": {},\n",
                      r.kernels_skipped.empty() ? "null" : json_string(r.kernels_skipped));
-  out += "  \"goals\": [";
-  for (std::size_t i = 0; i < r.goals.size(); ++i) {
-    const Goal& g = r.goals[i];
-    out += fmt::format(
-        "{}\n    {{\"name\": {}, \"measured\": {}, \"target\": {}, \"comparison\": \"{}\", "
-        "\"unit\": {}, \"met\": {}}}",
-        i == 0 ? "" : ",", json_string(g.name), json_number(g.measured), json_number(g.target),
-        g.at_most ? "<=" : ">=", json_string(g.unit), g.met());
-  }
-  out += r.goals.empty() ? "]\n" : "\n  ]\n";
+  out += json_list(
+      "goals", r.goals,
+      [](const Goal& g) {
+        return fmt::format(
+            "{{\"name\": {}, \"measured\": {}, \"target\": {}, \"comparison\": \"{}\", "
+            "\"unit\": {}, \"met\": {}}}",
+            json_string(g.name), json_number(g.measured), json_number(g.target),
+            g.at_most ? "<=" : ">=", json_string(g.unit), g.met());
+      },
+      true);
   return out + "}\n";
 }
 
@@ -883,6 +921,16 @@ std::string today() {
   return fmt::format("{:%Y-%m-%d %H:%M}", local);
 }
 
+/// Writes `text` where `output` asks for it: stdout (no path) or its file, opened before the run.
+void emit(const OutputTarget& output, OutputFile file, const std::string& text) {
+  if (!output.enabled) return;
+  if (output.path.empty()) {
+    fmt::print("{}", text);
+  } else {
+    write_file(std::move(file), output.path, text);
+  }
+}
+
 int run(const BenchOptions& options) {
   Report report;
   report.backend = backend_name();
@@ -953,20 +1001,8 @@ int run(const BenchOptions& options) {
   const bool table_to_stdout = !(options.json.enabled && options.json.path.empty()) &&
                                !(options.csv.enabled && options.csv.path.empty());
   if (table_to_stdout) fmt::print("{}", print_table(report));
-  if (options.json.enabled) {
-    if (options.json.path.empty()) {
-      fmt::print("{}", print_json(report));
-    } else {
-      write_file(std::move(json_file), options.json.path, print_json(report));
-    }
-  }
-  if (options.csv.enabled) {
-    if (options.csv.path.empty()) {
-      fmt::print("{}", print_csv(report));
-    } else {
-      write_file(std::move(csv_file), options.csv.path, print_csv(report));
-    }
-  }
+  emit(options.json, std::move(json_file), print_json(report));
+  emit(options.csv, std::move(csv_file), print_csv(report));
   std::fflush(stdout);
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
 #include <limits>
@@ -103,88 +104,128 @@ std::optional<HostMemory> parse_memory(std::string_view item) {
 
 }  // namespace
 
-BenchOptions parse_bench_options(std::span<const std::string_view> args) {
+namespace {
+
+/// What the command line set, before the defaults that depend on --quick are applied.
+struct ParsedArguments {
   BenchOptions options;
   std::optional<std::int64_t> min_size;
   std::optional<std::int64_t> max_size;
   std::optional<int> repeats;
   bool only_kernels = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view arg = args[i];
-    // "--name=value" and "--name value" are both accepted for options that take a value.
-    std::string_view inline_value;
-    bool has_inline_value = false;
-    if (const std::size_t eq = arg.find('=');
-        arg.starts_with("--") && eq != std::string_view::npos) {
-      inline_value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      has_inline_value = true;
-    }
-    const auto value = [&]() -> std::string_view {
-      if (has_inline_value) return inline_value;
-      if (i + 1 >= args.size()) throw UsageError(fmt::format("{}: missing value", arg));
-      return args[++i];
-    };
-    const auto no_value = [&] {
-      if (has_inline_value) throw UsageError(fmt::format("{} takes no value", arg));
-    };
-    if (arg == "--help" || arg == "-h") {
-      no_value();
-      options.help = true;
-    } else if (arg == "--quick") {
-      no_value();
-      options.quick = true;
-    } else if (arg == "--min-size") {
-      min_size = parse_size(arg, value());
-    } else if (arg == "--max-size") {
-      max_size = parse_size(arg, value());
-    } else if (arg == "--repeats") {
-      repeats = parse_repeats(value());
-    } else if (arg == "--kinds") {
-      options.directions = parse_list<Direction>(arg, value(), parse_direction);
-    } else if (arg == "--memory") {
-      options.memories = parse_list<HostMemory>(arg, value(), parse_memory);
-    } else if (arg == "--no-alloc") {
-      no_value();
-      options.measure_alloc = false;
-    } else if (arg == "--kernels") {
-      no_value();
-      only_kernels = true;
-    } else if (arg == "--no-kernels") {
-      no_value();
-      options.measure_kernels = false;
-    } else if (arg == "--json" || arg == "--csv") {
-      OutputTarget& target = arg == "--json" ? options.json : options.csv;
-      target.enabled = true;
-      if (has_inline_value) {
-        if (inline_value.empty()) throw UsageError(fmt::format("{}=: empty file name", arg));
-        target.path = std::string(inline_value);
-      }
-    } else if (arg == "--no-progress") {
-      no_value();
-      options.progress = false;
-    } else {
-      throw UsageError(fmt::format("unknown option '{}'", args[i]));
-    }
+};
+
+constexpr std::array<std::string_view, 7> kFlags{
+    "--help", "-h", "--quick", "--no-alloc", "--kernels", "--no-kernels", "--no-progress"};
+constexpr std::array<std::string_view, 5> kValued{"--min-size", "--max-size", "--repeats",
+                                                  "--kinds", "--memory"};
+
+bool contains(std::span<const std::string_view> names, std::string_view name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+/// One of kFlags.
+void apply_flag(std::string_view name, ParsedArguments& parsed) {
+  BenchOptions& options = parsed.options;
+  if (name == "--help" || name == "-h") {
+    options.help = true;
+  } else if (name == "--quick") {
+    options.quick = true;
+  } else if (name == "--no-alloc") {
+    options.measure_alloc = false;
+  } else if (name == "--kernels") {
+    parsed.only_kernels = true;
+  } else if (name == "--no-kernels") {
+    options.measure_kernels = false;
+  } else if (name == "--no-progress") {
+    options.progress = false;
   }
-  if (only_kernels && !options.measure_kernels) {
+}
+
+/// One of kValued, with its value.
+void apply_valued(std::string_view name, std::string_view value, ParsedArguments& parsed) {
+  if (name == "--min-size") {
+    parsed.min_size = parse_size(name, value);
+  } else if (name == "--max-size") {
+    parsed.max_size = parse_size(name, value);
+  } else if (name == "--repeats") {
+    parsed.repeats = parse_repeats(value);
+  } else if (name == "--kinds") {
+    parsed.options.directions = parse_list<Direction>(name, value, parse_direction);
+  } else if (name == "--memory") {
+    parsed.options.memories = parse_list<HostMemory>(name, value, parse_memory);
+  }
+}
+
+/// The combinations no run can satisfy, and the defaults that depend on --quick.
+BenchOptions finish(ParsedArguments parsed) {
+  BenchOptions options = std::move(parsed.options);
+  if (parsed.only_kernels && !options.measure_kernels) {
     throw UsageError("--kernels and --no-kernels leave nothing to measure");
   }
-  if (only_kernels) options.measure_transfers = false;
+  if (parsed.only_kernels) options.measure_transfers = false;
   if (options.json.enabled && options.csv.enabled && options.json.path.empty() &&
       options.csv.path.empty()) {
     throw UsageError("--json and --csv both want stdout: give one of them a file (--csv=FILE)");
   }
   // --quick: a shorter sweep (and fewer copies per sample); explicit options still win.
-  options.min_size = min_size.value_or(4);
+  options.min_size = parsed.min_size.value_or(4);
   options.max_size =
-      max_size.value_or(options.quick ? std::int64_t{64} << 20 : std::int64_t{1} << 30);
-  options.repeats = repeats.value_or(5);
+      parsed.max_size.value_or(options.quick ? std::int64_t{64} << 20 : std::int64_t{1} << 30);
+  options.repeats = parsed.repeats.value_or(5);
   if (options.min_size > options.max_size) {
     throw UsageError(fmt::format("--min-size ({} bytes) is larger than --max-size ({} bytes)",
                                  options.min_size, options.max_size));
   }
   return options;
+}
+
+}  // namespace
+
+namespace {
+
+/// --json or --csv, with an optional "=FILE".
+void apply_output(std::string_view name, std::optional<std::string_view> file,
+                  ParsedArguments& parsed) {
+  OutputTarget& target = name == "--json" ? parsed.options.json : parsed.options.csv;
+  target.enabled = true;
+  if (file) {
+    if (file->empty()) throw UsageError(fmt::format("{}=: empty file name", name));
+    target.path = std::string(*file);
+  }
+}
+
+/// Applies args[i] (and its value, advancing i past it when it is the next argument).
+void apply_argument(std::span<const std::string_view> args, std::size_t& i,
+                    ParsedArguments& parsed) {
+  std::string_view arg = args[i];
+  // "--name=value" and "--name value" are both accepted for options that take a value.
+  std::optional<std::string_view> inline_value;
+  if (const std::size_t eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
+    inline_value = arg.substr(eq + 1);
+    arg = arg.substr(0, eq);
+  }
+  if (arg == "--json" || arg == "--csv") {
+    apply_output(arg, inline_value, parsed);
+  } else if (contains(kFlags, arg)) {
+    if (inline_value) throw UsageError(fmt::format("{} takes no value", arg));
+    apply_flag(arg, parsed);
+  } else if (contains(kValued, arg)) {
+    if (!inline_value && i + 1 >= args.size()) {
+      throw UsageError(fmt::format("{}: missing value", arg));
+    }
+    apply_valued(arg, inline_value ? *inline_value : args[++i], parsed);
+  } else {
+    throw UsageError(fmt::format("unknown option '{}'", args[i]));
+  }
+}
+
+}  // namespace
+
+BenchOptions parse_bench_options(std::span<const std::string_view> args) {
+  ParsedArguments parsed;
+  for (std::size_t i = 0; i < args.size(); ++i) apply_argument(args, i, parsed);
+  return finish(std::move(parsed));
 }
 
 std::string bench_usage() {

@@ -47,10 +47,10 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <boost/context/detail/fcontext.hpp>
+#include <csignal>
 
 #include <algorithm>
 #include <atomic>
@@ -92,9 +92,9 @@ using host::HostBackend;
 using host::Status;
 
 #if defined(DEVMEM_FIBER_ASAN) || defined(DEVMEM_FIBER_TSAN)
-constexpr std::size_t kStackBytes = 1024 * 1024;  // sanitizers enlarge frames
+constexpr std::size_t kStackBytes = std::size_t{1024} * 1024;  // sanitizers enlarge frames
 #else
-constexpr std::size_t kStackBytes = 256 * 1024;
+constexpr std::size_t kStackBytes = std::size_t{256} * 1024;
 #endif
 constexpr std::size_t kSharedAlignment = 64;
 constexpr unsigned char kUninitialisedShared = 0xA5;  // shared memory starts as garbage on a GPU
@@ -614,18 +614,33 @@ class BlockRunner {
       if (t.state == State::AtBlockBarrier) ++at_block;
     }
     if (done == block_threads_) return false;
-    if (at_block == block_threads_) {
-      // The common case: the whole block waits at one barrier.
-      const SourceSite& site = threads_.front().site;
-      bool one_site = true;
-      for (const auto& t : threads_) one_site = one_site && same_site(t.site, site);
-      if (one_site) {
-        for (auto& t : threads_) t.state = State::Ready;
+    if (at_block == block_threads_ && release_whole_block()) return true;
+    switch (release_warps()) {
+      case WarpRelease::Released:
         return true;
-      }
+      case WarpRelease::Diverged:
+        return false;
+      case WarpRelease::None:
+        break;
     }
+    return release_block_barrier(done, at_block);
+  }
 
-    // Warps whose live threads all wait at wave_barrier.
+  /// The common case: the whole block waits at one barrier. False when the threads wait at
+  /// different barriers.
+  bool release_whole_block() {
+    const SourceSite& site = threads_.front().site;
+    for (const auto& t : threads_) {
+      if (!same_site(t.site, site)) return false;
+    }
+    for (auto& t : threads_) t.state = State::Ready;
+    return true;
+  }
+
+  enum class WarpRelease { None, Released, Diverged };
+  /// Releases the warps whose live threads all wait at wave_barrier; Diverged (recorded) when
+  /// threads of such a warp returned without reaching it.
+  WarpRelease release_warps() {
     bool released = false;
     for (std::size_t first = 0; first < block_threads_; first += grid_.warp_size) {
       const std::size_t last = std::min(block_threads_, first + grid_.warp_size);
@@ -658,13 +673,17 @@ class BlockRunner {
                                    threads_[first_waiting].barrier_name,
                                    describe(threads_[first_waiting].site), warp_done,
                                    describe(threads_[first_done].coords.thread_idx)));
-        return false;
+        return WarpRelease::Diverged;
       }
       for (std::size_t i = first; i < last; ++i) threads_[i].state = State::Ready;
       released = true;
     }
-    if (released) return true;
+    return released ? WarpRelease::Released : WarpRelease::None;
+  }
 
+  /// Every live thread waits at a block barrier, or some at a warp barrier that cannot complete:
+  /// releases the block barrier when all wait at the same one, else records the divergence.
+  bool release_block_barrier(std::size_t done, std::size_t at_block) {
     const SimThread* first_waiter = nullptr;
     const SimThread* first_done = nullptr;
     const SimThread* first_warp_waiter = nullptr;
@@ -842,7 +861,7 @@ class AltSignalStack {
   }
 
  private:
-  static constexpr std::size_t kBytes = 64 * 1024;
+  static constexpr std::size_t kBytes = std::size_t{64} * 1024;
   std::unique_ptr<std::byte[]> memory_;
 };
 

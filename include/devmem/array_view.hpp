@@ -171,7 +171,7 @@ class ArrayView {
   friend class ArrayView;
 
   template <class... Index>
-  DEVMEM_HOST_DEVICE T* address(Index... index) const {
+  [[nodiscard]] DEVMEM_HOST_DEVICE T* address(Index... index) const {
     using Byte = std::conditional_t<std::is_const_v<T>, const unsigned char, unsigned char>;
     std::int64_t offset = 0;
     std::size_t dim = 0;
