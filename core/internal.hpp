@@ -147,6 +147,7 @@ struct ContextState {
   [[nodiscard]] int device() const noexcept { return self.device(); }
 
   // ---- The one path by which memory is obtained and returned (memory_manager.hpp). ----
+  // With the deallocation queue below; defined in deallocation_queue.cpp.
   /// Device memory of `bytes` (none for 0 bytes) through the context's manager, allocated on
   /// `stream` (a stream of this context, not null); on OutOfMemory flushes the deferred queue and
   /// retries once. OutOfMemory names `operation`.
@@ -204,11 +205,11 @@ struct ContextState {
   /// The device's properties, read from the backend once (vendor queries can take milliseconds).
   const DeviceProperties& properties();
 
-  // ---- Streams. ----
+  // ---- Streams (defined in context.cpp). ----
   void track_stream(const std::shared_ptr<StreamState>& stream);
   std::vector<std::shared_ptr<StreamState>> live_streams();
 
-  // ---- Keep-alives of asynchronous work. ----
+  // ---- Keep-alives of asynchronous work (defined in keep_alive.cpp). ----
   /// Keeps `objects` alive until the work enqueued so far on `stream` has completed: records a
   /// completion event after that work (no host callback, which would stall the stream for a host
   /// round trip after every operation). They are released by collect_retired() on a user thread

@@ -1,0 +1,188 @@
+// Keep-alives of asynchronous work (ContextState): what an operation enqueued on a stream uses is
+// held until a completion event after it has been reached, then released on a user thread; scopes
+// wait here until no operation still uses their host memory. A file of its own beside context.cpp
+// and deallocation_queue.cpp: it is the part of a context that follows the streams' progress.
+#include "core/internal.hpp"
+
+#include <devmem/byte_size.hpp>
+
+#include <devmem/error.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <iterator>
+#include <string_view>
+#include <utility>
+
+namespace devmem::detail {
+
+namespace {
+// Completed operations are collected on the next allocation or synchronisation; a long run of
+// copies without either also collects, once this many operations are pending, so that the pending
+// list (and the memory it holds) stays bounded.
+constexpr std::size_t kCollectWhenPending = 64;
+// Idle completion events kept for reuse; more are destroyed.
+constexpr std::size_t kIdleEventLimit = 64;
+}  // namespace
+
+NativeEvent ContextState::take_event() {
+  {
+    std::lock_guard lock(uses_mutex_);
+    if (!idle_events_.empty()) {
+      NativeEvent event = idle_events_.back();
+      idle_events_.pop_back();
+      return event;
+    }
+  }
+  return backend().create_completion_event(device());
+}
+
+void ContextState::retire_after(StreamState& stream,
+                                std::vector<std::shared_ptr<const void>> objects,
+                                std::vector<HostSpan> host_spans) {
+  if (objects.empty()) return;
+  const auto hold_for_context = [&] {
+    std::lock_guard lock(uses_mutex_);
+    for (auto& object : objects) held_for_graphs_.push_back(std::move(object));
+  };
+  NativeEvent event = nullptr;
+  try {
+    if (backend().is_capturing(device(), stream.handle)) {
+      hold_for_context();
+      return;
+    }
+    event = take_event();
+    backend().record_event(device(), event, stream.handle);
+  } catch (...) {
+    if (event != nullptr) {
+      try {
+        backend().destroy_event(device(), event);
+      } catch (const std::exception& e) {
+        report_error(fmt::format("destroying completion event {}: {}", event, e.what()));
+      }
+    }
+    // The work is already enqueued: the objects may go only once it has run. Wait for it; if even
+    // that fails, keep them until the context goes (a leak is better than a device fault).
+    try {
+      backend().synchronize_stream(device(), stream.handle);
+    } catch (const std::exception& e) {
+      report_error(fmt::format(
+          "waiting for {} after its completion event failed ({}); its memory stays held",
+          stream.handle, e.what()));
+      hold_for_context();
+    }
+    throw;
+  }
+  std::size_t pending = 0;
+  {
+    std::lock_guard lock(uses_mutex_);
+    pending_.push_back(PendingUse{stream.handle, event, std::move(objects), std::move(host_spans)});
+    pending = pending_.size();
+    pending_count_.store(pending, std::memory_order_release);
+  }
+  if (pending >= kCollectWhenPending) collect_retired();
+}
+
+void ContextState::collect_retired() noexcept {
+  if (pending_count_.load(std::memory_order_acquire) == 0) return;
+  std::vector<std::vector<std::shared_ptr<const void>>> done;
+  std::vector<NativeEvent> surplus;
+  std::string failure;
+  {
+    std::lock_guard lock(uses_mutex_);
+    // Operations of one stream complete in order: after the first unfinished one of a stream, the
+    // later ones of that stream are not asked about.
+    std::vector<NativeStream> unfinished;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (std::find(unfinished.begin(), unfinished.end(), it->stream) != unfinished.end()) {
+        ++it;
+        continue;
+      }
+      bool complete = false;
+      try {
+        complete = backend().query_event(device(), it->event);
+      } catch (const std::exception& e) {
+        // Held, not released: freeing memory that a failed device may still touch is worse than
+        // keeping it. Reported once per context.
+        if (!query_failure_reported_) {
+          query_failure_reported_ = true;
+          failure = fmt::format(
+              "asking whether asynchronous work has completed failed; its memory stays held: {}",
+              e.what());
+        }
+      }
+      if (!complete) {
+        unfinished.push_back(it->stream);
+        ++it;
+        continue;
+      }
+      done.push_back(std::move(it->objects));
+      if (idle_events_.size() < kIdleEventLimit) {
+        idle_events_.push_back(it->event);
+      } else {
+        surplus.push_back(it->event);
+      }
+      it = pending_.erase(it);
+    }
+    pending_count_.store(pending_.size(), std::memory_order_release);
+  }
+  if (!failure.empty()) report_error(failure);
+  for (NativeEvent event : surplus) {
+    try {
+      backend().destroy_event(device(), event);
+    } catch (const std::exception& e) {
+      report_error(fmt::format("destroying completion event {}: {}", event, e.what()));
+    }
+  }
+  // `done` is destroyed here, on the calling (user) thread, outside the lock: releasing memory
+  // may call back into this context.
+}
+
+void ContextState::wait_for_host_uses(std::span<const HostSpan> spans,
+                                      std::span<const void* const> objects) {
+  std::vector<NativeEvent> waits;
+  {
+    std::lock_guard lock(uses_mutex_);
+    for (const PendingUse& use : pending_) {
+      const bool touches_span =
+          std::any_of(use.host_spans.begin(), use.host_spans.end(), [&](const HostSpan& used) {
+            return std::any_of(spans.begin(), spans.end(),
+                               [&](const HostSpan& span) { return used.overlaps(span); });
+          });
+      const bool holds_object =
+          std::any_of(use.objects.begin(), use.objects.end(), [&](const auto& held) {
+            return std::find(objects.begin(), objects.end(), held.get()) != objects.end();
+          });
+      if (touches_span || holds_object) waits.push_back(use.event);
+    }
+  }
+  // An event may be collected and recorded again by another thread meanwhile: waiting for its
+  // newer work then waits longer than needed, never less.
+  for (NativeEvent event : waits) backend().synchronize_event(device(), event);
+  collect_retired();
+}
+
+std::size_t ContextState::pending_uses() const {
+  std::lock_guard lock(uses_mutex_);
+  return pending_.size();
+}
+
+void finish_enqueued(StreamState& stream, std::vector<std::shared_ptr<const void>> keep_alive,
+                     std::vector<HostSpan> host_spans) {
+  Context& ctx = *stream.context;
+  if (stream.is_default) {
+    ctx.backend().synchronize_stream(ctx.device(), nullptr);
+    detail::ContextState::of(ctx).collect_retired();
+    return;
+  }
+  detail::ContextState::of(ctx).retire_after(stream, std::move(keep_alive), std::move(host_spans));
+}
+
+}  // namespace devmem::detail
