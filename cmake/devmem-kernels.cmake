@@ -3,8 +3,8 @@
 # built for, and adds them to <target>:
 #   - host-only devmem: the ordinary C++ compiler (.cu files too); kernels run in the simulator.
 #   - CUDA devmem: nvcc, as CUDA sources (.cpp files too). The project must enable the CUDA
-#     language first (project(... CUDA) or enable_language(CUDA)); DEVMEM_KERNEL_BACKEND says
-#     whether it has to. Architectures: the target's CUDA_ARCHITECTURES, from
+#     language first (project(... CUDA) or enable_language(CUDA)); DEVMEM_KERNEL_BACKEND (cuda)
+#     and DEVMEM_KERNEL_HIPCPU (false) say whether it has to. Architectures: the target's CUDA_ARCHITECTURES, from
 #     CMAKE_CUDA_ARCHITECTURES, which devmem-config.cmake sets to devmem's own when the project has
 #     not set it before find_package(devmem) (and enables CUDA after it).
 #   - ROC devmem: hipcc (the same found when devmem was built), into objects linked into <target>
