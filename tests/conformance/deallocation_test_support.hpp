@@ -1,5 +1,5 @@
 // Helpers shared by the deferred-deallocation tests (test_deallocation.cpp and
-// test_deallocation_safety.cpp): queue limits, releasing a device array, the queue's size and
+// test_deallocation_safety.cpp): releasing a device array, the queue's size and
 // bytes, and switching to the direct manager. A header of its own so that the two test files do
 // not each carry a copy.
 #pragma once
@@ -10,13 +10,6 @@
 #include <cstdint>
 
 namespace conformance {
-
-inline devmem::DeallocationConfig limits(int64_t count, double ratio) {
-  devmem::DeallocationConfig c;
-  c.max_pending_count = count;
-  c.max_pending_ratio = ratio;
-  return c;
-}
 
 /// Allocates a device array of `bytes` bytes, releases it (drops its only handle) and returns the
 /// address it had.

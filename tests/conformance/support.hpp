@@ -66,6 +66,14 @@ inline MessageStartsWithMatcher MessageStartsWith(std::string prefix) {
 }
 
 /// True when the suite runs against the host backend (the simulated device).
+/// Deferred-deallocation queue limits: flush past `count` items or `ratio` of device memory.
+inline devmem::DeallocationConfig limits(int64_t count, double ratio) {
+  devmem::DeallocationConfig c;
+  c.max_pending_count = count;
+  c.max_pending_ratio = ratio;
+  return c;
+}
+
 inline bool on_host_backend() {
   return devmem::backend_name() == "host";
 }

@@ -24,13 +24,6 @@ constexpr int kMaxIterations = 400;
 constexpr auto kBudget = std::chrono::milliseconds(300);
 using Clock = std::chrono::steady_clock;
 
-devmem::DeallocationConfig limits(int64_t count, double ratio) {
-  devmem::DeallocationConfig c;
-  c.max_pending_count = count;
-  c.max_pending_ratio = ratio;
-  return c;
-}
-
 struct WorkerResult {
   int iterations = 0;
   int64_t device_allocations = 0;

@@ -22,13 +22,6 @@ using devmem::StatisticsAdaptor;
 
 namespace {
 
-devmem::DeallocationConfig limits(int64_t count, double ratio) {
-  devmem::DeallocationConfig c;
-  c.max_pending_count = count;
-  c.max_pending_ratio = ratio;
-  return c;
-}
-
 LimitAdaptor::Limits device_limit(int64_t bytes) {
   LimitAdaptor::Limits l;
   l.device_bytes = bytes;

@@ -18,13 +18,6 @@ using devmem::PoolMemoryManager;
 
 namespace {
 
-devmem::DeallocationConfig limits(int64_t count, double ratio) {
-  devmem::DeallocationConfig c;
-  c.max_pending_count = count;
-  c.max_pending_ratio = ratio;
-  return c;
-}
-
 /// A direct manager that claims the previous interface version (1: allocate took a native stream
 /// handle, deallocate no stream), as a plugin built against that header would.
 class Version1Manager : public devmem::DirectMemoryManager {
