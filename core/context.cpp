@@ -1,6 +1,7 @@
-// Contexts: their creation, the public Context, and the table of the current device's contexts.
-// The parts of a context with their own files: the deallocation queue (deallocation_queue.cpp),
-// the keep-alives of asynchronous work (keep_alive.cpp), and streams and events (stream.cpp).
+// Contexts: their creation, the path by which their memory is obtained and returned (through
+// their parts), the public Context, and the table of the current device's contexts. The parts of
+// a context with their own files: the deallocation queue (deallocation_queue.hpp), the keep-alives
+// of asynchronous work (keep_alive.hpp), and streams and events (stream.cpp).
 #include "core/internal.hpp"
 
 #include <devmem/byte_size.hpp>
@@ -74,11 +75,11 @@ std::shared_ptr<Context> ContextState::create(Backend& backend, int device) {
   st.weak_self = ctx;
   // Everything that can throw comes before the default stream, which holds the context: a
   // failure then leaves no cycle behind.
-  st.config = config_from_environment();
+  st.deallocations.set_initial_config(config_from_environment());
   const char* name = std::getenv("DEVMEM_MEMORY_MANAGER");
   const bool named = name != nullptr && *name != '\0';
   try {
-    st.set_manager(make_memory_manager(named ? name : "direct", *ctx));
+    st.deallocations.set_manager(make_memory_manager(named ? name : "direct", *ctx));
   } catch (const InvalidArgument& e) {
     // Only the variable's own errors (an unknown name, a factory returning null) get its name:
     // the factory also queries the device, whose errors (an invalid DEVMEM_HOST_DEVICE_MEMORY)
@@ -105,18 +106,57 @@ std::vector<std::shared_ptr<StreamState>> ContextState::live_streams() {
   return out;
 }
 
-ContextState::~ContextState() {
-  // Contexts live as long as anything made on them (arrays and streams hold them), so the events
-  // left here belong to work that has been waited for or is abandoned at exit.
-  std::vector<NativeEvent> events = std::move(idle_events_);
-  for (PendingUse& use : pending_) events.push_back(use.event);
-  for (NativeEvent event : events) {
-    try {
-      self.backend().destroy_event(self.device(), event);
-    } catch (const std::exception& e) {
-      report_error(fmt::format("destroying completion event {}: {}", event, e.what()));
-    }
+std::shared_ptr<DeviceMemory> ContextState::allocate_device(
+    std::int64_t bytes, const std::shared_ptr<StreamState>& stream, const char* operation) {
+  auto memory = std::make_shared<DeviceMemory>();
+  memory->context = shared();
+  memory->bytes = bytes;
+  if (bytes == 0) return memory;
+  in_flight.collect_retired();
+  DeallocationQueue::Allocation allocation =
+      deallocations.allocate_device(bytes, StreamState::wrap(stream), operation);
+  memory->ptr = static_cast<std::byte*>(allocation.ptr);
+  memory->owned = true;
+  memory->manager = std::move(allocation.manager);
+  memory->stream = stream;
+  device_counters.add(bytes);
+  track_device_memory(memory);
+  return memory;
+}
+
+std::shared_ptr<HostMemory> ContextState::allocate_host(std::int64_t bytes, HostAllocFlags flags,
+                                                        const char* operation) {
+  auto memory = std::make_shared<HostMemory>();
+  memory->context = shared();
+  memory->bytes = bytes;
+  memory->alloc_flags = flags;
+  memory->kind =
+      has_flag(flags, HostAllocFlags::Mapped) ? HostMemoryKind::Mapped : HostMemoryKind::Pinned;
+  if (bytes == 0) return memory;
+  in_flight.collect_retired();
+  DeallocationQueue::Allocation allocation = deallocations.allocate_host(bytes, flags, operation);
+  void* ptr = allocation.ptr;
+  memory->ptr = static_cast<std::byte*>(ptr);
+  memory->owned = true;
+  memory->manager = std::move(allocation.manager);
+  host_counters.add(bytes);
+  // Page-locked memory from the vendor (or a pool) is not guaranteed to be zeroed; devmem's host
+  // arrays are. Write-combined memory is left alone: reading it back would be very slow and the
+  // caller asked for memory to write.
+  if (!has_flag(flags, HostAllocFlags::WriteCombined)) {
+    std::memset(ptr, 0, static_cast<std::size_t>(bytes));
   }
+  if (memory->kind == HostMemoryKind::Mapped) {
+    memory->device_ptr = static_cast<std::byte*>(backend().mapped_device_pointer(device(), ptr));
+  }
+  return memory;
+}
+
+void ContextState::release(const std::shared_ptr<MemoryManager>& manager, void* ptr,
+                           std::int64_t bytes, bool host, HostAllocFlags flags,
+                           const std::weak_ptr<StreamState>& stream) noexcept {
+  (host ? host_counters : device_counters).remove(bytes);
+  deallocations.release(manager, ptr, bytes, host, flags, stream);
 }
 
 const DeviceProperties& ContextState::properties() {
@@ -140,46 +180,43 @@ DeviceProperties Context::properties() const {
 // The manager's answer, as Numba's Context.get_memory_info (an EMM plugin's numbers; the pool's
 // cached blocks count as free).
 MemoryInfo Context::memory_info() const {
-  return state_->manager()->memory_info();
+  return state_->deallocations.manager()->memory_info();
 }
 Stream Context::default_stream() const {
   return detail::StreamState::wrap(state_->default_stream);
 }
 
 std::shared_ptr<MemoryManager> Context::memory_manager() const {
-  return state_->manager();
+  return state_->deallocations.manager();
 }
 
 void Context::set_memory_manager(std::shared_ptr<MemoryManager> manager) {
-  state_->set_manager(std::move(manager));
+  state_->deallocations.set_manager(std::move(manager));
 }
 
 void Context::flush_deallocations() {
-  state_->collect_retired();
-  state_->flush(false);
+  state_->in_flight.collect_retired();
+  state_->deallocations.flush(false);
 }
 
 std::size_t Context::operations_in_flight() const {
-  return state_->pending_uses();
+  return state_->in_flight.pending_uses();
 }
 
 std::size_t Context::pending_deallocations() const {
-  std::lock_guard lock(state_->queue_mutex);
-  return state_->queue.size();
+  return state_->deallocations.size();
 }
 
 std::int64_t Context::pending_deallocation_bytes() const {
-  std::lock_guard lock(state_->queue_mutex);
-  return state_->queue_bytes;
+  return state_->deallocations.bytes();
 }
 
 DeallocationConfig Context::deallocation_config() const {
-  std::lock_guard lock(state_->queue_mutex);
-  return state_->config;
+  return state_->deallocations.config();
 }
 
 void Context::set_deallocation_config(const DeallocationConfig& config) {
-  state_->set_config(config);
+  state_->deallocations.set_config(config);
 }
 
 DeferCleanup Context::defer_cleanup() {
@@ -194,14 +231,13 @@ MemoryStatistics Context::host_statistics() const {
 }
 
 std::vector<std::string> Context::take_deallocation_errors() {
-  std::lock_guard lock(state_->queue_mutex);
-  return std::exchange(state_->errors, {});
+  return state_->deallocations.take_errors();
 }
 
 void Context::synchronize() {
   backend_->synchronize_stream(device_, nullptr);
   for (const auto& s : state_->live_streams()) backend_->synchronize_stream(device_, s->handle);
-  state_->collect_retired();
+  state_->in_flight.collect_retired();
 }
 
 namespace {

@@ -90,7 +90,7 @@ void finish_copy(StreamState& stream, const CopyEndpoint& src, const CopyEndpoin
     // CUDA documentation only says such a copy "might be synchronous").
     Context& ctx = *stream.context;
     ctx.backend().synchronize_stream(ctx.device(), stream.handle);
-    detail::ContextState::of(ctx).collect_retired();
+    detail::ContextState::of(ctx).in_flight.collect_retired();
     return;
   }
   std::vector<HostSpan> spans;

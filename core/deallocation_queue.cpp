@@ -1,7 +1,9 @@
-// The deallocation queue of a context (ContextState): memory is obtained through the context's
-// manager and returned to a queue that is flushed by Numba's rules (a count and a byte limit, out
-// of memory, defer_cleanup), and the manager and limits are set here. A file of its own beside
-// context.cpp, which creates contexts, and keep_alive.cpp, which holds asynchronous work's memory.
+// The deallocation queue of a context (DeallocationQueue, a context's `deallocations`): memory is
+// obtained through the context's manager and returned to a queue that is flushed by Numba's rules
+// (a count and a byte limit, out of memory, defer_cleanup), and the manager and limits are set
+// here.
+#include "core/deallocation_queue.hpp"
+
 #include "core/internal.hpp"
 
 #include <devmem/byte_size.hpp>
@@ -10,15 +12,8 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cerrno>
-#include <charconv>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <iterator>
-#include <string_view>
 #include <utility>
 
 namespace devmem::detail {
@@ -33,8 +28,8 @@ std::int64_t byte_limit(const DeallocationConfig& config, MemoryManager& manager
 }  // namespace
 
 template <class Allocate>
-void* ContextState::allocate_with_retry(Allocate&& allocate, const char* operation,
-                                        std::int64_t bytes, const char* what) {
+void* DeallocationQueue::allocate_with_retry(Allocate&& allocate, const char* operation,
+                                             std::int64_t bytes, const char* what) {
   try {
     return allocate();
   } catch (const OutOfMemory&) {
@@ -51,37 +46,37 @@ void* ContextState::allocate_with_retry(Allocate&& allocate, const char* operati
       throw OutOfMemory(
           fmt::format("{}: out of {} allocating {} bytes ({}) on device {} ({} free of {}, after "
                       "flushing pending deallocations): {}",
-                      operation, what, bytes, format_bytes(bytes), device(),
+                      operation, what, bytes, format_bytes(bytes), owner_.device(),
                       format_bytes(info.free), format_bytes(info.total), e.what()),
           bytes);
     }
   }
 }
 
-std::shared_ptr<MemoryManager> ContextState::manager() const {
-  std::lock_guard lock(queue_mutex);
-  return current_manager;
+std::shared_ptr<MemoryManager> DeallocationQueue::manager() const {
+  std::lock_guard lock(mutex_);
+  return current_manager_;
 }
 
-void ContextState::set_manager(std::shared_ptr<MemoryManager> manager) {
+void DeallocationQueue::set_manager(std::shared_ptr<MemoryManager> manager) {
   if (!manager) throw InvalidArgument("set_memory_manager: the manager is null");
-  if (&manager->context() != &self) {
+  if (&manager->context() != &owner_) {
     throw InvalidArgument(
         fmt::format("set_memory_manager: manager '{}' was made for device {}, not for device {}",
-                    manager->name(), manager->context().device(), device()));
+                    manager->name(), manager->context().device(), owner_.device()));
   }
   if (manager->interface_version() != MemoryManager::kInterfaceVersion) {
     throw InvalidArgument(fmt::format(
         "set_memory_manager: memory manager '{}' has interface version {} - version {} required",
         manager->name(), manager->interface_version(), MemoryManager::kInterfaceVersion));
   }
-  const std::int64_t limit = byte_limit(config, *manager);
-  std::lock_guard lock(queue_mutex);
-  current_manager = std::move(manager);
-  max_pending_bytes = limit;
+  const std::int64_t limit = byte_limit(config_, *manager);
+  std::lock_guard lock(mutex_);
+  current_manager_ = std::move(manager);
+  max_pending_bytes_ = limit;
 }
 
-void ContextState::set_config(const DeallocationConfig& new_config) {
+void DeallocationQueue::set_config(const DeallocationConfig& new_config) {
   if (new_config.max_pending_count < 0) {
     throw InvalidArgument(
         fmt::format("set_deallocation_config: max_pending_count must not be negative, got {}",
@@ -93,79 +88,85 @@ void ContextState::set_config(const DeallocationConfig& new_config) {
                     new_config.max_pending_ratio));
   }
   const std::int64_t limit = byte_limit(new_config, *manager());
-  std::lock_guard lock(queue_mutex);
-  config = new_config;
-  max_pending_bytes = limit;
+  std::lock_guard lock(mutex_);
+  config_ = new_config;
+  max_pending_bytes_ = limit;
 }
 
-std::shared_ptr<DeviceMemory> ContextState::allocate_device(
-    std::int64_t bytes, const std::shared_ptr<StreamState>& stream, const char* operation) {
-  auto memory = std::make_shared<DeviceMemory>();
-  memory->context = shared();
-  memory->bytes = bytes;
-  if (bytes == 0) return memory;
-  collect_retired();
-  auto mgr = manager();
+void DeallocationQueue::set_initial_config(const DeallocationConfig& config) {
+  std::lock_guard lock(mutex_);
+  config_ = config;
+}
+
+DeallocationConfig DeallocationQueue::config() const {
+  std::lock_guard lock(mutex_);
+  return config_;
+}
+
+std::size_t DeallocationQueue::size() const {
+  std::lock_guard lock(mutex_);
+  return queue_.size();
+}
+
+std::int64_t DeallocationQueue::bytes() const {
+  std::lock_guard lock(mutex_);
+  return queue_bytes_;
+}
+
+std::vector<std::string> DeallocationQueue::take_errors() {
+  std::lock_guard lock(mutex_);
+  return std::exchange(errors_, {});
+}
+
+void DeallocationQueue::defer() {
+  std::lock_guard lock(mutex_);
+  ++defer_depth_;
+}
+
+void DeallocationQueue::end_defer() {
+  std::lock_guard lock(mutex_);
+  --defer_depth_;
+}
+
+DeallocationQueue::Allocation DeallocationQueue::allocate_device(std::int64_t bytes,
+                                                                 const Stream& stream,
+                                                                 const char* operation) {
+  Allocation result{nullptr, manager()};
+  MemoryManager& mgr = *result.manager;
   const auto size = static_cast<std::size_t>(bytes);
-  const Stream on = StreamState::wrap(stream);
-  void* ptr = allocate_with_retry([&] { return mgr->allocate(size, on); }, operation, bytes,
-                                  "device memory");
-  memory->ptr = static_cast<std::byte*>(ptr);
-  memory->owned = true;
-  memory->manager = std::move(mgr);
-  memory->stream = stream;
-  device_counters.add(bytes);
-  track_device_memory(memory);
-  return memory;
+  result.ptr = allocate_with_retry([&] { return mgr.allocate(size, stream); }, operation, bytes,
+                                   "device memory");
+  return result;
 }
 
-std::shared_ptr<HostMemory> ContextState::allocate_host(std::int64_t bytes, HostAllocFlags flags,
-                                                        const char* operation) {
-  auto memory = std::make_shared<HostMemory>();
-  memory->context = shared();
-  memory->bytes = bytes;
-  memory->alloc_flags = flags;
-  memory->kind =
-      has_flag(flags, HostAllocFlags::Mapped) ? HostMemoryKind::Mapped : HostMemoryKind::Pinned;
-  if (bytes == 0) return memory;
-  collect_retired();
-  auto mgr = manager();
+DeallocationQueue::Allocation DeallocationQueue::allocate_host(std::int64_t bytes,
+                                                               HostAllocFlags flags,
+                                                               const char* operation) {
+  Allocation result{nullptr, manager()};
+  MemoryManager& mgr = *result.manager;
   const auto size = static_cast<std::size_t>(bytes);
-  void* ptr = allocate_with_retry([&] { return mgr->host_allocate(size, flags); }, operation, bytes,
-                                  "page-locked host memory");
-  memory->ptr = static_cast<std::byte*>(ptr);
-  memory->owned = true;
-  memory->manager = std::move(mgr);
-  host_counters.add(bytes);
-  // Page-locked memory from the vendor (or a pool) is not guaranteed to be zeroed; devmem's host
-  // arrays are. Write-combined memory is left alone: reading it back would be very slow and the
-  // caller asked for memory to write.
-  if (!has_flag(flags, HostAllocFlags::WriteCombined)) {
-    std::memset(ptr, 0, size);
-  }
-  if (memory->kind == HostMemoryKind::Mapped) {
-    memory->device_ptr = static_cast<std::byte*>(backend().mapped_device_pointer(device(), ptr));
-  }
-  return memory;
+  result.ptr = allocate_with_retry([&] { return mgr.host_allocate(size, flags); }, operation, bytes,
+                                   "page-locked host memory");
+  return result;
 }
 
-Stream ContextState::deallocation_stream(const std::weak_ptr<StreamState>& stream) const noexcept {
+Stream DeallocationQueue::deallocation_stream(
+    const std::weak_ptr<StreamState>& stream) const noexcept {
   if (auto alive = stream.lock()) return StreamState::wrap(std::move(alive));
-  return StreamState::wrap(default_stream);
+  return StreamState::wrap(ContextState::of(owner_).default_stream);
 }
 
-void ContextState::release(const std::shared_ptr<MemoryManager>& manager, void* ptr,
-                           std::int64_t bytes, bool host, HostAllocFlags flags,
-                           const std::weak_ptr<StreamState>& stream) noexcept {
-  (host ? host_counters : device_counters).remove(bytes);
+void DeallocationQueue::release(const std::shared_ptr<MemoryManager>& manager, void* ptr,
+                                std::int64_t bytes, bool host, HostAllocFlags flags,
+                                const std::weak_ptr<StreamState>& stream) noexcept {
   bool over_limit = false;
   try {
-    std::lock_guard lock(queue_mutex);
-    queue.push_back(Pending{manager, ptr, bytes, host, flags, stream});
-    queue_bytes += bytes;
+    std::lock_guard lock(mutex_);
+    queue_.push_back(Pending{manager, ptr, bytes, host, flags, stream});
+    queue_bytes_ += bytes;
     // Strict comparisons, as Numba: with the default count of 10 the 11th item flushes.
-    over_limit = static_cast<std::int64_t>(queue.size()) > config.max_pending_count ||
-                 queue_bytes > max_pending_bytes;
+    over_limit = static_cast<std::int64_t>(queue_.size()) > config_.max_pending_count ||
+                 queue_bytes_ > max_pending_bytes_;
   } catch (const std::exception& e) {
     // Only push_back can fail (no memory for the queue node): free right away instead.
     report_error(fmt::format("queueing a deallocation of {} failed ({}); freeing it now",
@@ -184,13 +185,13 @@ void ContextState::release(const std::shared_ptr<MemoryManager>& manager, void* 
   if (over_limit) flush(true);
 }
 
-void ContextState::flush(bool implicit) {
+void DeallocationQueue::flush(bool implicit) {
   std::deque<Pending> batch;
   {
-    std::lock_guard lock(queue_mutex);
-    if (defer_depth > 0) return;
-    batch.swap(queue);
-    queue_bytes = 0;
+    std::lock_guard lock(mutex_);
+    if (defer_depth_ > 0) return;
+    batch.swap(queue_);
+    queue_bytes_ = 0;
   }
   for (auto it = batch.begin(); it != batch.end(); ++it) {
     try {
@@ -208,12 +209,12 @@ void ContextState::flush(bool implicit) {
           it->host ? "page-locked host memory" : "device memory", it->ptr, it->bytes,
           std::distance(std::next(it), batch.end()), e.what());
       {
-        std::lock_guard lock(queue_mutex);
+        std::lock_guard lock(mutex_);
         for (auto rest = batch.rbegin(); rest.base() != std::next(it); ++rest) {
-          queue_bytes += rest->bytes;
-          queue.push_front(std::move(*rest));
+          queue_bytes_ += rest->bytes;
+          queue_.push_front(std::move(*rest));
         }
-        if (implicit) errors.push_back(message);
+        if (implicit) errors_.push_back(message);
       }
       if (implicit) {
         report_error(message);

@@ -72,7 +72,8 @@ void DeviceArray::record_use(const Stream& stream) const {
   if (memory_->host_alias != nullptr) {  // a mapped view: the work uses these host bytes
     spans.push_back({memory_->host_alias, memory_->host_alias + memory_->bytes});
   }
-  detail::ContextState::of(*state->context).retire_after(*state, {memory_}, std::move(spans));
+  detail::ContextState::of(*state->context)
+      .in_flight.retire_after(*state, {memory_}, std::move(spans));
 }
 
 void DeviceArray::copy_to_host(const HostArray& destination, const Stream& stream) const {
@@ -173,7 +174,7 @@ void DeviceArray::read_element(std::span<const std::int64_t> index, void* value)
   detail::copy_elements("item", ctx, s, detail::endpoint(out), detail::endpoint(element));
   // The value is returned to the caller: the copy must be complete.
   ctx.backend().synchronize_stream(ctx.device(), s.handle);
-  detail::ContextState::of(ctx).collect_retired();
+  detail::ContextState::of(ctx).in_flight.collect_retired();
 }
 
 void DeviceArray::write_element(std::span<const std::int64_t> index, const void* value) const {

@@ -10,6 +10,8 @@
 
 #include <devmem/memory_manager.hpp>
 
+#include "core/deallocation_queue.hpp"
+#include "core/keep_alive.hpp"
 #include "core/memory_counter.hpp"
 
 #include <atomic>
@@ -121,15 +123,9 @@ struct EventState {
   static Event wrap(std::shared_ptr<EventState> state) noexcept { return Event(std::move(state)); }
 };
 
-/// A range of host bytes [begin, end).
-struct HostSpan {
-  const std::byte* begin = nullptr;
-  const std::byte* end = nullptr;
-  [[nodiscard]] bool overlaps(const HostSpan& other) const noexcept {
-    return begin < other.end && other.begin < end;
-  }
-};
-
+/// Everything devmem keeps for one context, in parts with their own headers: the deallocation
+/// queue (with the manager), the statistics, the streams, and the keep-alives of asynchronous
+/// work. Each part guards itself; no part's lock is held while another's is taken.
 struct ContextState {
   /// The state of `context` (core/ and the backends' kernel layers use it; users cannot).
   [[nodiscard]] static ContextState& of(const Context& context) noexcept { return *context.state_; }
@@ -137,7 +133,7 @@ struct ContextState {
   std::weak_ptr<Context> weak_self;
   std::shared_ptr<StreamState> default_stream;
 
-  explicit ContextState(Context& owner) : self(owner) {}
+  explicit ContextState(Context& owner) : self(owner), deallocations(owner), in_flight(owner) {}
 
   /// Creates the context of `device` on `backend`.
   static std::shared_ptr<Context> create(Backend& backend, int device);
@@ -147,7 +143,8 @@ struct ContextState {
   [[nodiscard]] int device() const noexcept { return self.device(); }
 
   // ---- The one path by which memory is obtained and returned (memory_manager.hpp). ----
-  // With the deallocation queue below; defined in deallocation_queue.cpp.
+  // Defined in context.cpp: it goes through the deallocation queue, the statistics and the
+  // keep-alives.
   /// Device memory of `bytes` (none for 0 bytes) through the context's manager, allocated on
   /// `stream` (a stream of this context, not null); on OutOfMemory flushes the deferred queue and
   /// retries once. OutOfMemory names `operation`.
@@ -157,50 +154,18 @@ struct ContextState {
   /// Page-locked host memory (zero-filled unless write-combined), same retry rule.
   std::shared_ptr<HostMemory> allocate_host(std::int64_t bytes, HostAllocFlags flags,
                                             const char* operation);
-  /// Calls `allocate`; on OutOfMemory flushes the queue and calls it once more; a second
-  /// OutOfMemory is rethrown naming `operation`, the size and free/total memory.
-  template <class Allocate>
-  void* allocate_with_retry(Allocate&& allocate, const char* operation, std::int64_t bytes,
-                            const char* what);
-  /// Queues memory whose last user is gone; flushes when a limit is exceeded. Never throws.
-  /// `stream`: the stream device memory was allocated on (unused for host memory).
+  /// Memory whose last user is gone: counted out of the statistics and queued (flushed when a
+  /// limit is exceeded). Never throws. `stream`: the stream device memory was allocated on
+  /// (unused for host memory).
   void release(const std::shared_ptr<MemoryManager>& manager, void* ptr, std::int64_t bytes,
                bool host, HostAllocFlags flags, const std::weak_ptr<StreamState>& stream) noexcept;
-  /// The stream to hand to MemoryManager::deallocate for memory allocated on `stream`: that
-  /// stream while it exists, else this context's default stream.
-  [[nodiscard]] Stream deallocation_stream(const std::weak_ptr<StreamState>& stream) const noexcept;
-  /// Frees the queue now unless deferred. `implicit`: started by devmem (errors are reported and
-  /// kept instead of thrown).
-  void flush(bool implicit);
 
-  std::shared_ptr<MemoryManager> manager() const;
-  void set_manager(std::shared_ptr<MemoryManager> manager);
-  void set_config(const DeallocationConfig& config);
-
-  struct Pending {
-    std::shared_ptr<MemoryManager> manager;
-    void* ptr = nullptr;
-    std::int64_t bytes = 0;
-    bool host = false;
-    HostAllocFlags flags = HostAllocFlags::None;
-    // Weak: a strong Stream here would make a cycle (context -> queue -> stream -> context) and
-    // keep destroyed streams' vendor queues alive until the next flush.
-    std::weak_ptr<StreamState> stream;
-  };
-  // Memory handed to arrays: added at allocation, removed when the last array goes (release()),
-  // not when the queue frees it.
-  using Counters = MemoryCounter;
-
-  mutable std::mutex queue_mutex;  // guards everything below up to `errors`
-  std::deque<Pending> queue;
-  std::int64_t queue_bytes = 0;
-  int defer_depth = 0;
-  DeallocationConfig config;
-  std::int64_t max_pending_bytes = 0;
-  std::shared_ptr<MemoryManager> current_manager;
-  std::vector<std::string> errors;
-  Counters device_counters;
-  Counters host_counters;
+  /// The manager, the queue of memory to free and its limits (deallocation_queue.cpp).
+  DeallocationQueue deallocations;
+  /// Memory handed to arrays: added at allocation, removed when the last array goes (release()),
+  /// not when the queue frees it.
+  MemoryCounter device_counters;
+  MemoryCounter host_counters;
 
   /// The device's properties, read from the backend once (vendor queries can take milliseconds).
   const DeviceProperties& properties();
@@ -209,50 +174,20 @@ struct ContextState {
   void track_stream(const std::shared_ptr<StreamState>& stream);
   std::vector<std::shared_ptr<StreamState>> live_streams();
 
-  // ---- Keep-alives of asynchronous work (defined in keep_alive.cpp). ----
-  /// Keeps `objects` alive until the work enqueued so far on `stream` has completed: records a
-  /// completion event after that work (no host callback, which would stall the stream for a host
-  /// round trip after every operation). They are released by collect_retired() on a user thread
-  /// (the next devmem call of this context), never on a backend thread, because releasing memory
-  /// calls the backend. `host_spans` are the host byte ranges the work reads or writes (host
-  /// arrays, mapped views), which wait_for_host_uses() looks for.
-  /// On a stream being captured into a graph the work runs at each launch of the graph, whenever
-  /// that is: the objects are then held until the context is destroyed.
-  void retire_after(StreamState& stream, std::vector<std::shared_ptr<const void>> objects,
-                    std::vector<HostSpan> host_spans = {});
-  /// Releases the keep-alives whose work has completed (one event query per pending operation,
-  /// stopping at the first unfinished one of each stream).
-  void collect_retired() noexcept;
-  /// Waits until no recorded operation still uses `objects` (by identity) or host memory
-  /// overlapping one of `spans`: what a scope does before it unregisters host memory, which a
-  /// copy or a kernel on another stream may still be using.
-  void wait_for_host_uses(std::span<const HostSpan> spans, std::span<const void* const> objects);
-  /// Operations whose keep-alives are still held (tests and diagnostics).
-  [[nodiscard]] std::size_t pending_uses() const;
-
   ContextState(const ContextState&) = delete;
   ContextState& operator=(const ContextState&) = delete;
-  ~ContextState();
+  ~ContextState() = default;
 
  private:
-  struct PendingUse {
-    NativeStream stream = nullptr;
-    NativeEvent event = nullptr;
-    std::vector<std::shared_ptr<const void>> objects;
-    std::vector<HostSpan> host_spans;
-  };
-  [[nodiscard]] NativeEvent take_event();
-
   std::mutex streams_mutex_;
   std::vector<std::weak_ptr<StreamState>> streams_;
   std::once_flag properties_once_;
   DeviceProperties properties_;
-  mutable std::mutex uses_mutex_;  // guards the members below
-  std::deque<PendingUse> pending_;
-  std::vector<NativeEvent> idle_events_;
-  std::vector<std::shared_ptr<const void>> held_for_graphs_;
-  bool query_failure_reported_ = false;
-  std::atomic<std::size_t> pending_count_{0};
+
+ public:
+  /// The keep-alives of asynchronous work (keep_alive.cpp). Declared last, so destroyed first:
+  /// its completion events are destroyed while the rest of the context is still there.
+  InFlightWork in_flight;
 };
 
 /// The stream state to use: `requested` if specified, else `fallback` if specified, else the

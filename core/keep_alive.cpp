@@ -1,24 +1,15 @@
-// Keep-alives of asynchronous work (ContextState): what an operation enqueued on a stream uses is
-// held until a completion event after it has been reached, then released on a user thread; scopes
-// wait here until no operation still uses their host memory. A file of its own beside context.cpp
-// and deallocation_queue.cpp: it is the part of a context that follows the streams' progress.
+// Keep-alives of asynchronous work (InFlightWork, a context's `in_flight`): what an operation
+// enqueued on a stream uses is held until a completion event after it has been reached, then
+// released on a user thread; scopes wait here until no operation still uses their host memory.
+#include "core/keep_alive.hpp"
+
 #include "core/internal.hpp"
-
-#include <devmem/byte_size.hpp>
-
-#include <devmem/error.hpp>
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <charconv>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <exception>
-#include <iterator>
-#include <string_view>
+#include <string>
 #include <utility>
 
 namespace devmem::detail {
@@ -32,9 +23,31 @@ constexpr std::size_t kCollectWhenPending = 64;
 constexpr std::size_t kIdleEventLimit = 64;
 }  // namespace
 
-NativeEvent ContextState::take_event() {
+InFlightWork::~InFlightWork() {
+  // Contexts live as long as anything made on them (arrays and streams hold them), so the events
+  // left here belong to work that has been waited for or is abandoned at exit.
+  std::vector<NativeEvent> events = std::move(idle_events_);
+  for (PendingUse& use : pending_) events.push_back(use.event);
+  for (NativeEvent event : events) {
+    try {
+      backend().destroy_event(device(), event);
+    } catch (const std::exception& e) {
+      report_error(fmt::format("destroying completion event {}: {}", event, e.what()));
+    }
+  }
+}
+
+Backend& InFlightWork::backend() const noexcept {
+  return owner_.backend();
+}
+
+int InFlightWork::device() const noexcept {
+  return owner_.device();
+}
+
+NativeEvent InFlightWork::take_event() {
   {
-    std::lock_guard lock(uses_mutex_);
+    std::lock_guard lock(mutex_);
     if (!idle_events_.empty()) {
       NativeEvent event = idle_events_.back();
       idle_events_.pop_back();
@@ -44,12 +57,12 @@ NativeEvent ContextState::take_event() {
   return backend().create_completion_event(device());
 }
 
-void ContextState::retire_after(StreamState& stream,
+void InFlightWork::retire_after(StreamState& stream,
                                 std::vector<std::shared_ptr<const void>> objects,
                                 std::vector<HostSpan> host_spans) {
   if (objects.empty()) return;
   const auto hold_for_context = [&] {
-    std::lock_guard lock(uses_mutex_);
+    std::lock_guard lock(mutex_);
     for (auto& object : objects) held_for_graphs_.push_back(std::move(object));
   };
   NativeEvent event = nullptr;
@@ -82,7 +95,7 @@ void ContextState::retire_after(StreamState& stream,
   }
   std::size_t pending = 0;
   {
-    std::lock_guard lock(uses_mutex_);
+    std::lock_guard lock(mutex_);
     pending_.push_back(PendingUse{stream.handle, event, std::move(objects), std::move(host_spans)});
     pending = pending_.size();
     pending_count_.store(pending, std::memory_order_release);
@@ -90,13 +103,13 @@ void ContextState::retire_after(StreamState& stream,
   if (pending >= kCollectWhenPending) collect_retired();
 }
 
-void ContextState::collect_retired() noexcept {
+void InFlightWork::collect_retired() noexcept {
   if (pending_count_.load(std::memory_order_acquire) == 0) return;
   std::vector<std::vector<std::shared_ptr<const void>>> done;
   std::vector<NativeEvent> surplus;
   std::string failure;
   {
-    std::lock_guard lock(uses_mutex_);
+    std::lock_guard lock(mutex_);
     // Operations of one stream complete in order: after the first unfinished one of a stream, the
     // later ones of that stream are not asked about.
     std::vector<NativeStream> unfinished;
@@ -145,11 +158,11 @@ void ContextState::collect_retired() noexcept {
   // may call back into this context.
 }
 
-void ContextState::wait_for_host_uses(std::span<const HostSpan> spans,
+void InFlightWork::wait_for_host_uses(std::span<const HostSpan> spans,
                                       std::span<const void* const> objects) {
   std::vector<NativeEvent> waits;
   {
-    std::lock_guard lock(uses_mutex_);
+    std::lock_guard lock(mutex_);
     for (const PendingUse& use : pending_) {
       const bool touches_span =
           std::any_of(use.host_spans.begin(), use.host_spans.end(), [&](const HostSpan& used) {
@@ -169,8 +182,8 @@ void ContextState::wait_for_host_uses(std::span<const HostSpan> spans,
   collect_retired();
 }
 
-std::size_t ContextState::pending_uses() const {
-  std::lock_guard lock(uses_mutex_);
+std::size_t InFlightWork::pending_uses() const {
+  std::lock_guard lock(mutex_);
   return pending_.size();
 }
 
@@ -179,10 +192,11 @@ void finish_enqueued(StreamState& stream, std::vector<std::shared_ptr<const void
   Context& ctx = *stream.context;
   if (stream.is_default) {
     ctx.backend().synchronize_stream(ctx.device(), nullptr);
-    detail::ContextState::of(ctx).collect_retired();
+    ContextState::of(ctx).in_flight.collect_retired();
     return;
   }
-  detail::ContextState::of(ctx).retire_after(stream, std::move(keep_alive), std::move(host_spans));
+  ContextState::of(ctx).in_flight.retire_after(stream, std::move(keep_alive),
+                                               std::move(host_spans));
 }
 
 }  // namespace devmem::detail

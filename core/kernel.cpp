@@ -165,7 +165,7 @@ void keep_alive_until_complete(const Stream& stream,
   if (objects.empty()) return;
   const std::shared_ptr<StreamState>& state = StreamState::of(stream);
   if (!state) throw InvalidArgument("keep_alive_until_complete: the stream is unspecified");
-  detail::ContextState::of(*state->context).retire_after(*state, std::move(objects));
+  detail::ContextState::of(*state->context).in_flight.retire_after(*state, std::move(objects));
 }
 
 void throw_launch_error(std::string_view backend, std::string_view function, int code,

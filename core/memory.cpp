@@ -157,7 +157,7 @@ void wait_for_uses(Context& ctx, const std::vector<HostArray>& arrays,
     const auto* begin = static_cast<const std::byte*>(r.begin);
     spans.push_back({begin, begin + r.bytes});
   }
-  detail::ContextState::of(ctx).wait_for_host_uses(spans, objects);
+  detail::ContextState::of(ctx).in_flight.wait_for_host_uses(spans, objects);
 }
 
 void check_registrable(const HostArray& a, std::size_t i, const char* operation) {

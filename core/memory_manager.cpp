@@ -471,20 +471,16 @@ void set_memory_manager(std::shared_ptr<MemoryManager> manager) {
 // ---- defer_cleanup ----
 
 DeferCleanup::DeferCleanup(std::shared_ptr<Context> context) : context_(std::move(context)) {
-  detail::ContextState& st = detail::ContextState::of(*context_);
-  std::lock_guard lock(st.queue_mutex);
-  ++st.defer_depth;
+  detail::ContextState::of(*context_).deallocations.defer();
 }
 
 DeferCleanup::DeferCleanup(DeferCleanup&& other) noexcept : context_(std::move(other.context_)) {}
 
 DeferCleanup::~DeferCleanup() {
   if (!context_) return;
-  detail::ContextState& st = detail::ContextState::of(*context_);
   // Leaving the scope does not flush (Numba): the next release over a limit, an out-of-memory
   // retry or flush_deallocations() does.
-  std::lock_guard lock(st.queue_mutex);
-  --st.defer_depth;
+  detail::ContextState::of(*context_).deallocations.end_defer();
 }
 
 DeferCleanup defer_cleanup() {

@@ -23,7 +23,7 @@ StreamState::~StreamState() {
   } catch (const std::exception& e) {
     report_error(fmt::format("destroying stream {}: {}", handle, e.what()));
   }
-  detail::ContextState::of(*context).collect_retired();
+  detail::ContextState::of(*context).in_flight.collect_retired();
 }
 
 EventState::~EventState() {
@@ -75,7 +75,7 @@ void Stream::synchronize() const {
   std::shared_ptr<detail::StreamState> holder;
   const auto& s = state_or_default(state_, holder);
   s->context->backend().synchronize_stream(s->context->device(), s->handle);
-  detail::ContextState::of(*s->context).collect_retired();
+  detail::ContextState::of(*s->context).in_flight.collect_retired();
 }
 
 bool Stream::query() const {
@@ -155,7 +155,7 @@ void Event::record(const Stream& stream) {
 
 void Event::synchronize() const {
   state_->context->backend().synchronize_event(state_->context->device(), state_->handle);
-  detail::ContextState::of(*state_->context).collect_retired();
+  detail::ContextState::of(*state_->context).in_flight.collect_retired();
 }
 
 bool Event::query() const {

@@ -1,0 +1,89 @@
+// The part of a context that follows the streams' progress (ContextState::in_flight): what an
+// operation enqueued on a stream uses is held until a completion event after it has been reached.
+// Not installed; only core/ includes it (through core/internal.hpp).
+#pragma once
+
+#include <devmem/backend.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+namespace devmem {
+
+class Context;
+
+namespace detail {
+
+struct StreamState;
+
+/// A range of host bytes [begin, end).
+struct HostSpan {
+  const std::byte* begin = nullptr;
+  const std::byte* end = nullptr;
+  [[nodiscard]] bool overlaps(const HostSpan& other) const noexcept {
+    return begin < other.end && other.begin < end;
+  }
+};
+
+/// The keep-alives of asynchronous work of one context: each operation enqueued on a stream other
+/// than the default stream records a completion event, and what it uses is released once that
+/// event has been reached. Thread-safe: one mutex guards the pending operations and the idle
+/// events, and is never held while a keep-alive is released or another lock of the context is
+/// taken.
+class InFlightWork {
+ public:
+  /// The work of `owner`, whose backend and device record and query the events.
+  explicit InFlightWork(Context& owner) noexcept : owner_(owner) {}
+  InFlightWork(const InFlightWork&) = delete;
+  InFlightWork& operator=(const InFlightWork&) = delete;
+  /// Destroys the completion events left (contexts live as long as anything made on them, so
+  /// their work has been waited for or is abandoned at exit); failures are reported, not thrown.
+  ~InFlightWork();
+
+  /// Keeps `objects` alive until the work enqueued so far on `stream` has completed: records a
+  /// completion event after that work (no host callback, which would stall the stream for a host
+  /// round trip after every operation). They are released by collect_retired() on a user thread
+  /// (the next devmem call of this context), never on a backend thread, because releasing memory
+  /// calls the backend. `host_spans` are the host byte ranges the work reads or writes (host
+  /// arrays, mapped views), which wait_for_host_uses() looks for.
+  /// On a stream being captured into a graph the work runs at each launch of the graph, whenever
+  /// that is: the objects are then held until the context is destroyed.
+  void retire_after(StreamState& stream, std::vector<std::shared_ptr<const void>> objects,
+                    std::vector<HostSpan> host_spans = {});
+  /// Releases the keep-alives whose work has completed (one event query per pending operation,
+  /// stopping at the first unfinished one of each stream).
+  void collect_retired() noexcept;
+  /// Waits until no recorded operation still uses `objects` (by identity) or host memory
+  /// overlapping one of `spans`: what a scope does before it unregisters host memory, which a
+  /// copy or a kernel on another stream may still be using.
+  void wait_for_host_uses(std::span<const HostSpan> spans, std::span<const void* const> objects);
+  /// Operations whose keep-alives are still held (tests and diagnostics).
+  [[nodiscard]] std::size_t pending_uses() const;
+
+ private:
+  struct PendingUse {
+    NativeStream stream = nullptr;
+    NativeEvent event = nullptr;
+    std::vector<std::shared_ptr<const void>> objects;
+    std::vector<HostSpan> host_spans;
+  };
+  [[nodiscard]] NativeEvent take_event();
+  [[nodiscard]] Backend& backend() const noexcept;
+  [[nodiscard]] int device() const noexcept;
+
+  Context& owner_;
+  mutable std::mutex mutex_;  // guards the members below
+  std::deque<PendingUse> pending_;
+  std::vector<NativeEvent> idle_events_;
+  std::vector<std::shared_ptr<const void>> held_for_graphs_;
+  bool query_failure_reported_ = false;
+  std::atomic<std::size_t> pending_count_{0};
+};
+
+}  // namespace detail
+}  // namespace devmem
