@@ -16,10 +16,9 @@
 // like a loop, while a thread that reaches a barrier still suspends there until the whole block
 // (or warp) has arrived.
 //
-// A kernel thread that overflows its stack faults in the guard page; a SIGSEGV handler on an
-// alternate signal stack recognises that fault and ends the process with a message naming the
-// block, the thread and the stack size, instead of a bare segmentation fault (not in sanitizer
-// builds, whose runtimes report stack overflows themselves).
+// The fiber stacks and the report of a kernel thread overflowing one are in
+// host_kernel_stacks.cpp; the bounds checks of array accesses and ArrayView arguments in
+// host_kernel_checks.cpp (both through host_kernel.hpp).
 //
 // A barrier completes when every thread of the block (or of the warp, for wave_barrier) waits at
 // it. Anything else is barrier divergence, undefined behaviour on a GPU (a hang or silent
@@ -27,17 +26,11 @@
 // lines of the barriers: threads that returned while others wait, threads waiting at different
 // block barriers, or a block barrier and a warp barrier waiting for each other.
 //
-// Array accesses in kernels are bounds-checked (<devmem/array_view.hpp>): an index out of range
-// calls index_out_of_bounds, which fails the block like the failures below, before the access, so
-// nothing outside the array is touched. At launch, check_view_argument checks the memory every
-// ArrayView argument can reach against the backend's live allocations and mapped host memory,
-// as copies are checked, so a stale view is refused before it runs (InvalidArgument, as the other
-// argument errors of launch).
-//
 // Failures inside a block (divergence, shared memory over the device limit, an exception thrown
 // by kernel code, an index out of bounds) abort the block: every suspended thread is resumed and
 // unwinds (BlockAbort), so its stack objects are destroyed, and the launch reports the first
 // failure like an asynchronous device error (stored on the stream, thrown by its next synchronize).
+#include "backends/host/host_kernel.hpp"
 #include "backends/host/host_backend.hpp"
 #include "core/internal.hpp"
 
@@ -47,10 +40,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <sys/mman.h>
-#include <unistd.h>
 #include <boost/context/detail/fcontext.hpp>
-#include <csignal>
 
 #include <algorithm>
 #include <atomic>
@@ -63,27 +53,6 @@
 #include <thread>
 #include <vector>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define DEVMEM_FIBER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define DEVMEM_FIBER_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define DEVMEM_FIBER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define DEVMEM_FIBER_TSAN 1
-#endif
-#endif
-#ifdef DEVMEM_FIBER_ASAN
-#include <sanitizer/common_interface_defs.h>
-#endif
-#ifdef DEVMEM_FIBER_TSAN
-#include <sanitizer/tsan_interface.h>
-#endif
-
 namespace devmem::detail::sim {
 namespace {
 
@@ -91,112 +60,12 @@ namespace fctx = boost::context::detail;
 using host::HostBackend;
 using host::Status;
 
-#if defined(DEVMEM_FIBER_ASAN) || defined(DEVMEM_FIBER_TSAN)
-constexpr std::size_t kStackBytes = std::size_t{1024} * 1024;  // sanitizers enlarge frames
-#else
-constexpr std::size_t kStackBytes = std::size_t{256} * 1024;
-#endif
 constexpr std::size_t kSharedAlignment = 64;
 constexpr unsigned char kUninitialisedShared = 0xA5;  // shared memory starts as garbage on a GPU
 
 /// Thrown into a suspended simulated thread to unwind it when its block is aborted. Not a
 /// std::exception, so kernel code catching std::exception does not swallow it.
 struct BlockAbort {};
-
-/// A fiber stack: mmap'ed (pages are committed on first touch) with a guard region below it, so
-/// an overflowing kernel faults instead of overwriting a neighbour's stack. Empty when
-/// default-constructed; FiberStack::map() makes one.
-class FiberStack {
- public:
-  FiberStack() = default;
-  static FiberStack map() {
-    FiberStack s;
-    const std::size_t guard = guard_bytes();
-    s.mapped_bytes_ = kStackBytes + guard;
-    void* base = ::mmap(nullptr, s.mapped_bytes_, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-    if (base == MAP_FAILED) throw std::bad_alloc();
-    s.base_ = static_cast<std::byte*>(base);
-    if (::mprotect(s.base_, guard, PROT_NONE) != 0) throw std::bad_alloc();  // ~s unmaps
-    s.bottom_ = s.base_ + guard;
-    return s;
-  }
-  FiberStack(FiberStack&& other) noexcept { *this = std::move(other); }
-  FiberStack& operator=(FiberStack&& other) noexcept {
-    if (this != &other) {
-      release();
-      base_ = std::exchange(other.base_, nullptr);
-      bottom_ = std::exchange(other.bottom_, nullptr);
-      mapped_bytes_ = std::exchange(other.mapped_bytes_, 0);
-    }
-    return *this;
-  }
-  FiberStack(const FiberStack&) = delete;
-  FiberStack& operator=(const FiberStack&) = delete;
-  ~FiberStack() { release(); }
-
-  [[nodiscard]] bool empty() const noexcept { return base_ == nullptr; }
-  [[nodiscard]] void* bottom() const noexcept { return bottom_; }
-  [[nodiscard]] void* top() const noexcept { return bottom_ + kStackBytes; }
-  [[nodiscard]] static std::size_t size() noexcept { return kStackBytes; }
-  /// Whether `address` lies in the guard region (a fault there is this stack overflowing).
-  [[nodiscard]] bool guards(const void* address) const noexcept {
-    const auto a = reinterpret_cast<std::uintptr_t>(address);
-    return base_ != nullptr && a >= reinterpret_cast<std::uintptr_t>(base_) &&
-           a < reinterpret_cast<std::uintptr_t>(bottom_);
-  }
-
- private:
-  // Several pages: a frame larger than one page (a local array) could otherwise skip over the
-  // guard into whatever is mapped below. It costs address space only.
-  static std::size_t guard_bytes() noexcept {
-    return 16 * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  }
-  void release() noexcept {
-    if (base_ != nullptr) ::munmap(base_, mapped_bytes_);
-    base_ = nullptr;
-  }
-
-  std::byte* base_ = nullptr;
-  std::byte* bottom_ = nullptr;
-  std::size_t mapped_bytes_ = 0;
-};
-
-/// Stacks kept across launches: mapping and unmapping a stack per thread (and the page faults of
-/// touching fresh pages) would cost more than running a small kernel thread. Runners take stacks
-/// from here and give them back when their launch ends.
-class StackPool {
- public:
-  FiberStack take() {
-    {
-      const std::lock_guard lock(mutex_);
-      if (!stacks_.empty()) {
-        FiberStack s = std::move(stacks_.back());
-        stacks_.pop_back();
-        return s;
-      }
-    }
-    return FiberStack::map();
-  }
-  void give_back(std::vector<FiberStack>& stacks) {
-    const std::lock_guard lock(mutex_);
-    for (auto& s : stacks) {
-      if (stacks_.size() >= kMaxKept) break;  // the rest are unmapped by the caller's vector
-      stacks_.push_back(std::move(s));
-    }
-  }
-
- private:
-  // Enough for a few cores' worth of 1024-thread blocks all waiting at barriers.
-  static constexpr std::size_t kMaxKept = 4096;
-  std::mutex mutex_;
-  std::vector<FiberStack> stacks_;
-};
-
-StackPool& stack_pool() {
-  static auto* pool = new StackPool;  // never destroyed: launches may run during static teardown
-  return *pool;
-}
 
 /// What every block of one launch shares (immutable while the grid runs).
 struct KernelGrid {
@@ -768,120 +637,6 @@ inline BlockRunner& runner_in_thread(const char* function) {
   return *runner;
 }
 
-#if !defined(DEVMEM_FIBER_ASAN) && !defined(DEVMEM_FIBER_TSAN)
-// A stack overflow in a kernel thread. The handler runs on an alternate signal stack (the faulting
-// stack has no room left) and may only use async-signal-safe calls: the message is assembled by
-// hand and written with write(2).
-struct sigaction g_previous_segv {};
-
-class SignalText {
- public:
-  void add(std::string_view text) noexcept {
-    for (const char c : text) {
-      if (length_ < sizeof(buffer_)) buffer_[length_++] = c;
-    }
-  }
-  void add(std::uint64_t value) noexcept {
-    char digits[20];
-    std::size_t n = 0;
-    do {
-      digits[n++] = static_cast<char>('0' + value % 10);
-      value /= 10;
-    } while (value != 0);
-    while (n != 0) add(std::string_view(&digits[--n], 1));
-  }
-  void add(const Dim3& d) noexcept {
-    add("(");
-    add(std::uint64_t{d.x});
-    add(", ");
-    add(std::uint64_t{d.y});
-    add(", ");
-    add(std::uint64_t{d.z});
-    add(")");
-  }
-  void write_to_stderr() const noexcept {
-    std::size_t written = 0;
-    while (written < length_) {
-      const ssize_t n = ::write(STDERR_FILENO, buffer_ + written, length_ - written);
-      if (n <= 0) break;
-      written += static_cast<std::size_t>(n);
-    }
-  }
-
- private:
-  char buffer_[512];
-  std::size_t length_ = 0;
-};
-
-void on_segv(int signal, siginfo_t* info, void* /*context*/) {
-  const BlockRunner* runner = t_runner;
-  if (runner != nullptr && runner->current_stack_guards(info->si_addr)) {
-    const ThreadCoords& coords = runner->coords();
-    SignalText text;
-    text.add("devmem: kernel thread ");
-    text.add(coords.thread_idx);
-    text.add(" of block ");
-    text.add(coords.block_idx);
-    text.add(" overflowed its stack of ");
-    text.add(std::uint64_t{FiberStack::size()});
-    text.add(
-        " bytes (the host backend runs every GPU thread on a fixed-size stack: deep recursion or "
-        "large local arrays in a kernel do not fit)\n");
-    text.write_to_stderr();
-    struct sigaction default_action {};
-    default_action.sa_handler = SIG_DFL;
-    ::sigaction(SIGSEGV, &default_action, nullptr);
-    return;  // the faulting instruction runs again and the default action ends the process
-  }
-  // Not ours: whoever handled SIGSEGV before (or the default action) sees the fault as if this
-  // handler were not installed, when the instruction faults again on return.
-  ::sigaction(SIGSEGV, &g_previous_segv, nullptr);
-  if (info->si_code <= 0) ::raise(signal);  // sent, not a fault: it would not come again
-}
-
-/// An alternate signal stack for this OS thread, unless it has one already.
-class AltSignalStack {
- public:
-  AltSignalStack() {
-    stack_t current{};
-    if (::sigaltstack(nullptr, &current) != 0 || (current.ss_flags & SS_DISABLE) == 0) return;
-    memory_ = std::make_unique<std::byte[]>(kBytes);
-    stack_t ours{};
-    ours.ss_sp = memory_.get();
-    ours.ss_size = kBytes;
-    if (::sigaltstack(&ours, nullptr) != 0) memory_.reset();
-  }
-  AltSignalStack(const AltSignalStack&) = delete;
-  AltSignalStack& operator=(const AltSignalStack&) = delete;
-  ~AltSignalStack() {
-    if (memory_ == nullptr) return;
-    stack_t off{};
-    off.ss_flags = SS_DISABLE;
-    ::sigaltstack(&off, nullptr);
-  }
-
- private:
-  static constexpr std::size_t kBytes = std::size_t{64} * 1024;
-  std::unique_ptr<std::byte[]> memory_;
-};
-
-/// Makes a stack overflow in a kernel thread on this OS thread end with a message.
-void prepare_overflow_report() {
-  static std::once_flag installed;
-  std::call_once(installed, [] {
-    struct sigaction action {};
-    action.sa_sigaction = &on_segv;
-    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigemptyset(&action.sa_mask);
-    ::sigaction(SIGSEGV, &action, &g_previous_segv);
-  });
-  thread_local AltSignalStack alt_stack;
-}
-#else
-// ASan and TSan install their own SIGSEGV handling (ASan reports a stack overflow itself).
-void prepare_overflow_report() {}
-#endif
-
 Dim3 block_at(const Dim3& grid, std::uint64_t linear) {
   return Dim3(static_cast<unsigned>(linear % grid.x),
               static_cast<unsigned>((linear / grid.x) % grid.y),
@@ -927,64 +682,20 @@ void execute_grid(const KernelGrid& grid) {
   if (first_error) std::rethrow_exception(first_error);
 }
 
-/// Values as Python writes a tuple: (8,) or (16, 16).
-std::string describe_tuple(std::span<const std::int64_t> values) {
-  if (values.size() == 1) return fmt::format("({},)", values[0]);
-  return fmt::format("({})", fmt::join(values, ", "));
-}
-
 }  // namespace
 
-void index_out_of_bounds(const char* array_kind, const std::int64_t* index, std::size_t index_count,
-                         const std::int64_t* shape, std::size_t rank) {
-  if (!host::bounds_checking()) return;
-  const std::span<const std::int64_t> shape_values(shape, rank);
-  std::string what;
-  if (index_count == rank) {
-    what = fmt::format("{}: index {} is out of bounds for shape {}", array_kind,
-                       describe_tuple(std::span(index, index_count)), describe_tuple(shape_values));
-  } else {
-    std::int64_t count = 1;
-    for (const std::int64_t n : shape_values) count *= n;
-    what = fmt::format("{}: flat index {} is out of bounds for shape {} ({} elements)", array_kind,
-                       index_count == 1 ? index[0] : -1, describe_tuple(shape_values), count);
-  }
+const ThreadCoords* overflowed_kernel_thread(const void* address) noexcept {
+  const BlockRunner* runner = t_runner;
+  if (runner != nullptr && runner->current_stack_guards(address)) return &runner->coords();
+  return nullptr;
+}
+
+void fail_kernel_access(const std::string& what) {
   BlockRunner* runner = t_runner;
   if (runner == nullptr || !runner->in_thread()) {
     throw InvalidArgument(what + " (outside a kernel)");
   }
   runner->fail_access(what);
-}
-
-void check_view_argument(const PreparedLaunch& launch, std::size_t argument, const void* data,
-                         std::size_t element_size, const std::int64_t* shape,
-                         const std::int64_t* strides, std::size_t rank) {
-  if (!host::bounds_checking()) return;
-  // The bytes the view can reach, relative to data: [lo, hi).
-  std::int64_t lo = 0;
-  auto hi = static_cast<std::int64_t>(element_size);
-  bool overflow = false;
-  for (std::size_t d = 0; d != rank; ++d) {
-    if (shape[d] <= 0) return;  // an empty view reaches nothing
-    std::int64_t reach = 0;
-    overflow |= __builtin_mul_overflow(strides[d], shape[d] - 1, &reach);
-    overflow |= __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi);
-  }
-  const auto base = reinterpret_cast<std::uintptr_t>(data);
-  const auto begin = base + static_cast<std::uintptr_t>(lo);  // wraps for lo < 0, as intended
-  const auto bytes = static_cast<std::uintptr_t>(hi) - static_cast<std::uintptr_t>(lo);
-  const std::shared_ptr<Context> context = launch.stream.context();
-  const auto* backend = dynamic_cast<const HostBackend*>(&context->backend());
-  if (backend == nullptr) return;  // run_kernel refuses the launch
-  if (!overflow && data != nullptr && begin + bytes >= begin &&
-      backend->device_accessible(begin, bytes)) {
-    return;
-  }
-  throw InvalidArgument(fmt::format(
-      "devmem::launch({}): argument {} (an ArrayView of shape {}) reaches {} bytes at {:#x}, "
-      "which are not inside a live device allocation or mapped host memory (a view of a freed "
-      "array, or from a closed mapped() scope?)",
-      launch.kernel_name, argument, describe_tuple(std::span(shape, rank)), bytes, begin));
 }
 
 const ThreadCoords& current_thread(const char* function) {
