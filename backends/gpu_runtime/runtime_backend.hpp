@@ -1,3 +1,9 @@
+// One file although long: it is the one GPU implementation of the Backend interface, written once
+// over a table of vendor calls (the `Api` traits described below) and instantiated for CUDA
+// (backends/cuda) and HIP (backends/roc). Its methods share one class template, its traits and
+// the conventions listed below (device selection, errors, staging); the parts that stand apart
+// have headers of their own (strided_copy_args.hpp, strided_copy_kernel.hpp).
+//
 // The GPU backends' shared implementation: devmem::Backend written once over a vendor runtime whose
 // API has the shape of the CUDA runtime (the CUDA runtime itself, and HIP, which mirrors it).
 // backends/cuda/cuda_api.hpp and backends/roc/hip_api.hpp only name the vendor calls and constants

@@ -1,3 +1,9 @@
+// The host backend's implementation of the Backend interface: the simulated device (HostBackend;
+// host_backend.hpp says what it simulates and why). One file although long: every method of the
+// interface works on the same state (the allocations, registrations, streams and events, and their
+// locks, in the lock order host_backend.hpp states). The parts that stand apart have files of
+// their own: streams (host_stream.cpp), events (host_event.cpp), parallel copies
+// (host_parallel_copy.cpp), kernels (host_kernel*.cpp) and the controls (host_controls.cpp).
 #include "backends/host/host_backend.hpp"
 
 #include "core/backend_factories.hpp"

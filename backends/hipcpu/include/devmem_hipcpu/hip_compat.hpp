@@ -36,6 +36,10 @@
 //
 // Names HIP-CPU lacks are added to the global namespace; names HIP-CPU has with other semantics are
 // redirected to these definitions by macros at the end of this file.
+//
+// One file although long: every call here works on the same runtime state (devmem::hipcpu::State:
+// the allocation and registration tables, the legacy-stream order) and the redirecting macros at
+// the end must follow all the definitions; the wrappers include it as one layer over HIP-CPU.
 #pragma once
 
 #if !defined(__HIP_CPU_RT__)
