@@ -20,9 +20,8 @@ namespace devmem::detail {
 
 namespace {
 
-std::int64_t byte_limit(const DeallocationConfig& config, MemoryManager& manager) {
-  const auto total = static_cast<double>(manager.memory_info().total);
-  return static_cast<std::int64_t>(total * config.max_pending_ratio);
+std::int64_t byte_limit(const DeallocationConfig& config, std::int64_t manager_total) {
+  return static_cast<std::int64_t>(static_cast<double>(manager_total) * config.max_pending_ratio);
 }
 
 }  // namespace
@@ -70,10 +69,13 @@ void DeallocationQueue::set_manager(std::shared_ptr<MemoryManager> manager) {
         "set_memory_manager: memory manager '{}' has interface version {} - version {} required",
         manager->name(), manager->interface_version(), MemoryManager::kInterfaceVersion));
   }
-  const std::int64_t limit = byte_limit(config_, *manager);
+  // The manager is asked outside the lock (it may call the backend); the limit is computed under
+  // it, so a concurrent set_config and set_manager cannot leave a limit made from a stale pair.
+  const std::int64_t total = manager->memory_info().total;
   std::lock_guard lock(mutex_);
   current_manager_ = std::move(manager);
-  max_pending_bytes_ = limit;
+  manager_total_ = total;
+  max_pending_bytes_ = byte_limit(config_, manager_total_);
 }
 
 void DeallocationQueue::set_config(const DeallocationConfig& new_config) {
@@ -87,10 +89,14 @@ void DeallocationQueue::set_config(const DeallocationConfig& new_config) {
         fmt::format("set_deallocation_config: max_pending_ratio must be from 0 to 1, got {}",
                     new_config.max_pending_ratio));
   }
-  const std::int64_t limit = byte_limit(new_config, *manager());
+  // The total is read again (a device's capacity can change); kept only if the manager it came
+  // from is still the current one.
+  const std::shared_ptr<MemoryManager> asked = manager();
+  const std::int64_t total = asked->memory_info().total;
   std::lock_guard lock(mutex_);
+  if (asked == current_manager_) manager_total_ = total;
   config_ = new_config;
-  max_pending_bytes_ = limit;
+  max_pending_bytes_ = byte_limit(config_, manager_total_);
 }
 
 void DeallocationQueue::set_initial_config(const DeallocationConfig& config) {

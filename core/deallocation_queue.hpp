@@ -100,6 +100,9 @@ class DeallocationQueue {
   int defer_depth_ = 0;
   DeallocationConfig config_;
   std::int64_t max_pending_bytes_ = 0;
+  // The current manager's memory_info().total when it was set: max_pending_bytes_ is
+  // config_.max_pending_ratio of it.
+  std::int64_t manager_total_ = 0;
   std::shared_ptr<MemoryManager> current_manager_;
   std::vector<std::string> errors_;
 };
