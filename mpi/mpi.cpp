@@ -276,43 +276,60 @@ HostArray slot_view(const HostArray& slot, const DeviceArray& array, const Plan&
   return slot.slice(0, 0, end - begin);
 }
 
-// Two page-locked slots holding one chunk each (C-contiguous, the payload's packed bytes).
+// Page-locked staging buffers are reused: allocating and page-locking memory costs far more than a
+// small message's transfer. A buffer goes back to the cache when the last view of it is gone.
+std::mutex g_staging_mutex;
+std::vector<HostArray> g_staging_cache;  // free buffers (1-d uint8)
+constexpr std::size_t kMaxCachedBuffers = 8;
+
+struct StagingReturn {
+  HostArray buffer;
+  StagingReturn(const StagingReturn&) = delete;
+  StagingReturn& operator=(const StagingReturn&) = delete;
+  StagingReturn(StagingReturn&&) = delete;
+  StagingReturn& operator=(StagingReturn&&) = delete;
+  explicit StagingReturn(HostArray b) : buffer(std::move(b)) {}
+  ~StagingReturn() {
+    const std::lock_guard lock(g_staging_mutex);
+    if (g_staging_cache.size() < kMaxCachedBuffers) g_staging_cache.push_back(std::move(buffer));
+  }
+};
+
+// A C-contiguous page-locked array of `shape` and `dtype` from the cache (or newly allocated).
+HostArray staging_array(Shape shape, const DType& dtype) {
+  const std::int64_t bytes = std::max<std::int64_t>(layout::checked_nbytes(shape, dtype.itemsize()), 1);
+  HostArray buffer;
+  {
+    const std::lock_guard lock(g_staging_mutex);
+    auto best = g_staging_cache.end();
+    for (auto it = g_staging_cache.begin(); it != g_staging_cache.end(); ++it) {
+      if (it->nbytes() >= bytes && (best == g_staging_cache.end() || it->nbytes() < best->nbytes())) best = it;
+    }
+    if (best != g_staging_cache.end()) {
+      buffer = std::move(*best);
+      g_staging_cache.erase(best);
+    }
+  }
+  if (buffer.nbytes() < bytes) buffer = pinned_array(Shape{bytes}, DType('u', 1));
+  void* data = buffer.data();
+  auto owner = std::make_shared<StagingReturn>(std::move(buffer));
+  return HostArray::view(data, std::move(shape), dtype, {}, std::move(owner));
+}
+
+// A page-locked slot holding one chunk (C-contiguous: the payload's packed bytes).
 HostArray staging_slot(const DeviceArray& array, const Plan& plan, std::int64_t leading = 0) {
   Shape shape = array.shape();
   if (!shape.empty()) shape[0] = plan.rows_per_chunk;
   if (leading > 0) shape.insert(shape.begin(), leading);
-  return pinned_array(std::move(shape), array.dtype());
+  return staging_array(std::move(shape), array.dtype());
 }
 
 // ---- streams ------------------------------------------------------------------------------------
 
-std::mutex g_stream_mutex;
-std::map<int, Stream> g_staging_streams;
-
-// The stream staging copies go on: the array's own, or, for arrays on the default stream (whose
-// work is complete whenever a devmem call returns), one non-default stream per device, so that
-// page-locked copies are asynchronous and overlap the MPI transfers.
-Stream copy_stream(const DeviceArray& array) {
-  if (!array.stream().is_default()) return array.stream();
-  const std::shared_ptr<Context> context = array.context();
-  const int device = context ? context->device() : current_device();
-  const std::lock_guard lock(g_stream_mutex);
-  auto it = g_staging_streams.find(device);
-  if (it == g_staging_streams.end()) {
-    const int previous = current_device();
-    select_device(device);
-    Stream created;
-    try {
-      created = devmem::stream();
-    } catch (...) {
-      select_device(previous);
-      throw;
-    }
-    select_device(previous);
-    it = g_staging_streams.emplace(device, std::move(created)).first;
-  }
-  return it->second;
-}
+// Staging copies go on the array's stream: after the work already enqueued there. On the default
+// stream they are synchronous, which still overlaps the transfers: MPI moves the previous chunk
+// (a non-blocking request) while the copy of the next one runs.
+Stream copy_stream(const DeviceArray& array) { return array.stream(); }
 
 // Receiving into an array whose elements overlap (a broadcast axis) would write an element twice.
 std::optional<std::string> destination_problem(const DeviceArray& array) {
@@ -618,7 +635,8 @@ class SendOperation final : public Operation {
       bool moved = false;
       if (posted_ < copied_) {
         const auto s = static_cast<std::size_t>(posted_ % 2);
-        if (copy_events_.at(s)->query()) {
+        {
+          copy_events_.at(s)->synchronize();  // local device work: bounded, and cheaper than polling
           const auto [begin, end] = chunk_rows(plan_, posted_);
           const std::int64_t rows = array_.ndim() == 0 ? 1 : end - begin;
           types_.at(s) = bytes_type(rows * (array_.nbytes() / std::max<std::int64_t>(plan_.rows, 1)));
@@ -644,7 +662,7 @@ class SendOperation final : public Operation {
 
   bool advance_direct() {
     if (!posted_direct_) {
-      if (!ready_->query()) return false;
+      ready_->synchronize();  // earlier work on the array's stream comes first
       type_ = byte_elements_type(array_);
       check_mpi(MPI_Isend(array_.data(), 1, type_.get(), destination_, data_tag(comm_, header_.seq),
                           comm_, &send_requests_.at(0)),
@@ -780,7 +798,8 @@ class RecvOperation final : public Operation {
       // Post a receive into a slot whose previous chunk has reached the device.
       if (posted_ < plan_.chunks && posted_ - copied_ < 2) {
         const auto s = static_cast<std::size_t>(posted_ % 2);
-        if (!copy_events_.at(s) || copy_events_.at(s)->query()) {
+        if (copy_events_.at(s)) copy_events_.at(s)->synchronize();
+        {
           types_.at(s) = bytes_type(chunk_bytes(posted_));
           check_mpi(MPI_Irecv(slots_.at(s).data(), 1, types_.at(s).get(), peer_,
                               data_tag(comm_, header_.seq), comm_, &recv_requests_.at(s)),
@@ -802,7 +821,7 @@ class RecvOperation final : public Operation {
       }
       if (copied_ == plan_.chunks) {
         for (auto& e : copy_events_) {
-          if (e && !e->query()) return false;
+          if (e) e->synchronize();
         }
         return true;
       }
@@ -812,7 +831,7 @@ class RecvOperation final : public Operation {
 
   bool advance_direct() {
     if (!posted_direct_) {
-      if (!ready_->query()) return false;  // earlier work on the array's stream comes first
+      ready_->synchronize();  // earlier work on the array's stream comes first
       type_ = byte_elements_type(array_);
       check_mpi(MPI_Irecv(array_.data(), 1, type_.get(), peer_, data_tag(comm_, header_.seq),
                           comm_, &recv_requests_.at(0)),
@@ -981,10 +1000,10 @@ Agreement agree(const char* operation, MPI_Comm comm, const DeviceArray& array, 
   return agreement;
 }
 
-// Runs chunk k's device-to-host copy, MPI call and host-to-device copy for k = 0, 1, ..., with the
-// copy of chunk k + 1 enqueued before the MPI call on chunk k, so that it overlaps the transfer.
-// Slot k % 2 is reused by chunk k + 2: its event is recorded after the copy of chunk k, in stream
-// order, so waiting for it also waits for the copy out of the slot.
+// Runs chunk k's device-to-host copy (pre), MPI call (mpi: starts a non-blocking collective on
+// slot k % 2 and returns its request) and host-to-device copy (post) for k = 0, 1, ...; the copy
+// of chunk k + 1 is enqueued while MPI moves chunk k. Slot k % 2 is reused by chunk k + 2: its
+// ready event is recorded after the copy out of it (post(k)), in stream order.
 template <class Pre, class Mpi, class Post>
 void pipeline(std::int64_t chunks, const Stream& stream, Pre pre, Mpi mpi, Post post) {
   if (chunks == 0) return;
@@ -993,12 +1012,13 @@ void pipeline(std::int64_t chunks, const Stream& stream, Pre pre, Mpi mpi, Post 
   ready[0] = stream.record();
   for (std::int64_t k = 0; k < chunks; ++k) {
     const auto s = static_cast<std::size_t>(k % 2);
+    ready.at(s)->synchronize();
+    MPI_Request request = mpi(k);
     if (k + 1 < chunks) {
       pre(k + 1);
       ready.at(1 - s) = stream.record();
     }
-    ready.at(s)->synchronize();
-    mpi(k);
+    wait_request(request, "devmem::mpi collective");
     post(k);
   }
   stream.synchronize();
@@ -1125,7 +1145,7 @@ void bcast(const DeviceArray& array, int root, MPI_Comm comm) {
         check_mpi(MPI_Ibcast(slots.at(static_cast<std::size_t>(k % 2)).data(), 1, type.get(), root,
                              comm, &request),
                   "MPI_Ibcast");
-        wait_request(request, "MPI_Ibcast");
+        return request;
       },
       [&](std::int64_t k) {
         if (!is_root) chunk_view(array, plan, k).copy_to_device(host_chunk(k), stream);
@@ -1185,7 +1205,6 @@ void allreduce(const DeviceArray& input, const DeviceArray& output, ReduceOp red
     return;
   }
   const Stream stream = copy_stream(output);
-  if (stream != output.stream()) output.stream().synchronize();
   const std::array<HostArray, 2> slots{staging_slot(output, plan), staging_slot(output, plan)};
   auto host_chunk = [&](std::int64_t k) {
     return slot_view(slots.at(static_cast<std::size_t>(k % 2)), output, plan, k);
@@ -1200,7 +1219,7 @@ void allreduce(const DeviceArray& input, const DeviceArray& output, ReduceOp red
         check_mpi(MPI_Iallreduce(MPI_IN_PLACE, slots.at(static_cast<std::size_t>(k % 2)).data(),
                                  count, *element, mpi_reduction, comm, &request),
                   "MPI_Iallreduce");
-        wait_request(request, "MPI_Iallreduce");
+        return request;
       },
       [&](std::int64_t k) { chunk_view(output, plan, k).copy_to_device(host_chunk(k), stream); });
 }
@@ -1257,7 +1276,6 @@ void allgather(const DeviceArray& input, const DeviceArray& output, MPI_Comm com
     return;
   }
   const Stream stream = copy_stream(input);
-  if (stream != output.stream()) output.stream().synchronize();
   const std::array<HostArray, 2> in_slots{staging_slot(input, plan), staging_slot(input, plan)};
   const std::array<HostArray, 2> out_slots{staging_slot(input, plan, ranks),
                                            staging_slot(input, plan, ranks)};
@@ -1278,7 +1296,7 @@ void allgather(const DeviceArray& input, const DeviceArray& output, MPI_Comm com
         check_mpi(MPI_Iallgather(in_slots.at(s).data(), 1, type.get(), out_slots.at(s).data(), 1,
                                  recv_type.get(), comm, &request),
                   "MPI_Iallgather");
-        wait_request(request, "MPI_Iallgather");
+        return request;
       },
       [&](std::int64_t k) {
         const HostArray& slot = out_slots.at(static_cast<std::size_t>(k % 2));
