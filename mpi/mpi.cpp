@@ -291,7 +291,13 @@ struct StagingReturn {
   explicit StagingReturn(HostArray b) : buffer(std::move(b)) {}
   ~StagingReturn() {
     const std::lock_guard lock(g_staging_mutex);
-    if (g_staging_cache.size() < kMaxCachedBuffers) g_staging_cache.push_back(std::move(buffer));
+    // The smallest buffer goes when the cache is full: large transfers keep their buffers.
+    g_staging_cache.push_back(std::move(buffer));
+    if (g_staging_cache.size() > kMaxCachedBuffers) {
+      g_staging_cache.erase(std::min_element(
+          g_staging_cache.begin(), g_staging_cache.end(),
+          [](const HostArray& a, const HostArray& b) { return a.nbytes() < b.nbytes(); }));
+    }
   }
 };
 
@@ -554,7 +560,8 @@ class SendOperation final : public Operation {
     plan_ = make_plan(array_, header_.chunk_rows);
     stream_ = transport_ == Transport::staged ? copy_stream(array_) : array_.stream();
     if (transport_ == Transport::staged && plan_.chunks > 0 && header_.status == kOk) {
-      for (auto& slot : slots_) slot = staging_slot(array_, plan_);
+      slots_[0] = staging_slot(array_, plan_);
+      if (plan_.chunks > 1) slots_[1] = staging_slot(array_, plan_);
       // The first copies start now, overlapping the handshake.
       while (copied_ < std::min<std::int64_t>(plan_.chunks, 2)) start_copy();
     } else {
@@ -782,7 +789,8 @@ class RecvOperation final : public Operation {
     if (failure_) return;
     plan_ = make_plan(array_, header_.chunk_rows);
     if (transport_ == Transport::staged && plan_.chunks > 0) {
-      for (auto& slot : slots_) slot = staging_slot(array_, plan_);
+      slots_[0] = staging_slot(array_, plan_);
+      if (plan_.chunks > 1) slots_[1] = staging_slot(array_, plan_);
     }
   }
 
@@ -1130,7 +1138,8 @@ void bcast(const DeviceArray& array, int root, MPI_Comm comm) {
   }
   if (plan.chunks == 0) return;
   const Stream stream = copy_stream(array);
-  const std::array<HostArray, 2> slots{staging_slot(array, plan), staging_slot(array, plan)};
+  const std::array<HostArray, 2> slots{
+      staging_slot(array, plan), plan.chunks > 1 ? staging_slot(array, plan) : HostArray()};
   auto host_chunk = [&](std::int64_t k) {
     return slot_view(slots.at(static_cast<std::size_t>(k % 2)), array, plan, k);
   };
@@ -1205,7 +1214,8 @@ void allreduce(const DeviceArray& input, const DeviceArray& output, ReduceOp red
     return;
   }
   const Stream stream = copy_stream(output);
-  const std::array<HostArray, 2> slots{staging_slot(output, plan), staging_slot(output, plan)};
+  const std::array<HostArray, 2> slots{
+      staging_slot(output, plan), plan.chunks > 1 ? staging_slot(output, plan) : HostArray()};
   auto host_chunk = [&](std::int64_t k) {
     return slot_view(slots.at(static_cast<std::size_t>(k % 2)), output, plan, k);
   };
@@ -1276,9 +1286,10 @@ void allgather(const DeviceArray& input, const DeviceArray& output, MPI_Comm com
     return;
   }
   const Stream stream = copy_stream(input);
-  const std::array<HostArray, 2> in_slots{staging_slot(input, plan), staging_slot(input, plan)};
-  const std::array<HostArray, 2> out_slots{staging_slot(input, plan, ranks),
-                                           staging_slot(input, plan, ranks)};
+  const std::array<HostArray, 2> in_slots{
+      staging_slot(input, plan), plan.chunks > 1 ? staging_slot(input, plan) : HostArray()};
+  const std::array<HostArray, 2> out_slots{
+      staging_slot(input, plan, ranks), plan.chunks > 1 ? staging_slot(input, plan, ranks) : HostArray()};
   auto in_host = [&](std::int64_t k) {
     return slot_view(in_slots.at(static_cast<std::size_t>(k % 2)), input, plan, k);
   };
