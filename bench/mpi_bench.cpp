@@ -56,17 +56,20 @@ int run(int argc, char** argv, int rank) {
       quick ? std::vector<std::int64_t>{64 << 10, 1 << 20}
             : std::vector<std::int64_t>{64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
   if (rank == 0) {
-    std::printf("# devmem MPI ping-pong (ranks 0 and 1)\n\nbackend: %s, staging chunk %s, device-aware "
-                "MPI for this backend: %s\n\n",
-                devmem::backend_name().c_str(), format_size(chunk).c_str(),
-                devmem::mpi::device_aware(devmem::backend_name()) ? "yes" : "no");
-    std::printf("| size | raw MPI (GB/s) | devmem staged, pipelined (GB/s) | staged, one chunk "
-                "(GB/s) | copy-then-send by hand (GB/s) | device_direct (GB/s) | devmem / raw | "
-                "pipelined / copy-then-send |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    std::printf(
+        "# devmem MPI ping-pong (ranks 0 and 1)\n\nbackend: %s, staging chunk %s, device-aware "
+        "MPI for this backend: %s\n\n",
+        devmem::backend_name().c_str(), format_size(chunk).c_str(),
+        devmem::mpi::device_aware(devmem::backend_name()) ? "yes" : "no");
+    std::printf(
+        "| size | raw MPI (GB/s) | devmem staged, pipelined (GB/s) | staged, one chunk "
+        "(GB/s) | copy-then-send by hand (GB/s) | device_direct (GB/s) | devmem / raw | "
+        "pipelined / copy-then-send |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   }
   int failures = 0;
   for (const std::int64_t bytes : sizes) {
-    const int reps = static_cast<int>(std::clamp<std::int64_t>((quick ? 8 : 256) * (1 << 20) / bytes, 3, quick ? 10 : 400));
+    const int reps = static_cast<int>(
+        std::clamp<std::int64_t>((quick ? 8 : 256) * (1 << 20) / bytes, 3, quick ? 10 : 400));
     const std::int64_t n = bytes / 8;
     std::vector<double> host(static_cast<std::size_t>(n), 1.0 + rank);
     const devmem::DeviceArray array = devmem::to_device(host);
@@ -75,9 +78,11 @@ int run(int argc, char** argv, int rank) {
     auto raw = [&] {
       if (rank == 0) {
         MPI_Send(host.data(), static_cast<int>(n), MPI_DOUBLE, peer, kTag, MPI_COMM_WORLD);
-        MPI_Recv(host.data(), static_cast<int>(n), MPI_DOUBLE, peer, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Recv(host.data(), static_cast<int>(n), MPI_DOUBLE, peer, kTag, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
       } else {
-        MPI_Recv(host.data(), static_cast<int>(n), MPI_DOUBLE, peer, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Recv(host.data(), static_cast<int>(n), MPI_DOUBLE, peer, kTag, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
         MPI_Send(host.data(), static_cast<int>(n), MPI_DOUBLE, peer, kTag, MPI_COMM_WORLD);
       }
     };
@@ -96,7 +101,8 @@ int run(int argc, char** argv, int rank) {
         MPI_Send(pinned.data(), static_cast<int>(n), MPI_DOUBLE, peer, kTag, MPI_COMM_WORLD);
       };
       auto recv = [&] {
-        MPI_Recv(pinned.data(), static_cast<int>(n), MPI_DOUBLE, peer, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Recv(pinned.data(), static_cast<int>(n), MPI_DOUBLE, peer, kTag, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
         array.copy_to_device(pinned);
       };
       if (rank == 0) {
@@ -127,18 +133,19 @@ int run(int argc, char** argv, int rank) {
     }
     auto gbps = [&](double t) { return 2.0 * static_cast<double>(bytes) / t / 1e9; };
     if (rank == 0) {
-      std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2fx | %.2fx |\n", format_size(bytes).c_str(),
-                  gbps(t_raw), gbps(t_pipelined), gbps(t_one_chunk), gbps(t_by_hand), gbps(t_direct),
-                  t_raw / t_pipelined, t_by_hand / t_pipelined);
+      std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2fx | %.2fx |\n",
+                  format_size(bytes).c_str(), gbps(t_raw), gbps(t_pipelined), gbps(t_one_chunk),
+                  gbps(t_by_hand), gbps(t_direct), t_raw / t_pipelined, t_by_hand / t_pipelined);
     }
   }
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) {
-    std::printf("\ndevmem / raw: raw round-trip time / devmem staged pipelined time (1.00x = as fast "
-                "as raw MPI on host buffers); pipelined / copy-then-send: the unpipelined time / the "
-                "pipelined time (> 1: the pipeline helps). %s\n",
-                total == 0 ? "Data checked: correct." : "DATA CHECK FAILED.");
+    std::printf(
+        "\ndevmem / raw: raw round-trip time / devmem staged pipelined time (1.00x = as fast "
+        "as raw MPI on host buffers); pipelined / copy-then-send: the unpipelined time / the "
+        "pipelined time (> 1: the pipeline helps). %s\n",
+        total == 0 ? "Data checked: correct." : "DATA CHECK FAILED.");
   }
   return total == 0 ? 0 : 1;
 }
@@ -153,7 +160,8 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   int status = 1;
   if (ranks != 2) {
-    if (rank == 0) std::fprintf(stderr, "devmem_mpi_bench: run with mpirun -np 2 (got %d ranks)\n", ranks);
+    if (rank == 0)
+      std::fprintf(stderr, "devmem_mpi_bench: run with mpirun -np 2 (got %d ranks)\n", ranks);
   } else {
     try {
       status = run(argc, argv, rank);

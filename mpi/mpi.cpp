@@ -83,7 +83,8 @@ std::string message_of(const Wire& wire) {
 Wire describe(const DeviceArray& array) {
   Wire wire;
   const std::string typestr = array.dtype().typestr();
-  std::memcpy(wire.typestr.data(), typestr.data(), std::min(typestr.size(), wire.typestr.size() - 1));
+  std::memcpy(wire.typestr.data(), typestr.data(),
+              std::min(typestr.size(), wire.typestr.size() - 1));
   wire.ndim = array.ndim();
   if (array.ndim() > kMaxWireDims) {
     wire.status = kLocalError;
@@ -105,8 +106,9 @@ std::string format_wire(const Wire& wire) {
     // A typestr devmem cannot parse is shown as it came.
   }
   const int ndim = std::clamp(wire.ndim, 0, kMaxWireDims);
-  return fmt::format("{} {}", dtype,
-                     layout::format_tuple(std::span(wire.shape.data(), static_cast<std::size_t>(ndim))));
+  return fmt::format(
+      "{} {}", dtype,
+      layout::format_tuple(std::span(wire.shape.data(), static_cast<std::size_t>(ndim))));
 }
 
 bool same_array(const Wire& a, const Wire& b) {
@@ -124,18 +126,23 @@ int tag_upper_bound(MPI_Comm comm) {
 
 // User tags: [0, tag_ub / 2]; devmem's acknowledgements and payloads: the upper half, two tags per
 // sequence number.
-int max_user_tag(MPI_Comm comm) { return tag_upper_bound(comm) / 2; }
+int max_user_tag(MPI_Comm comm) {
+  return tag_upper_bound(comm) / 2;
+}
 int ack_tag(MPI_Comm comm, std::int64_t seq) {
   const int base = max_user_tag(comm) + 1;
   const std::int64_t slots = (static_cast<std::int64_t>(tag_upper_bound(comm)) - base + 1) / 2;
   return base + static_cast<int>(2 * (seq % slots));
 }
-int data_tag(MPI_Comm comm, std::int64_t seq) { return ack_tag(comm, seq) + 1; }
+int data_tag(MPI_Comm comm, std::int64_t seq) {
+  return ack_tag(comm, seq) + 1;
+}
 
 std::atomic<std::int64_t> g_next_seq{0};
 
 void check_peer_tag(const char* operation, MPI_Comm comm, int peer, bool any_source_ok, int tag) {
-  if (comm == MPI_COMM_NULL) throw InvalidArgument(fmt::format("{}: the communicator is MPI_COMM_NULL", operation));
+  if (comm == MPI_COMM_NULL)
+    throw InvalidArgument(fmt::format("{}: the communicator is MPI_COMM_NULL", operation));
   int size = 0;
   check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
   if (!(any_source_ok && peer == MPI_ANY_SOURCE) && (peer < 0 || peer >= size)) {
@@ -183,8 +190,8 @@ Datatype committed(MPI_Datatype type) {
 
 int checked_int(std::int64_t value, const char* what) {
   if (value > INT_MAX) {
-    throw InvalidArgument(
-        fmt::format("devmem::mpi: {} of {} exceeds MPI's int count limit {}", what, value, INT_MAX));
+    throw InvalidArgument(fmt::format("devmem::mpi: {} of {} exceeds MPI's int count limit {}",
+                                      what, value, INT_MAX));
   }
   return static_cast<int>(value);
 }
@@ -238,12 +245,15 @@ struct Plan {
   std::int64_t chunks = 0;          // 0 for an empty array
 };
 
-std::int64_t rows_of(const DeviceArray& array) { return array.ndim() == 0 ? 1 : array.shape()[0]; }
+std::int64_t rows_of(const DeviceArray& array) {
+  return array.ndim() == 0 ? 1 : array.shape()[0];
+}
 
 Plan make_plan(const DeviceArray& array, std::int64_t rows_per_chunk) {
   Plan plan;
   plan.rows = rows_of(array);
-  plan.rows_per_chunk = std::clamp<std::int64_t>(rows_per_chunk, 1, std::max<std::int64_t>(plan.rows, 1));
+  plan.rows_per_chunk =
+      std::clamp<std::int64_t>(rows_per_chunk, 1, std::max<std::int64_t>(plan.rows, 1));
   plan.chunks = array.size() == 0 ? 0 : (plan.rows + plan.rows_per_chunk - 1) / plan.rows_per_chunk;
   return plan;
 }
@@ -266,6 +276,13 @@ Array chunk_view(const Array& array, const Plan& plan, std::int64_t k, int axis 
   if (array.ndim() == axis) return array;  // 0-d payload: one chunk, the whole array
   const auto [begin, end] = chunk_rows(plan, k);
   return array.slice(axis, begin, end);
+}
+
+// The packed bytes of chunk k.
+std::int64_t chunk_bytes(const DeviceArray& array, const Plan& plan, std::int64_t k) {
+  const auto [begin, end] = chunk_rows(plan, k);
+  const std::int64_t rows = array.ndim() == 0 ? 1 : end - begin;
+  return rows * (array.nbytes() / std::max<std::int64_t>(plan.rows, 1));
 }
 
 // The part of a staging slot that holds chunk k.
@@ -303,13 +320,15 @@ struct StagingReturn {
 
 // A C-contiguous page-locked array of `shape` and `dtype` from the cache (or newly allocated).
 HostArray staging_array(Shape shape, const DType& dtype) {
-  const std::int64_t bytes = std::max<std::int64_t>(layout::checked_nbytes(shape, dtype.itemsize()), 1);
+  const std::int64_t bytes =
+      std::max<std::int64_t>(layout::checked_nbytes(shape, dtype.itemsize()), 1);
   HostArray buffer;
   {
     const std::lock_guard lock(g_staging_mutex);
     auto best = g_staging_cache.end();
     for (auto it = g_staging_cache.begin(); it != g_staging_cache.end(); ++it) {
-      if (it->nbytes() >= bytes && (best == g_staging_cache.end() || it->nbytes() < best->nbytes())) best = it;
+      if (it->nbytes() >= bytes && (best == g_staging_cache.end() || it->nbytes() < best->nbytes()))
+        best = it;
     }
     if (best != g_staging_cache.end()) {
       buffer = std::move(*best);
@@ -335,16 +354,19 @@ HostArray staging_slot(const DeviceArray& array, const Plan& plan, std::int64_t 
 // Staging copies go on the array's stream: after the work already enqueued there. On the default
 // stream they are synchronous, which still overlaps the transfers: MPI moves the previous chunk
 // (a non-blocking request) while the copy of the next one runs.
-Stream copy_stream(const DeviceArray& array) { return array.stream(); }
+Stream copy_stream(const DeviceArray& array) {
+  return array.stream();
+}
 
 // Receiving into an array whose elements overlap (a broadcast axis) would write an element twice.
 std::optional<std::string> destination_problem(const DeviceArray& array) {
   for (int d = 0; d < array.ndim(); ++d) {
     const auto axis = static_cast<std::size_t>(d);
     if (array.shape()[axis] > 1 && array.strides()[axis] == 0) {
-      return fmt::format("the destination's axis {} has stride 0 (a broadcast view; its elements "
-                         "overlap)",
-                         d);
+      return fmt::format(
+          "the destination's axis {} has stride 0 (a broadcast view; its elements "
+          "overlap)",
+          d);
     }
   }
   return std::nullopt;
@@ -377,7 +399,8 @@ Transport parse_transport(std::string_view name) {
 Transport transport() {
   const std::lock_guard lock(g_settings_mutex);
   if (!g_transport) {
-    const char* env = std::getenv("DEVMEM_MPI_TRANSPORT");  // NOLINT(concurrency-mt-unsafe): read once, locked
+    const char* env =
+        std::getenv("DEVMEM_MPI_TRANSPORT");  // NOLINT(concurrency-mt-unsafe): read once, locked
     if (env == nullptr || *env == '\0') {
       g_transport = Transport::automatic;
     } else {
@@ -425,15 +448,16 @@ Transport transport_for(const DeviceArray& array) {
 std::int64_t staging_chunk_bytes() {
   const std::lock_guard lock(g_settings_mutex);
   if (!g_chunk_bytes) {
-    const char* env = std::getenv("DEVMEM_MPI_CHUNK_BYTES");  // NOLINT(concurrency-mt-unsafe): locked
+    const char* env =
+        std::getenv("DEVMEM_MPI_CHUNK_BYTES");  // NOLINT(concurrency-mt-unsafe): locked
     if (env == nullptr || *env == '\0') {
       g_chunk_bytes = kDefaultChunkBytes;
     } else {
       char* end = nullptr;
       const long long value = std::strtoll(env, &end, 10);
       if (end == env || *end != '\0' || value <= 0) {
-        throw InvalidArgument(fmt::format(
-            "DEVMEM_MPI_CHUNK_BYTES: '{}' is not a positive number of bytes", env));
+        throw InvalidArgument(
+            fmt::format("DEVMEM_MPI_CHUNK_BYTES: '{}' is not a positive number of bytes", env));
       }
       g_chunk_bytes = value;
     }
@@ -570,9 +594,9 @@ class SendOperation final : public Operation {
     check_mpi(MPI_Irecv(&ack_, sizeof(Wire), MPI_BYTE, destination_, ack_tag(comm_, header_.seq),
                         comm_, &ack_request_),
               "MPI_Irecv (devmem::mpi acknowledgement)");
-    check_mpi(MPI_Isend(&header_, sizeof(Wire), MPI_BYTE, destination_, tag_, comm_,
-                        &header_request_),
-              "MPI_Isend (devmem::mpi header)");
+    check_mpi(
+        MPI_Isend(&header_, sizeof(Wire), MPI_BYTE, destination_, tag_, comm_, &header_request_),
+        "MPI_Isend (devmem::mpi header)");
   }
   ~SendOperation() override = default;
   SendOperation(const SendOperation&) = delete;
@@ -600,9 +624,9 @@ class SendOperation final : public Operation {
                                             destination_, tag_, message_of(header_)));
         }
         if (ack_.status == kLocalError) {
-          throw InvalidArgument(fmt::format(
-              "mpi::send to rank {} (tag {}): the receiver cannot receive: {}", destination_, tag_,
-              message_of(ack_)));
+          throw InvalidArgument(
+              fmt::format("mpi::send to rank {} (tag {}): the receiver cannot receive: {}",
+                          destination_, tag_, message_of(ack_)));
         }
         throw InvalidArgument(fmt::format(
             "mpi::send to rank {} (tag {}): shape/dtype mismatch: this rank sends {}, the receiver "
@@ -643,10 +667,9 @@ class SendOperation final : public Operation {
       if (posted_ < copied_) {
         const auto s = static_cast<std::size_t>(posted_ % 2);
         {
-          copy_events_.at(s)->synchronize();  // local device work: bounded, and cheaper than polling
-          const auto [begin, end] = chunk_rows(plan_, posted_);
-          const std::int64_t rows = array_.ndim() == 0 ? 1 : end - begin;
-          types_.at(s) = bytes_type(rows * (array_.nbytes() / std::max<std::int64_t>(plan_.rows, 1)));
+          // Local device work: bounded, and much cheaper than polling it.
+          if (auto& e = copy_events_.at(s); e.has_value()) e->synchronize();
+          types_.at(s) = bytes_type(chunk_bytes(array_, plan_, posted_));
           check_mpi(MPI_Isend(slots_.at(s).data(), 1, types_.at(s).get(), destination_,
                               data_tag(comm_, header_.seq), comm_, &send_requests_.at(s)),
                     "MPI_Isend (devmem::mpi payload)");
@@ -669,7 +692,7 @@ class SendOperation final : public Operation {
 
   bool advance_direct() {
     if (!posted_direct_) {
-      ready_->synchronize();  // earlier work on the array's stream comes first
+      if (ready_.has_value()) ready_->synchronize();  // earlier work on the array's stream first
       type_ = byte_elements_type(array_);
       check_mpi(MPI_Isend(array_.data(), 1, type_.get(), destination_, data_tag(comm_, header_.seq),
                           comm_, &send_requests_.at(0)),
@@ -761,8 +784,9 @@ class RecvOperation final : public Operation {
     if (header_.magic != kMagic) {
       ack_.status = kLocalError;
       set_message(ack_, "the message is not a devmem::mpi header");
-      failure_ = where + ": the message is not a devmem::mpi header (is the sender using "
-                         "devmem::mpi::send?)";
+      failure_ = where +
+                 ": the message is not a devmem::mpi header (is the sender using "
+                 "devmem::mpi::send?)";
     } else if (header_.status != kOk) {
       ack_.status = kMismatch;
       failure_ = fmt::format("{}: the sender cannot send {}", where, message_of(header_));
@@ -770,9 +794,8 @@ class RecvOperation final : public Operation {
       failure_ = fmt::format("{}: cannot receive into {}", where, message_of(ack_));
     } else if (!same_array(header_, ack_)) {
       ack_.status = kMismatch;
-      failure_ = fmt::format(
-          "{}: shape/dtype mismatch: the sender sends {}, this rank expects {}", where,
-          format_wire(header_), format_wire(ack_));
+      failure_ = fmt::format("{}: shape/dtype mismatch: the sender sends {}, this rank expects {}",
+                             where, format_wire(header_), format_wire(ack_));
     } else if (const auto problem = destination_problem(array_)) {
       ack_.status = kLocalError;
       set_message(ack_, *problem);
@@ -794,21 +817,15 @@ class RecvOperation final : public Operation {
     }
   }
 
-  std::int64_t chunk_bytes(std::int64_t k) const {
-    const auto [begin, end] = chunk_rows(plan_, k);
-    const std::int64_t rows = array_.ndim() == 0 ? 1 : end - begin;
-    return rows * (array_.nbytes() / std::max<std::int64_t>(plan_.rows, 1));
-  }
-
   bool advance_staged() {
     while (true) {
       bool moved = false;
       // Post a receive into a slot whose previous chunk has reached the device.
       if (posted_ < plan_.chunks && posted_ - copied_ < 2) {
         const auto s = static_cast<std::size_t>(posted_ % 2);
-        if (copy_events_.at(s)) copy_events_.at(s)->synchronize();
+        if (auto& e = copy_events_.at(s); e.has_value()) e->synchronize();
         {
-          types_.at(s) = bytes_type(chunk_bytes(posted_));
+          types_.at(s) = bytes_type(chunk_bytes(array_, plan_, posted_));
           check_mpi(MPI_Irecv(slots_.at(s).data(), 1, types_.at(s).get(), peer_,
                               data_tag(comm_, header_.seq), comm_, &recv_requests_.at(s)),
                     "MPI_Irecv (devmem::mpi payload)");
@@ -839,10 +856,10 @@ class RecvOperation final : public Operation {
 
   bool advance_direct() {
     if (!posted_direct_) {
-      ready_->synchronize();  // earlier work on the array's stream comes first
+      if (ready_.has_value()) ready_->synchronize();  // earlier work on the array's stream first
       type_ = byte_elements_type(array_);
-      check_mpi(MPI_Irecv(array_.data(), 1, type_.get(), peer_, data_tag(comm_, header_.seq),
-                          comm_, &recv_requests_.at(0)),
+      check_mpi(MPI_Irecv(array_.data(), 1, type_.get(), peer_, data_tag(comm_, header_.seq), comm_,
+                          &recv_requests_.at(0)),
                 "MPI_Irecv (devmem::mpi payload)");
       posted_direct_ = true;
     }
@@ -998,9 +1015,10 @@ Agreement agree(const char* operation, MPI_Comm comm, const DeviceArray& array, 
                                         operation, r, format_wire(w), format_wire(first)));
     }
     if (w.extra != first.extra) {
-      throw InvalidArgument(fmt::format("{}: rank {} passed {} {}, rank 0 passed {}", operation, r,
-                                        std::string_view(operation) == "mpi::bcast" ? "root" : "reduction",
-                                        w.extra, first.extra));
+      throw InvalidArgument(
+          fmt::format("{}: rank {} passed {} {}, rank 0 passed {}", operation, r,
+                      std::string_view(operation) == "mpi::bcast" ? "root" : "reduction", w.extra,
+                      first.extra));
     }
   }
   const int plan_rank = std::clamp(plan_rank_or_root, 0, agreement.size - 1);
@@ -1020,7 +1038,7 @@ void pipeline(std::int64_t chunks, const Stream& stream, Pre pre, Mpi mpi, Post 
   ready[0] = stream.record();
   for (std::int64_t k = 0; k < chunks; ++k) {
     const auto s = static_cast<std::size_t>(k % 2);
-    ready.at(s)->synchronize();
+    if (auto& r = ready.at(s); r.has_value()) r->synchronize();
     MPI_Request request = mpi(k);
     if (k + 1 < chunks) {
       pre(k + 1);
@@ -1032,7 +1050,9 @@ void pipeline(std::int64_t chunks, const Stream& stream, Pre pre, Mpi mpi, Post 
   stream.synchronize();
 }
 
-int reduce_extra(ReduceOp op) { return static_cast<int>(op) + 1; }
+int reduce_extra(ReduceOp op) {
+  return static_cast<int>(op) + 1;
+}
 
 MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
@@ -1063,19 +1083,29 @@ std::optional<MPI_Datatype> reduce_type(const DType& dtype, ReduceOp op) {
   switch (dtype.kind()) {
     case 'i':
       switch (dtype.itemsize()) {
-        case 1: return MPI_INT8_T;
-        case 2: return MPI_INT16_T;
-        case 4: return MPI_INT32_T;
-        case 8: return MPI_INT64_T;
-        default: return std::nullopt;
+        case 1:
+          return MPI_INT8_T;
+        case 2:
+          return MPI_INT16_T;
+        case 4:
+          return MPI_INT32_T;
+        case 8:
+          return MPI_INT64_T;
+        default:
+          return std::nullopt;
       }
     case 'u':
       switch (dtype.itemsize()) {
-        case 1: return MPI_UINT8_T;
-        case 2: return MPI_UINT16_T;
-        case 4: return MPI_UINT32_T;
-        case 8: return MPI_UINT64_T;
-        default: return std::nullopt;
+        case 1:
+          return MPI_UINT8_T;
+        case 2:
+          return MPI_UINT16_T;
+        case 4:
+          return MPI_UINT32_T;
+        case 8:
+          return MPI_UINT64_T;
+        default:
+          return std::nullopt;
       }
     case 'f':
       if (dtype.itemsize() == 4) return MPI_FLOAT;
@@ -1138,8 +1168,8 @@ void bcast(const DeviceArray& array, int root, MPI_Comm comm) {
   }
   if (plan.chunks == 0) return;
   const Stream stream = copy_stream(array);
-  const std::array<HostArray, 2> slots{
-      staging_slot(array, plan), plan.chunks > 1 ? staging_slot(array, plan) : HostArray()};
+  const std::array<HostArray, 2> slots{staging_slot(array, plan),
+                                       plan.chunks > 1 ? staging_slot(array, plan) : HostArray()};
   auto host_chunk = [&](std::int64_t k) {
     return slot_view(slots.at(static_cast<std::size_t>(k % 2)), array, plan, k);
   };
@@ -1203,9 +1233,11 @@ void allreduce(const DeviceArray& input, const DeviceArray& output, ReduceOp red
     for (std::int64_t k = 0; k < plan.chunks; ++k) {
       const auto [begin, end] = chunk_rows(plan, k);
       auto* data = static_cast<std::byte*>(work.data()) + begin * row_bytes(output, plan);
-      const int count = checked_int(rows_in(output, plan, k) * row_elements, "a chunk's element count");
+      const int count =
+          checked_int(rows_in(output, plan, k) * row_elements, "a chunk's element count");
       MPI_Request request = MPI_REQUEST_NULL;
-      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, count, *element, mpi_reduction, comm, &request),
+      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, count, element.value_or(MPI_DATATYPE_NULL),
+                               mpi_reduction, comm, &request),
                 "MPI_Iallreduce");
       wait_request(request, "MPI_Iallreduce");
     }
@@ -1214,8 +1246,8 @@ void allreduce(const DeviceArray& input, const DeviceArray& output, ReduceOp red
     return;
   }
   const Stream stream = copy_stream(output);
-  const std::array<HostArray, 2> slots{
-      staging_slot(output, plan), plan.chunks > 1 ? staging_slot(output, plan) : HostArray()};
+  const std::array<HostArray, 2> slots{staging_slot(output, plan),
+                                       plan.chunks > 1 ? staging_slot(output, plan) : HostArray()};
   auto host_chunk = [&](std::int64_t k) {
     return slot_view(slots.at(static_cast<std::size_t>(k % 2)), output, plan, k);
   };
@@ -1224,11 +1256,13 @@ void allreduce(const DeviceArray& input, const DeviceArray& output, ReduceOp red
       plan.chunks, stream,
       [&](std::int64_t k) { chunk_view(output, plan, k).copy_to_host(host_chunk(k), stream); },
       [&](std::int64_t k) {
-        const int count = checked_int(rows_in(output, plan, k) * row_elements, "a chunk's element count");
+        const int count =
+            checked_int(rows_in(output, plan, k) * row_elements, "a chunk's element count");
         MPI_Request request = MPI_REQUEST_NULL;
-        check_mpi(MPI_Iallreduce(MPI_IN_PLACE, slots.at(static_cast<std::size_t>(k % 2)).data(),
-                                 count, *element, mpi_reduction, comm, &request),
-                  "MPI_Iallreduce");
+        check_mpi(
+            MPI_Iallreduce(MPI_IN_PLACE, slots.at(static_cast<std::size_t>(k % 2)).data(), count,
+                           element.value_or(MPI_DATATYPE_NULL), mpi_reduction, comm, &request),
+            "MPI_Iallreduce");
         return request;
       },
       [&](std::int64_t k) { chunk_view(output, plan, k).copy_to_device(host_chunk(k), stream); });
@@ -1266,8 +1300,9 @@ void allgather(const DeviceArray& input, const DeviceArray& output, MPI_Comm com
     // Each rank's block lands at the output's first-axis stride: a dense C output receives in
     // place, any other goes through a dense device array.
     const bool dense = output.is_c_contiguous();
-    const DeviceArray work = dense ? output : device_array(output.shape(), output.dtype(), {},
-                                                           Order::C, output.stream());
+    const DeviceArray work =
+        dense ? output
+              : device_array(output.shape(), output.dtype(), {}, Order::C, output.stream());
     input.stream().synchronize();
     output.stream().synchronize();
     for (std::int64_t k = 0; k < plan.chunks; ++k) {
@@ -1289,7 +1324,8 @@ void allgather(const DeviceArray& input, const DeviceArray& output, MPI_Comm com
   const std::array<HostArray, 2> in_slots{
       staging_slot(input, plan), plan.chunks > 1 ? staging_slot(input, plan) : HostArray()};
   const std::array<HostArray, 2> out_slots{
-      staging_slot(input, plan, ranks), plan.chunks > 1 ? staging_slot(input, plan, ranks) : HostArray()};
+      staging_slot(input, plan, ranks),
+      plan.chunks > 1 ? staging_slot(input, plan, ranks) : HostArray()};
   auto in_host = [&](std::int64_t k) {
     return slot_view(in_slots.at(static_cast<std::size_t>(k % 2)), input, plan, k);
   };

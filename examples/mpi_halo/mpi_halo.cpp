@@ -21,14 +21,15 @@ constexpr unsigned kBlock = 8;
 
 // next(i, j) = u + alpha * (sum of the four neighbours - 4 u), for the interior columns 1..n of a
 // local block whose columns 0 and n + 1 hold the neighbours' edge columns; rows wrap around.
-DEVMEM_KERNEL void heat_step(devmem::ArrayView<const double, 2> u, devmem::ArrayView<double, 2> next,
-                             double alpha) {
+DEVMEM_KERNEL void heat_step(devmem::ArrayView<const double, 2> u,
+                             devmem::ArrayView<double, 2> next, double alpha) {
   const std::int64_t rows = u.shape(0);
   const std::int64_t i = devmem::global_id(1);
   const std::int64_t j = devmem::global_id(0) + 1;
   if (i >= rows || j >= u.shape(1) - 1) return;
   const double centre = u(i, j);
-  const double around = u((i + rows - 1) % rows, j) + u((i + 1) % rows, j) + u(i, j - 1) + u(i, j + 1);
+  const double around =
+      u((i + rows - 1) % rows, j) + u((i + 1) % rows, j) + u(i, j - 1) + u(i, j + 1);
   next(i, j) = centre + alpha * (around - 4.0 * centre);
 }
 
@@ -92,18 +93,21 @@ int run(int argc, char** argv, int rank, int ranks) {
   std::vector<double> start(static_cast<std::size_t>(rows * (local + 2)), 0.0);
   for (std::int64_t i = 0; i < rows; ++i) {
     for (std::int64_t j = 0; j < local; ++j) {
-      start[static_cast<std::size_t>(i * (local + 2) + j + 1)] = initial(i, rank * local + j, rows, columns);
+      start[static_cast<std::size_t>(i * (local + 2) + j + 1)] =
+          initial(i, rank * local + j, rows, columns);
     }
   }
-  devmem::DeviceArray u = devmem::to_device(devmem::HostArray::view(start).reshape({rows, local + 2}), stream);
-  devmem::DeviceArray next = devmem::device_array<double>({rows, local + 2}, devmem::Order::C, stream);
+  devmem::DeviceArray u =
+      devmem::to_device(devmem::HostArray::view(start).reshape({rows, local + 2}), stream);
+  devmem::DeviceArray next =
+      devmem::device_array<double>({rows, local + 2}, devmem::Order::C, stream);
   const int left = (rank + ranks - 1) % ranks;
   const int right = (rank + 1) % ranks;
   const devmem::Dim3 grid((local + kBlock - 1) / kBlock, (rows + kBlock - 1) / kBlock);
   exchange(u, left, right);
   for (int s = 0; s < steps; ++s) {
-    devmem::launch({grid, devmem::Dim3(kBlock, kBlock), stream}, heat_step, u.view<const double, 2>(),
-                   next.view<double, 2>(), kAlpha);
+    devmem::launch({grid, devmem::Dim3(kBlock, kBlock), stream}, heat_step,
+                   u.view<const double, 2>(), next.view<double, 2>(), kAlpha);
     std::swap(u, next);
     exchange(u, left, right);  // ordered after the kernel: both use the stream
   }
@@ -112,10 +116,12 @@ int run(int argc, char** argv, int rank, int ranks) {
   const devmem::DeviceArray interior = u.slice(1, 1, local + 1);
   double sums[2] = {0.0, 0.0};
   for (std::int64_t i = 0; i < rows; ++i) {
-    for (std::int64_t j = 0; j < local; ++j) sums[0] += start[static_cast<std::size_t>(i * (local + 2) + j + 1)];
+    for (std::int64_t j = 0; j < local; ++j)
+      sums[0] += start[static_cast<std::size_t>(i * (local + 2) + j + 1)];
   }
   for (const double v : interior.copy_to_host(stream).to_vector<double>()) sums[1] += v;
-  const devmem::DeviceArray totals = devmem::to_device(std::vector<double>{sums[0], sums[1]}, stream);
+  const devmem::DeviceArray totals =
+      devmem::to_device(std::vector<double>{sums[0], sums[1]}, stream);
   devmem::mpi::allreduce(totals, devmem::mpi::ReduceOp::sum);
   const std::vector<double> total = totals.to_vector<double>();
   const double drift = std::abs(total[1] - total[0]) / total[0];
@@ -136,11 +142,12 @@ int run(int argc, char** argv, int rank, int ranks) {
         }
       }
     }
-    std::printf("mpi_halo: %d ranks, %lld x %lld grid, %d steps on %s (%s transport): heat %.6f -> "
-                "%.6f (relative drift %.1e), max difference from the serial run %.1e\n",
-                ranks, static_cast<long long>(rows), static_cast<long long>(columns), steps,
-                devmem::backend_name().c_str(), devmem::mpi::to_string(devmem::mpi::transport_for(u)),
-                total[0], total[1], drift, worst);
+    std::printf(
+        "mpi_halo: %d ranks, %lld x %lld grid, %d steps on %s (%s transport): heat %.6f -> "
+        "%.6f (relative drift %.1e), max difference from the serial run %.1e\n",
+        ranks, static_cast<long long>(rows), static_cast<long long>(columns), steps,
+        devmem::backend_name().c_str(), devmem::mpi::to_string(devmem::mpi::transport_for(u)),
+        total[0], total[1], drift, worst);
     failures = (worst > 1e-9 || drift > 1e-12) ? 1 : 0;
   }
   MPI_Bcast(&failures, 1, MPI_INT, 0, MPI_COMM_WORLD);

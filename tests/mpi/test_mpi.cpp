@@ -63,7 +63,8 @@ devmem::DeviceArray filled(int r, std::int64_t rows, std::int64_t cols,
                            const devmem::Stream& stream = {}) {
   std::vector<double> host(static_cast<std::size_t>(rows * cols));
   for (std::int64_t i = 0; i < rows; ++i) {
-    for (std::int64_t j = 0; j < cols; ++j) host[static_cast<std::size_t>(i * cols + j)] = value(r, i, j);
+    for (std::int64_t j = 0; j < cols; ++j)
+      host[static_cast<std::size_t>(i * cols + j)] = value(r, i, j);
   }
   return devmem::to_device(devmem::HostArray::view(host).reshape({rows, cols}), stream);
 }
@@ -79,8 +80,8 @@ TEST_CASE("mpi: transport settings", "[mpi]") {
   CHECK(dm::transport_for(a) == dm::Transport::device_direct);
   dm::set_transport(dm::Transport::automatic);
   CHECK(dm::parse_transport("staged") == dm::Transport::staged);
-  CHECK_THROWS_WITH(dm::parse_transport("fast"),
-                    Catch::Contains("unknown transport 'fast'") && Catch::Contains("device_direct"));
+  CHECK_THROWS_WITH(dm::parse_transport("fast"), Catch::Contains("unknown transport 'fast'") &&
+                                                     Catch::Contains("device_direct"));
   CHECK_THROWS_AS(dm::set_staging_chunk_bytes(0), devmem::InvalidArgument);
 }
 
@@ -149,13 +150,16 @@ TEST_CASE("mpi: isend and irecv of arrays on two streams", "[mpi]") {
       const Settings settings(mode.first, mode.second);
       const devmem::Stream s1 = devmem::stream();
       const devmem::Stream s2 = devmem::stream();
-      const devmem::DeviceArray a = devmem::device_array<std::int32_t>({64, 3}, devmem::Order::C, s1);
+      const devmem::DeviceArray a =
+          devmem::device_array<std::int32_t>({64, 3}, devmem::Order::C, s1);
       const devmem::DeviceArray b = devmem::device_array<float>({33}, devmem::Order::C, s2);
       // Work enqueued on the arrays' streams before the sends is sent (the transfers follow it).
       a.fill(std::int32_t{100 + me}, s1);
       b.fill(0.5f + static_cast<float>(me), s2);
-      const devmem::DeviceArray ra = devmem::device_array<std::int32_t>({64, 3}, devmem::Order::C, s1);
-      const devmem::DeviceArray rb = devmem::device_array<float>({66}, devmem::Order::C, s2).slice(0, 0, {}, 2);
+      const devmem::DeviceArray ra =
+          devmem::device_array<std::int32_t>({64, 3}, devmem::Order::C, s1);
+      const devmem::DeviceArray rb =
+          devmem::device_array<float>({66}, devmem::Order::C, s2).slice(0, 0, {}, 2);
       dm::Request recv_a = dm::irecv(ra, peer, 5);
       dm::Request recv_b = dm::irecv(rb, peer, 6);
       dm::Request send_b = dm::isend(b, peer, 6);
@@ -242,7 +246,7 @@ TEST_CASE("mpi: bcast and allgather of strided views", "[mpi]") {
       }
       // allgather of a reversed strided row into a transposed (strided) output.
       const devmem::DeviceArray row = filled(me, 2, 7).index(1, 0).slice(0, {}, {}, -1);  // (2,)
-      const devmem::DeviceArray gathered = devmem::device_array<double>({2, n}).T();    // (n, 2)
+      const devmem::DeviceArray gathered = devmem::device_array<double>({2, n}).T();      // (n, 2)
       dm::allgather(row, gathered);
       const devmem::HostArray g = gathered.copy_to_host();
       for (int r = 0; r < n; ++r) {
@@ -270,13 +274,13 @@ TEST_CASE("mpi: a shape or dtype mismatch is an error on both ranks", "[mpi][err
       const devmem::DeviceArray small = devmem::device_array<double>({4, 5});
       const devmem::DeviceArray wide = devmem::device_array<double>({4, 6});
       if (sender) {
-        CHECK_THROWS_WITH(dm::send(small, peer, 8),
-                          Catch::Contains("mismatch") && Catch::Contains("sends float64 (4, 5)") &&
-                              Catch::Contains("expects float64 (4, 6)"));
+        CHECK_THROWS_WITH(dm::send(small, peer, 8), Catch::Contains("mismatch") &&
+                                                        Catch::Contains("sends float64 (4, 5)") &&
+                                                        Catch::Contains("expects float64 (4, 6)"));
       } else {
-        CHECK_THROWS_WITH(dm::recv(wide, peer, 8),
-                          Catch::Contains("mismatch") && Catch::Contains("sends float64 (4, 5)") &&
-                              Catch::Contains("expects float64 (4, 6)"));
+        CHECK_THROWS_WITH(dm::recv(wide, peer, 8), Catch::Contains("mismatch") &&
+                                                       Catch::Contains("sends float64 (4, 5)") &&
+                                                       Catch::Contains("expects float64 (4, 6)"));
       }
       // Dtype: float64 sent, float32 expected; non-blocking, the error comes from wait().
       const devmem::DeviceArray d = devmem::device_array<double>({10});
@@ -285,7 +289,8 @@ TEST_CASE("mpi: a shape or dtype mismatch is an error on both ranks", "[mpi][err
       CHECK_THROWS_AS(r.wait(), devmem::InvalidArgument);
       CHECK(r.done());
       dm::Request again = sender ? dm::isend(d, peer, 9) : dm::irecv(f, peer, 9);
-      CHECK_THROWS_WITH(again.wait(), Catch::Contains("float64 (10,)") && Catch::Contains("float32 (10,)"));
+      CHECK_THROWS_WITH(again.wait(),
+                        Catch::Contains("float64 (10,)") && Catch::Contains("float32 (10,)"));
       // Nothing is left in flight: a matching exchange on the same tag works afterwards.
       const devmem::DeviceArray ok = devmem::to_device(std::vector<float>(10, 2.5f));
       if (sender) {
@@ -326,7 +331,8 @@ TEST_CASE("mpi: collectives check shapes and dtypes on every rank", "[mpi][error
   CHECK_THROWS_WITH(dm::allreduce(a, dm::ReduceOp::sum),
                     Catch::Contains("rank 1 has float64 (5,), rank 0 has float64 (4,)"));
   // Rank 0 has another dtype.
-  const devmem::DeviceArray b = me == 0 ? devmem::device_array<float>({4}) : devmem::device_array<double>({4});
+  const devmem::DeviceArray b =
+      me == 0 ? devmem::device_array<float>({4}) : devmem::device_array<double>({4});
   CHECK_THROWS_WITH(dm::bcast(b, 0), Catch::Contains("float64 (4,), rank 0 has float32 (4,)"));
   // A reduction MPI cannot do (complex min) is refused on every rank.
   const devmem::DeviceArray c = devmem::device_array<std::complex<double>>({2});

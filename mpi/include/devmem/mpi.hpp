@@ -172,7 +172,8 @@ DEVMEM_MPI_API void bcast(const DeviceArray& array, int root, MPI_Comm comm = MP
 DEVMEM_MPI_API void allreduce(const DeviceArray& input, const DeviceArray& output, ReduceOp op,
                               MPI_Comm comm = MPI_COMM_WORLD);
 /// In place: allreduce(array, array, op, comm).
-DEVMEM_MPI_API void allreduce(const DeviceArray& array, ReduceOp op, MPI_Comm comm = MPI_COMM_WORLD);
+DEVMEM_MPI_API void allreduce(const DeviceArray& array, ReduceOp op,
+                              MPI_Comm comm = MPI_COMM_WORLD);
 /// Every rank's `input` into `output`, of shape (ranks, *input.shape) (output[r] is rank r's).
 DEVMEM_MPI_API void allgather(const DeviceArray& input, const DeviceArray& output,
                               MPI_Comm comm = MPI_COMM_WORLD);
