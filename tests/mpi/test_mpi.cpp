@@ -357,6 +357,32 @@ TEST_CASE("mpi: collectives check shapes and dtypes on every rank", "[mpi][error
   CHECK(ones.to_vector<double>() == std::vector<double>{1.0 * n, 2.0 * n});
 }
 
+TEST_CASE("mpi: an MPI error is an MpiError on a communicator that returns errors",
+          "[mpi][errors]") {
+  const int me = rank();
+  const int peer = me ^ 1;
+  if (peer >= size()) return;
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  if (me % 2 == 0) {
+    // Not a devmem header: a plain message longer than one, on the tag devmem::mpi::recv expects
+    // (small: a truncated rendezvous-size message hangs Open MPI 4.1 itself).
+    std::vector<char> bytes(600, 'x');
+    MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_CHAR, peer, 12, comm);
+  } else {
+    const devmem::DeviceArray a = devmem::device_array<double>({2});
+    try {
+      dm::recv(a, peer, 12, comm);
+      FAIL("recv accepted a foreign message");
+    } catch (const dm::MpiError& e) {
+      CHECK(e.code() != MPI_SUCCESS);
+      CHECK_THAT(e.what(), Catch::Contains("MPI_Irecv (devmem::mpi header) failed"));
+    }
+  }
+  MPI_Comm_free(&comm);
+}
+
 TEST_CASE("mpi: bad arguments are refused before anything is sent", "[mpi][errors]") {
   const devmem::DeviceArray a = devmem::device_array<double>({2});
   CHECK_THROWS_WITH(dm::isend(a, size(), 0), Catch::Contains("rank " + std::to_string(size()) +

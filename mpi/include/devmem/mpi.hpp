@@ -24,9 +24,15 @@
 // it before MPI touches the memory). When a blocking call returns, or a Request completes, the
 // array has been read (send side) or written (receive side) and may be reused.
 //
+// Tags. Acknowledgements and payloads use the same communicator with tags above MPI_TAG_UB / 2
+// (derived from a per-process sequence number), so the caller's tags must be in
+// [0, MPI_TAG_UB / 2] and MPI_ANY_TAG is refused (MPI_ANY_SOURCE is accepted); the application's
+// own messages on the communicator should stay in that range too.
+//
 // Errors: InvalidArgument (mismatches, bad arguments: messages name the operation, the ranks and
-// the values), MpiError (an MPI call failed; devmem's own communicators return errors instead of
-// aborting), the devmem errors of the copies (OutOfMemory, BackendError).
+// the values), MpiError (an MPI call returned an error, which only happens on a communicator whose
+// error handler returns errors; MPI's default handler aborts), the devmem errors of the copies
+// (OutOfMemory, BackendError).
 // Thread safety: calls from several threads need MPI initialised with MPI_THREAD_MULTIPLE; the
 // component's own state (transport setting, communicator cache, progress list) is locked.
 #pragma once
