@@ -142,13 +142,13 @@ int run(int argc, char** argv, int rank, int ranks) {
         }
       }
     }
+    failures = (worst > 1e-9 || drift > 1e-12) ? 1 : 0;
     std::printf(
         "mpi_halo: %d ranks, %lld x %lld grid, %d steps on %s (%s transport): heat %.6f -> "
-        "%.6f (relative drift %.1e), max difference from the serial run %.1e\n",
+        "%.6f (relative drift %.1e), max difference from the serial run %.1e: %s\n",
         ranks, static_cast<long long>(rows), static_cast<long long>(columns), steps,
         devmem::backend_name().c_str(), devmem::mpi::to_string(devmem::mpi::transport_for(u)),
-        total[0], total[1], drift, worst);
-    failures = (worst > 1e-9 || drift > 1e-12) ? 1 : 0;
+        total[0], total[1], drift, worst, failures == 0 ? "correct" : "WRONG");
   }
   MPI_Bcast(&failures, 1, MPI_INT, 0, MPI_COMM_WORLD);
   return failures;
