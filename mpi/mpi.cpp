@@ -1321,6 +1321,9 @@ void allgather(const DeviceArray& input, const DeviceArray& output, MPI_Comm com
     return;
   }
   const Stream stream = copy_stream(input);
+  // The copies into the output go on the input's stream: work already enqueued on the output's
+  // own stream comes first.
+  if (output.stream() != stream) output.stream().synchronize();
   const std::array<HostArray, 2> in_slots{
       staging_slot(input, plan), plan.chunks > 1 ? staging_slot(input, plan) : HostArray()};
   const std::array<HostArray, 2> out_slots{
