@@ -34,7 +34,7 @@
 // error handler returns errors; MPI's default handler aborts), the devmem errors of the copies
 // (OutOfMemory, BackendError).
 // Thread safety: calls from several threads need MPI initialised with MPI_THREAD_MULTIPLE; the
-// component's own state (transport setting, communicator cache, progress list) is locked.
+// component's own state (settings, staging-buffer cache, list of operations in progress) is locked.
 #pragma once
 
 #include <devmem/device_array.hpp>
