@@ -21,6 +21,20 @@ if(DEVMEM_HIPCPU)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/backends/hipcpu/include/
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/devmem-hipcpu)
 endif()
+if(DEVMEM_WITH_MPI)
+  # The optional component `mpi` (find_package(devmem COMPONENTS mpi)): its own export set, so that
+  # the package's core targets load without MPI.
+  install(TARGETS devmem_mpi EXPORT devmem-mpi-targets
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+    INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  install(FILES ${PROJECT_SOURCE_DIR}/mpi/include/devmem/mpi.hpp
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/devmem)
+  install(EXPORT devmem-mpi-targets NAMESPACE devmem:: DESTINATION ${DEVMEM_CMAKE_DIR})
+  export(EXPORT devmem-mpi-targets NAMESPACE devmem::
+         FILE ${PROJECT_BINARY_DIR}/devmem-mpi-targets.cmake)
+endif()
 install(EXPORT devmem-targets NAMESPACE devmem:: DESTINATION ${DEVMEM_CMAKE_DIR})
 export(EXPORT devmem-targets NAMESPACE devmem:: FILE ${PROJECT_BINARY_DIR}/devmem-targets.cmake)
 

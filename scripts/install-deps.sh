@@ -7,6 +7,8 @@
 #                                    itself is used in place: ../shared/third_party/hip-cpu)
 #   scripts/install-deps.sh --lint   also clang-format-15 and clang-tidy-15 for scripts/lint.sh and
 #                                    the pre-commit hooks
+#   scripts/install-deps.sh --mpi    also Open MPI (headers, library, mpirun) for the `host-mpi`
+#                                    preset and the devmem::mpi component
 set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config catch2 libfmt-dev libdlpack-dev libboost-context-dev)
@@ -16,7 +18,8 @@ for arg in "$@"; do
     --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;
     --hipcpu) packages+=(libtbb-dev) ;;
     --lint) packages+=(clang-format-15 clang-tidy-15) ;;
-    *) echo "install-deps.sh: unknown option '$arg' (known: --roc, --fuzz, --hipcpu, --lint)" >&2; exit 2 ;;
+    --mpi) packages+=(libopenmpi-dev openmpi-bin) ;;
+    *) echo "install-deps.sh: unknown option '$arg' (known: --roc, --fuzz, --hipcpu, --lint, --mpi)" >&2; exit 2 ;;
   esac
 done
 

@@ -1,0 +1,187 @@
+// devmem::mpi: DeviceArrays sent over MPI (point-to-point and collectives), strided views included.
+// The optional component devmem::mpi (CMake option DEVMEM_WITH_MPI; find_package(devmem
+// COMPONENTS mpi)). docs/scaling-out.md#mpi explains the transports and the wire protocol.
+//
+// The API takes MPI_Comm: an MPI program already has its communicators (split, Cartesian, ...),
+// and a wrapper of our own would only stand between them and devmem. So this header includes
+// <mpi.h>, and the component links MPI::MPI_C publicly.
+//
+// Transports. A device-aware MPI library (CUDA-aware or ROCm-aware Open MPI / MPICH) takes device
+// pointers: contiguous arrays go to MPI as they are, strided views as MPI derived datatypes built
+// from their byte strides (nested MPI_Type_create_hvector). Otherwise the elements are staged
+// through page-locked host buffers in chunks (whole slices of the first axis), the device-host copy
+// of one chunk overlapping the MPI transfer of the previous one. The host backend stages unless
+// device_direct is asked for (set_transport or DEVMEM_MPI_TRANSPORT=device_direct).
+//
+// Checks. Every point-to-point message is preceded by a small header (dtype, shape) that the
+// receiver checks and acknowledges: a shape or dtype mismatch throws InvalidArgument on both ranks,
+// naming both arrays, and neither rank hangs. Collectives exchange the same descriptor first and
+// throw on every rank when the ranks disagree. So send has MPI_Ssend's semantics: it completes
+// once the receiver has matched it. Two ranks sending to each other use isend/irecv.
+//
+// Ordering with streams. An operation is ordered after the work enqueued on the array's stream
+// before the call (staging copies are enqueued on that stream; the device-direct path waits for
+// it before MPI touches the memory). When a blocking call returns, or a Request completes, the
+// array has been read (send side) or written (receive side) and may be reused.
+//
+// Tags. Acknowledgements and payloads use the same communicator with tags above MPI_TAG_UB / 2
+// (derived from a per-process sequence number), so the caller's tags must be in
+// [0, MPI_TAG_UB / 2] and MPI_ANY_TAG is refused (MPI_ANY_SOURCE is accepted); the application's
+// own messages on the communicator should stay in that range too.
+//
+// Errors: InvalidArgument (mismatches, bad arguments: messages name the operation, the ranks and
+// the values), MpiError (an MPI call returned an error, which only happens on a communicator whose
+// error handler returns errors; MPI's default handler aborts), the devmem errors of the copies
+// (OutOfMemory, BackendError).
+// Thread safety: calls from several threads need MPI initialised with MPI_THREAD_MULTIPLE; the
+// component's own state (settings, staging-buffer cache, list of operations in progress) is locked.
+#pragma once
+
+#include <devmem/device_array.hpp>
+#include <devmem/error.hpp>
+
+// The C API only: Open MPI's and MPICH's mpi.h otherwise pull in the removed C++ bindings, whose
+// symbols live in a library MPI::MPI_C does not link.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#if defined(DEVMEM_STATIC)
+#define DEVMEM_MPI_API
+#else
+#define DEVMEM_MPI_API [[gnu::visibility("default")]]
+#endif
+
+namespace devmem::mpi {
+
+/// An MPI call failed: carries the MPI error code; the message names the call and MPI's error
+/// string.
+class DEVMEM_MPI_API MpiError : public Error {
+ public:
+  MpiError(const std::string& message, int code);
+  ~MpiError() override;
+  /// The MPI error code the call returned.
+  [[nodiscard]] int code() const noexcept { return code_; }
+
+ private:
+  int code_;
+};
+
+/// How device memory reaches MPI.
+///  - automatic: device_direct when the MPI library accepts the array's backend's device pointers
+///    (device_aware()), staged otherwise; the host backend stages.
+///  - device_direct: device pointers (and derived datatypes for strided views) go to MPI; only
+///    correct with a device-aware MPI library, or on the host backend, whose device memory is host
+///    memory.
+///  - staged: through page-locked host buffers, in chunks, with the copies overlapping the
+///    transfers.
+enum class Transport { automatic, device_direct, staged };
+
+/// "automatic", "device_direct" or "staged".
+[[nodiscard]] DEVMEM_MPI_API const char* to_string(Transport transport) noexcept;
+/// Parses the names to_string gives; InvalidArgument naming the value otherwise.
+[[nodiscard]] DEVMEM_MPI_API Transport parse_transport(std::string_view name);
+
+/// The transport setting: the last set_transport(), else the environment variable
+/// DEVMEM_MPI_TRANSPORT (read at the first call; InvalidArgument naming a bad value), else
+/// automatic. Thread safe.
+[[nodiscard]] DEVMEM_MPI_API Transport transport();
+/// Sets the transport for operations that start after the call (process-wide). Thread safe.
+DEVMEM_MPI_API void set_transport(Transport transport) noexcept;
+/// The transport an operation on `array` takes now (never automatic).
+[[nodiscard]] DEVMEM_MPI_API Transport transport_for(const DeviceArray& array);
+/// True when the MPI library accepts device pointers of `backend` ("cuda": a CUDA-aware build,
+/// MPIX_Query_cuda_support; "roc": ROCm-aware, MPIX_Query_rocm_support; false for "host" and for
+/// libraries without these queries). Needs MPI to be initialised.
+[[nodiscard]] DEVMEM_MPI_API bool device_aware(std::string_view backend);
+
+/// Bytes per staging chunk (a chunk is a whole number of slices of the first axis, at least one):
+/// the last set_staging_chunk_bytes(), else DEVMEM_MPI_CHUNK_BYTES, else 1 MiB. Thread safe.
+[[nodiscard]] DEVMEM_MPI_API std::int64_t staging_chunk_bytes();
+/// Sets the staging chunk size (> 0; InvalidArgument otherwise). A size of at least the array's
+/// bytes sends it in one chunk: copy, then send, without overlap. Thread safe.
+DEVMEM_MPI_API void set_staging_chunk_bytes(std::int64_t bytes);
+
+namespace detail {
+struct Operation;
+}  // namespace detail
+
+/// A non-blocking operation (isend, irecv). Move-only RAII handle: the operation holds the array
+/// and its staging buffers until it completes, whether or not the Request still exists.
+/// Destroying an unfinished Request waits for it (and drops its error, if any: call wait() to see
+/// errors). Progress: test() and wait() of any Request, and blocking calls, advance every
+/// outstanding operation of the process, so an exchange of isend/irecv pairs never deadlocks on
+/// the order the requests are waited for. Thread safety: one Request is used by one thread at a
+/// time.
+class DEVMEM_MPI_API Request {
+ public:
+  /// A completed request (nothing to wait for).
+  Request() noexcept;
+  Request(Request&& other) noexcept;
+  /// Waits for the operation this request held (errors dropped), then takes `other`'s.
+  Request& operator=(Request&& other) noexcept;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+  ~Request();
+
+  /// Blocks until the operation completes; throws its error (mismatch, MpiError, copy errors)
+  /// once, after which the request is complete.
+  void wait();
+  /// Advances outstanding operations; true when this one has completed (then as wait()).
+  [[nodiscard]] bool test();
+  /// True when complete (no progress made).
+  [[nodiscard]] bool done() const noexcept;
+
+ private:
+  friend struct detail::Operation;
+  explicit Request(std::shared_ptr<detail::Operation> operation) noexcept;
+  std::shared_ptr<detail::Operation> operation_;
+};
+
+/// Waits for every request (in any completion order).
+DEVMEM_MPI_API void wait_all(std::span<Request> requests);
+
+/// Sends `array` to rank `destination` with `tag` (0..MPI_TAG_UB) and waits until the receiver has
+/// matched it and the elements have been read. Strided views are sent as their elements in C
+/// order.
+DEVMEM_MPI_API void send(const DeviceArray& array, int destination, int tag,
+                         MPI_Comm comm = MPI_COMM_WORLD);
+/// Receives into `array` (same dtype and shape as the sender's; any strides without overlapping
+/// elements) from `source` (or MPI_ANY_SOURCE) with `tag` (or MPI_ANY_TAG).
+DEVMEM_MPI_API void recv(const DeviceArray& array, int source, int tag,
+                         MPI_Comm comm = MPI_COMM_WORLD);
+/// Non-blocking send.
+[[nodiscard]] DEVMEM_MPI_API Request isend(const DeviceArray& array, int destination, int tag,
+                                           MPI_Comm comm = MPI_COMM_WORLD);
+/// Non-blocking receive.
+[[nodiscard]] DEVMEM_MPI_API Request irecv(const DeviceArray& array, int source, int tag,
+                                           MPI_Comm comm = MPI_COMM_WORLD);
+
+/// The reduction of allreduce.
+enum class ReduceOp { sum, min, max };
+
+/// Root's `array` into every rank's `array` (same dtype and shape on every rank).
+DEVMEM_MPI_API void bcast(const DeviceArray& array, int root, MPI_Comm comm = MPI_COMM_WORLD);
+/// Element-wise reduction over the ranks of `input`, written to `output` (same shape and dtype;
+/// `output` may be `input` itself or a view of other memory). Dtypes: integers and floats of 4 or
+/// 8 bytes, 1- and 2-byte integers; complex for sum only.
+DEVMEM_MPI_API void allreduce(const DeviceArray& input, const DeviceArray& output, ReduceOp op,
+                              MPI_Comm comm = MPI_COMM_WORLD);
+/// In place: allreduce(array, array, op, comm).
+DEVMEM_MPI_API void allreduce(const DeviceArray& array, ReduceOp op,
+                              MPI_Comm comm = MPI_COMM_WORLD);
+/// Every rank's `input` into `output`, of shape (ranks, *input.shape) (output[r] is rank r's).
+DEVMEM_MPI_API void allgather(const DeviceArray& input, const DeviceArray& output,
+                              MPI_Comm comm = MPI_COMM_WORLD);
+
+}  // namespace devmem::mpi

@@ -1,0 +1,408 @@
+// devmem::mpi under mpirun -np 2 and -np 4 (host backend). Every rank runs every test case in the
+// same order: each case is collective. Each transport is tested: staged (the host backend's
+// default) and device_direct (the host backend's device memory is host memory).
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <devmem/devmem.hpp>
+#include <devmem/mpi.hpp>
+
+#include <complex>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace dm = devmem::mpi;
+
+namespace {
+
+int rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int size() {
+  int s = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+// Restores the transport and chunk size after a section that changes them.
+struct Settings {
+  Settings(dm::Transport transport, std::int64_t chunk_bytes) {
+    dm::set_transport(transport);
+    dm::set_staging_chunk_bytes(chunk_bytes);
+  }
+  Settings(const Settings&) = delete;
+  Settings& operator=(const Settings&) = delete;
+  ~Settings() {
+    dm::set_transport(dm::Transport::automatic);
+    dm::set_staging_chunk_bytes(std::int64_t{1} << 20);
+  }
+};
+
+// Staged with chunks smaller than one row (several chunks, both slots reused), staged in one
+// chunk, and device_direct.
+const std::vector<std::pair<dm::Transport, std::int64_t>> kModes{
+    {dm::Transport::staged, 16},
+    {dm::Transport::staged, std::int64_t{1} << 20},
+    {dm::Transport::device_direct, std::int64_t{1} << 20}};
+
+std::string mode_name(const std::pair<dm::Transport, std::int64_t>& mode) {
+  return std::string(dm::to_string(mode.first)) + " chunk " + std::to_string(mode.second);
+}
+
+// A 2-d array whose element (i, j) is value(rank, i, j).
+double value(int r, std::int64_t i, std::int64_t j) {
+  return 1000.0 * r + 10.0 * static_cast<double>(i) + static_cast<double>(j);
+}
+
+devmem::DeviceArray filled(int r, std::int64_t rows, std::int64_t cols,
+                           const devmem::Stream& stream = {}) {
+  std::vector<double> host(static_cast<std::size_t>(rows * cols));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t j = 0; j < cols; ++j)
+      host[static_cast<std::size_t>(i * cols + j)] = value(r, i, j);
+  }
+  return devmem::to_device(devmem::HostArray::view(host).reshape({rows, cols}), stream);
+}
+
+}  // namespace
+
+TEST_CASE("mpi: transport settings", "[mpi]") {
+  const devmem::DeviceArray a = devmem::device_array<double>({4});
+  CHECK(dm::transport() == dm::Transport::automatic);
+  CHECK_FALSE(dm::device_aware("host"));
+  CHECK(dm::transport_for(a) == dm::Transport::staged);  // the host backend stages by default
+  dm::set_transport(dm::Transport::device_direct);
+  CHECK(dm::transport_for(a) == dm::Transport::device_direct);
+  dm::set_transport(dm::Transport::automatic);
+  CHECK(dm::parse_transport("staged") == dm::Transport::staged);
+  CHECK_THROWS_WITH(dm::parse_transport("fast"), Catch::Contains("unknown transport 'fast'") &&
+                                                     Catch::Contains("device_direct"));
+  CHECK_THROWS_AS(dm::set_staging_chunk_bytes(0), devmem::InvalidArgument);
+}
+
+TEST_CASE("mpi: halo exchange of the strided edge columns of a 2-d array", "[mpi]") {
+  const int me = rank();
+  const int n = size();
+  const int left = (me + n - 1) % n;
+  const int right = (me + 1) % n;
+  constexpr std::int64_t rows = 7;
+  constexpr std::int64_t cols = 6;
+  for (const auto& mode : kModes) {
+    SECTION(mode_name(mode)) {
+      const Settings settings(mode.first, mode.second);
+      const devmem::DeviceArray grid = filled(me, rows, cols);
+      // Columns 1 and cols-2 are the edges of this rank's interior; 0 and cols-1 are ghosts.
+      const devmem::DeviceArray first = grid.index(1, 1);
+      const devmem::DeviceArray last = grid.index(1, cols - 2);
+      REQUIRE(first.strides() == devmem::Strides{cols * 8});
+      std::vector<dm::Request> requests;
+      requests.push_back(dm::irecv(grid.index(1, 0), left, 1));
+      requests.push_back(dm::irecv(grid.index(1, cols - 1), right, 2));
+      requests.push_back(dm::isend(last, right, 1));
+      requests.push_back(dm::isend(first, left, 2));
+      dm::wait_all(requests);
+      for (const dm::Request& r : requests) CHECK(r.done());
+      const devmem::HostArray h = grid.copy_to_host();
+      for (std::int64_t i = 0; i < rows; ++i) {
+        CHECK(h.at<double>(i, 0) == value(left, i, cols - 2));
+        CHECK(h.at<double>(i, cols - 1) == value(right, i, 1));
+        for (std::int64_t j = 1; j < cols - 1; ++j) CHECK(h.at<double>(i, j) == value(me, i, j));
+      }
+    }
+  }
+}
+
+TEST_CASE("mpi: blocking send and recv of a strided view into another layout", "[mpi]") {
+  const int me = rank();
+  const int peer = me ^ 1;
+  if (peer >= size()) return;  // the last rank of an odd count has no partner
+  for (const auto& mode : kModes) {
+    SECTION(mode_name(mode)) {
+      const Settings settings(mode.first, mode.second);
+      // Sender: every other row of a (8, 5) array, reversed columns. Receiver: a transpose.
+      const devmem::DeviceArray source = filled(me, 8, 5).slice(0, 0, {}, 2).slice(1, {}, {}, -1);
+      const devmem::DeviceArray destination = devmem::device_array<double>({5, 4}).T();
+      REQUIRE(source.shape() == destination.shape());
+      if (me % 2 == 0) {
+        dm::send(source, peer, 3);
+        dm::recv(destination, peer, 4);
+      } else {
+        dm::recv(destination, peer, 3);
+        dm::send(source, peer, 4);
+      }
+      const devmem::HostArray h = destination.copy_to_host();
+      for (std::int64_t i = 0; i < 4; ++i) {
+        for (std::int64_t j = 0; j < 5; ++j) CHECK(h.at<double>(i, j) == value(peer, 2 * i, 4 - j));
+      }
+    }
+  }
+}
+
+TEST_CASE("mpi: isend and irecv of arrays on two streams", "[mpi]") {
+  const int me = rank();
+  const int peer = me ^ 1;
+  if (peer >= size()) return;  // the last rank of an odd count has no partner
+  for (const auto& mode : kModes) {
+    SECTION(mode_name(mode)) {
+      const Settings settings(mode.first, mode.second);
+      const devmem::Stream s1 = devmem::stream();
+      const devmem::Stream s2 = devmem::stream();
+      const devmem::DeviceArray a =
+          devmem::device_array<std::int32_t>({64, 3}, devmem::Order::C, s1);
+      const devmem::DeviceArray b = devmem::device_array<float>({33}, devmem::Order::C, s2);
+      // Work enqueued on the arrays' streams before the sends is sent (the transfers follow it).
+      a.fill(std::int32_t{100 + me}, s1);
+      b.fill(0.5f + static_cast<float>(me), s2);
+      const devmem::DeviceArray ra =
+          devmem::device_array<std::int32_t>({64, 3}, devmem::Order::C, s1);
+      const devmem::DeviceArray rb =
+          devmem::device_array<float>({66}, devmem::Order::C, s2).slice(0, 0, {}, 2);
+      dm::Request recv_a = dm::irecv(ra, peer, 5);
+      dm::Request recv_b = dm::irecv(rb, peer, 6);
+      dm::Request send_b = dm::isend(b, peer, 6);
+      dm::Request send_a = dm::isend(a, peer, 5);
+      while (!recv_b.test()) {
+      }
+      CHECK(recv_b.done());
+      recv_a.wait();
+      send_a.wait();
+      send_b.wait();
+      for (const auto v : ra.to_vector<std::int32_t>()) CHECK(v == 100 + peer);
+      for (const auto v : rb.to_vector<float>()) CHECK(v == 0.5f + static_cast<float>(peer));
+    }
+  }
+}
+
+TEST_CASE("mpi: a destroyed request completes its operation", "[mpi]") {
+  const int me = rank();
+  const int peer = me ^ 1;
+  if (peer >= size()) return;  // the last rank of an odd count has no partner
+  const devmem::DeviceArray out = devmem::to_device(std::vector<std::int64_t>{me, me * 2, me * 3});
+  const devmem::DeviceArray in = devmem::device_array<std::int64_t>({3});
+  {
+    // The array handles given to the operations go away first: the operations keep the memory.
+    const dm::Request r = dm::irecv(devmem::DeviceArray(in), peer, 7);
+    const dm::Request s = dm::isend(devmem::DeviceArray(out), peer, 7);
+  }
+  CHECK(in.to_vector<std::int64_t>() == std::vector<std::int64_t>{peer, peer * 2, peer * 3});
+}
+
+TEST_CASE("mpi: allreduce of a strided view", "[mpi]") {
+  const int me = rank();
+  const int n = size();
+  for (const auto& mode : kModes) {
+    SECTION(mode_name(mode)) {
+      const Settings settings(mode.first, mode.second);
+      const devmem::DeviceArray grid = filled(me, 8, 6);
+      const devmem::DeviceArray view = grid.slice(0, 0, {}, 2).slice(1, 1, {}, 2);  // (4, 3)
+      dm::allreduce(view, dm::ReduceOp::sum);
+      const devmem::HostArray h = grid.copy_to_host();
+      double rank_sum = 0;
+      for (int r = 0; r < n; ++r) rank_sum += 1000.0 * r;
+      for (std::int64_t i = 0; i < 8; ++i) {
+        for (std::int64_t j = 0; j < 6; ++j) {
+          const bool in_view = i % 2 == 0 && j % 2 == 1;
+          const double expected =
+              in_view ? rank_sum + n * (10.0 * static_cast<double>(i) + static_cast<double>(j))
+                      : value(me, i, j);
+          CHECK(h.at<double>(i, j) == expected);
+        }
+      }
+      // Into another array (a transposed layout), min and max.
+      const devmem::DeviceArray source = filled(me, 3, 4);
+      const devmem::DeviceArray low = devmem::device_array<double>({4, 3}).T();
+      const devmem::DeviceArray high = devmem::device_array<double>({3, 4});
+      dm::allreduce(source, low, dm::ReduceOp::min);
+      dm::allreduce(source, high, dm::ReduceOp::max);
+      const devmem::HostArray l = low.copy_to_host();
+      const devmem::HostArray m = high.copy_to_host();
+      for (std::int64_t i = 0; i < 3; ++i) {
+        for (std::int64_t j = 0; j < 4; ++j) {
+          CHECK(l.at<double>(i, j) == value(0, i, j));
+          CHECK(m.at<double>(i, j) == value(n - 1, i, j));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("mpi: bcast and allgather of strided views", "[mpi]") {
+  const int me = rank();
+  const int n = size();
+  const int root = n - 1;
+  for (const auto& mode : kModes) {
+    SECTION(mode_name(mode)) {
+      const Settings settings(mode.first, mode.second);
+      const devmem::DeviceArray grid = filled(me, 6, 5);
+      const devmem::DeviceArray column = grid.index(1, 2);  // stride 40
+      dm::bcast(column, root);
+      const devmem::HostArray h = grid.copy_to_host();
+      for (std::int64_t i = 0; i < 6; ++i) {
+        for (std::int64_t j = 0; j < 5; ++j) {
+          CHECK(h.at<double>(i, j) == (j == 2 ? value(root, i, j) : value(me, i, j)));
+        }
+      }
+      // allgather of a reversed strided row into a transposed (strided) output.
+      const devmem::DeviceArray row = filled(me, 2, 7).index(1, 0).slice(0, {}, {}, -1);  // (2,)
+      const devmem::DeviceArray gathered = devmem::device_array<double>({2, n}).T();      // (n, 2)
+      dm::allgather(row, gathered);
+      const devmem::HostArray g = gathered.copy_to_host();
+      for (int r = 0; r < n; ++r) {
+        CHECK(g.at<double>(r, 0) == value(r, 1, 0));
+        CHECK(g.at<double>(r, 1) == value(r, 0, 0));
+      }
+      // A 0-d array.
+      const devmem::DeviceArray scalar = filled(me, 1, 1).index(0, 0).index(0, 0);
+      const devmem::DeviceArray all = devmem::device_array<double>({n});
+      dm::allgather(scalar, all);
+      const std::vector<double> values = all.to_vector<double>();
+      for (int r = 0; r < n; ++r) CHECK(values[static_cast<std::size_t>(r)] == value(r, 0, 0));
+    }
+  }
+}
+
+TEST_CASE("mpi: a shape or dtype mismatch is an error on both ranks", "[mpi][errors]") {
+  const int me = rank();
+  const int peer = me ^ 1;
+  if (peer >= size()) return;  // the last rank of an odd count has no partner
+  const bool sender = me % 2 == 0;
+  for (const auto& mode : kModes) {
+    SECTION(mode_name(mode)) {
+      const Settings settings(mode.first, mode.second);
+      // Shape: (4, 5) sent, (4, 6) expected.
+      const devmem::DeviceArray small = devmem::device_array<double>({4, 5});
+      const devmem::DeviceArray wide = devmem::device_array<double>({4, 6});
+      if (sender) {
+        CHECK_THROWS_WITH(dm::send(small, peer, 8), Catch::Contains("mismatch") &&
+                                                        Catch::Contains("sends float64 (4, 5)") &&
+                                                        Catch::Contains("expects float64 (4, 6)"));
+      } else {
+        CHECK_THROWS_WITH(dm::recv(wide, peer, 8), Catch::Contains("mismatch") &&
+                                                       Catch::Contains("sends float64 (4, 5)") &&
+                                                       Catch::Contains("expects float64 (4, 6)"));
+      }
+      // Dtype: float64 sent, float32 expected; non-blocking, the error comes from wait().
+      const devmem::DeviceArray d = devmem::device_array<double>({10});
+      const devmem::DeviceArray f = devmem::device_array<float>({10});
+      dm::Request r = sender ? dm::isend(d, peer, 9) : dm::irecv(f, peer, 9);
+      CHECK_THROWS_AS(r.wait(), devmem::InvalidArgument);
+      CHECK(r.done());
+      dm::Request again = sender ? dm::isend(d, peer, 9) : dm::irecv(f, peer, 9);
+      CHECK_THROWS_WITH(again.wait(),
+                        Catch::Contains("float64 (10,)") && Catch::Contains("float32 (10,)"));
+      // Nothing is left in flight: a matching exchange on the same tag works afterwards.
+      const devmem::DeviceArray ok = devmem::to_device(std::vector<float>(10, 2.5f));
+      if (sender) {
+        dm::send(ok, peer, 9);
+      } else {
+        const devmem::DeviceArray got = devmem::device_array<float>({10});
+        dm::recv(got, peer, 9);
+        CHECK(got.to_vector<float>() == std::vector<float>(10, 2.5f));
+      }
+    }
+  }
+}
+
+TEST_CASE("mpi: a broadcast destination is refused on both ranks", "[mpi][errors]") {
+  const int me = rank();
+  const int peer = me ^ 1;
+  if (peer >= size()) return;  // the last rank of an odd count has no partner
+  const devmem::DeviceArray source = devmem::device_array<double>({4, 3});
+  // A (4, 3) view whose rows all alias one row (an imported broadcast): receiving into it would
+  // write elements twice.
+  const devmem::DeviceArray base = devmem::device_array<double>({3});
+  devmem::ArrayInterface iface = base.array_interface();
+  iface.shape = {4, 3};
+  iface.strides = devmem::Strides{0, 8};
+  const devmem::DeviceArray zero_stride = devmem::as_device_array(iface, base.owner());
+  if (me % 2 == 0) {
+    CHECK_THROWS_WITH(dm::send(source, peer, 10), Catch::Contains("the receiver cannot receive") &&
+                                                      Catch::Contains("stride 0"));
+  } else {
+    CHECK_THROWS_WITH(dm::recv(zero_stride, peer, 10), Catch::Contains("stride 0"));
+  }
+}
+
+TEST_CASE("mpi: collectives check shapes and dtypes on every rank", "[mpi][errors]") {
+  const int me = rank();
+  const int n = size();
+  // Rank 1 has another shape: every rank throws, naming rank 1's and rank 0's arrays.
+  const devmem::DeviceArray a = devmem::device_array<double>({me == 1 ? 5 : 4});
+  CHECK_THROWS_WITH(dm::allreduce(a, dm::ReduceOp::sum),
+                    Catch::Contains("rank 1 has float64 (5,), rank 0 has float64 (4,)"));
+  // Rank 0 has another dtype.
+  const devmem::DeviceArray b =
+      me == 0 ? devmem::device_array<float>({4}) : devmem::device_array<double>({4});
+  CHECK_THROWS_WITH(dm::bcast(b, 0), Catch::Contains("float64 (4,), rank 0 has float32 (4,)"));
+  // A reduction MPI cannot do (complex min) is refused on every rank.
+  const devmem::DeviceArray c = devmem::device_array<std::complex<double>>({2});
+  CHECK_THROWS_WITH(dm::allreduce(c, dm::ReduceOp::min),
+                    Catch::Contains("rank 0: MPI cannot reduce dtype complex128 with min"));
+  // A wrong allgather output on the last rank only.
+  const devmem::DeviceArray in = devmem::device_array<double>({2});
+  const devmem::DeviceArray out = devmem::device_array<double>({me == n - 1 ? n + 1 : n, 2});
+  CHECK_THROWS_WITH(dm::allgather(in, out),
+                    Catch::Contains("rank " + std::to_string(n - 1) + ": the output is float64"));
+  // A root outside the communicator.
+  CHECK_THROWS_WITH(dm::bcast(in, n), Catch::Contains("root " + std::to_string(n) + " is not in"));
+  // Afterwards the collectives work.
+  const devmem::DeviceArray ones = devmem::to_device(std::vector<double>{1.0, 2.0});
+  dm::allreduce(ones, dm::ReduceOp::sum);
+  CHECK(ones.to_vector<double>() == std::vector<double>{1.0 * n, 2.0 * n});
+}
+
+TEST_CASE("mpi: an MPI error is an MpiError on a communicator that returns errors",
+          "[mpi][errors]") {
+  const int me = rank();
+  const int peer = me ^ 1;
+  if (peer >= size()) return;
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  if (me % 2 == 0) {
+    // Not a devmem header: a plain message longer than one, on the tag devmem::mpi::recv expects
+    // (small: a truncated rendezvous-size message hangs Open MPI 4.1 itself).
+    std::vector<char> bytes(600, 'x');
+    MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_CHAR, peer, 12, comm);
+  } else {
+    const devmem::DeviceArray a = devmem::device_array<double>({2});
+    try {
+      dm::recv(a, peer, 12, comm);
+      FAIL("recv accepted a foreign message");
+    } catch (const dm::MpiError& e) {
+      CHECK(e.code() != MPI_SUCCESS);
+      CHECK_THAT(e.what(), Catch::Contains("MPI_Irecv (devmem::mpi header) failed"));
+    }
+  }
+  MPI_Comm_free(&comm);
+}
+
+TEST_CASE("mpi: bad arguments are refused before anything is sent", "[mpi][errors]") {
+  const devmem::DeviceArray a = devmem::device_array<double>({2});
+  CHECK_THROWS_WITH(dm::isend(a, size(), 0), Catch::Contains("rank " + std::to_string(size()) +
+                                                             " is not in the communicator"));
+  CHECK_THROWS_WITH(dm::irecv(a, 0, MPI_ANY_TAG), Catch::Contains("tag -1 is outside"));
+  CHECK_THROWS_WITH(dm::send(a, 0, -3), Catch::Contains("tag -3 is outside"));
+  CHECK_THROWS_AS(dm::recv(a, 0, 1, MPI_COMM_NULL), devmem::InvalidArgument);
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  if (size() < 2) {
+    std::fprintf(stderr, "devmem_mpi_tests: run with at least 2 ranks (mpirun -np 2)\n");
+    MPI_Finalize();
+    return 2;
+  }
+  int result = Catch::Session().run(argc, argv);
+  // One verdict for all ranks: a failure on any rank fails the run.
+  int worst = 0;
+  MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
