@@ -4,27 +4,30 @@
 #   scripts/lint.sh --format [FILE...]  clang-format: every tracked C/C++/CUDA source (or each FILE)
 #                                     matches .clang-format; nothing is rewritten
 #   scripts/lint.sh --fix [FILE...]     clang-format, rewriting those files in place
-#   scripts/lint.sh --tidy [FILE...]    clang-tidy (.clang-tidy) over the library's sources that the
-#                                     host preset compiles: core/, backends/, apps/ (or over each
-#                                     FILE among them; other files, headers included, are skipped)
-# The tidy check uses build/host/compile_commands.json and configures the host preset when it is
-# missing. Tools: clang-format-15 and clang-tidy-15 (scripts/install-deps.sh --lint), or the
-# programs named by $CLANG_FORMAT and $CLANG_TIDY. $LINT_JOBS: parallel clang-tidy runs (default:
-# the number of processors).
+#   scripts/lint.sh --tidy [FILE...]    clang-tidy (.clang-tidy) over the library's sources: core/,
+#                                     backends/, apps/ as the host preset compiles them, mpi/ as
+#                                     host-mpi does (or over each FILE among them; other files,
+#                                     headers included, are skipped)
+# The tidy check uses build/host/compile_commands.json and build/host-mpi/compile_commands.json,
+# configuring each preset when its database is missing; without Open MPI (scripts/install-deps.sh
+# --mpi) mpi/ is skipped with a note. Tools: clang-format-15 and clang-tidy-15
+# (scripts/install-deps.sh --lint), or the programs named by $CLANG_FORMAT and $CLANG_TIDY.
+# $LINT_JOBS: parallel clang-tidy runs (default: the number of processors).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 clang_format=${CLANG_FORMAT:-clang-format-15}
 clang_tidy=${CLANG_TIDY:-clang-tidy-15}
 jobs=${LINT_JOBS:-$(nproc)}
-build_dir=build/host
+host_dir=build/host
+mpi_dir=build/host-mpi
 
 mode=all
 case "${1:-}" in
   --format) mode=format; shift ;;
   --fix) mode=fix; shift ;;
   --tidy) mode=tidy; shift ;;
-  -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   "") ;;
   *) echo "lint.sh: unknown option '$1' (known: --format, --fix, --tidy)" >&2; exit 2 ;;
 esac
@@ -65,42 +68,68 @@ run_format() {  # $1: --dry-run or -i; then the files (all when none)
   echo "clang-format: ${#files[@]} files match .clang-format"
 }
 
-# The library's sources in the host preset's compilation database (tests, benchmarks, examples
-# and fuzz targets are not linted), as paths relative to the repository root.
+# The library's sources in a preset's compilation database (tests, benchmarks, examples and fuzz
+# targets are not linted), as paths relative to the repository root. $1: the build directory; $2:
+# the top-level directories to take, as an extended regular expression ("core|backends").
 tidy_files() {
-  sed -n 's/^[[:space:]]*"file":[[:space:]]*"\(.*\)",\{0,1\}$/\1/p' "$build_dir/compile_commands.json" |
-    sed "s|^$PWD/||" | grep -E '^(core|backends|apps)/.*\.(cpp|cc|cxx)$' | sort -u
+  sed -n 's/^[[:space:]]*"file":[[:space:]]*"\(.*\)",\{0,1\}$/\1/p' "$1/compile_commands.json" |
+    sed "s|^$PWD/||" | { grep -E "^($2)/.*\.(cpp|cc|cxx)\$" || true; } | sort -u
+}
+
+# clang-tidy over the files after $1, with $1's compilation database; fails on any finding.
+tidy_with() {
+  local dir=$1
+  shift
+  [ $# -gt 0 ] || return 0
+  # One clang-tidy per file; the per-file "N warnings generated" counts (system headers) are noise.
+  local status
+  set +e
+  printf '%s\n' "$@" |
+    xargs -P "$jobs" -n 1 "$clang_tidy" -p "$dir" --quiet 2>&1 |
+    grep -vE '^[0-9]+ (warning|error)s? (and [0-9]+ (warning|error)s? )?generated\.$'
+  status=${PIPESTATUS[1]}
+  set -e
+  [ "$status" -eq 0 ]
 }
 
 run_tidy() {  # the files to check (all of the library's sources when none)
   need "$clang_tidy"
-  if [ ! -f "$build_dir/compile_commands.json" ]; then
+  if [ ! -f "$host_dir/compile_commands.json" ]; then
     cmake --preset host >/dev/null
   fi
-  local all files=()
-  all=$(tidy_files)
+  # devmem::mpi builds only with MPI (the host-mpi preset), so its sources have their own database.
+  local mpi_all=""
+  if [ -f "$mpi_dir/compile_commands.json" ] || command -v mpicc >/dev/null; then
+    [ -f "$mpi_dir/compile_commands.json" ] || cmake --preset host-mpi >/dev/null
+    mpi_all=$(tidy_files "$mpi_dir" 'mpi')
+  else
+    echo "clang-tidy: Open MPI is not installed (scripts/install-deps.sh --mpi): mpi/ is skipped"
+  fi
+  local host_all host_files=() mpi_files=()
+  host_all=$(tidy_files "$host_dir" 'core|backends|apps')
   if [ $# -eq 0 ]; then
-    mapfile -t files <<<"$all"
+    [ -z "$host_all" ] || mapfile -t host_files <<<"$host_all"
+    [ -z "$mpi_all" ] || mapfile -t mpi_files <<<"$mpi_all"
   else
     local f
     for f in "$@"; do
       f=${f#./}
-      if grep -qxF -- "$f" <<<"$all"; then files+=("$f"); fi
+      if grep -qxF -- "$f" <<<"$host_all"; then
+        host_files+=("$f")
+      elif [ -n "$mpi_all" ] && grep -qxF -- "$f" <<<"$mpi_all"; then
+        mpi_files+=("$f")
+      fi
     done
   fi
-  if [ ${#files[@]} -eq 0 ] || [ -z "${files[0]}" ]; then
+  local count=$((${#host_files[@]} + ${#mpi_files[@]}))
+  if [ "$count" -eq 0 ]; then
     echo "clang-tidy: no library sources to check"
     return 0
   fi
-  echo "clang-tidy: ${#files[@]} files, $jobs at a time"
-  # One clang-tidy per file; the per-file "N warnings generated" counts (system headers) are noise.
-  local status
-  set +e
-  printf '%s\n' "${files[@]}" |
-    xargs -P "$jobs" -n 1 "$clang_tidy" -p "$build_dir" --quiet 2>&1 |
-    grep -vE '^[0-9]+ (warning|error)s? (and [0-9]+ (warning|error)s? )?generated\.$'
-  status=${PIPESTATUS[1]}
-  set -e
+  echo "clang-tidy: $count files, $jobs at a time"
+  local status=0
+  tidy_with "$host_dir" "${host_files[@]}" || status=1
+  tidy_with "$mpi_dir" "${mpi_files[@]}" || status=1
   if [ "$status" -ne 0 ]; then
     echo "lint.sh: clang-tidy reported findings (above)" >&2
     return 1
