@@ -12,9 +12,9 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <deque>
 #include <exception>
 #include <memory>
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -138,11 +138,12 @@ std::vector<std::shared_ptr<const void>> copy_staged(const char* operation, Stre
     staging[b] = memory->ptr;
     buffers.push_back(std::move(memory));
   }
-  std::array<std::optional<ScopedEvent>, 2> filled;   // on the source device
-  std::array<std::optional<ScopedEvent>, 2> drained;  // on the destination device
+  // A deque: the events are neither copyable nor movable, and are built in place.
+  std::deque<ScopedEvent> filled;   // per buffer, on the source device
+  std::deque<ScopedEvent> drained;  // per buffer, on the destination device
   for (std::size_t b = 0; b < buffer_count; ++b) {
-    filled[b].emplace(backend, src_device);
-    drained[b].emplace(backend, dst_device);
+    filled.emplace_back(backend, src_device);
+    drained.emplace_back(backend, dst_device);
   }
 
   std::int64_t chunk = 0;
@@ -151,14 +152,14 @@ std::vector<std::shared_ptr<const void>> copy_staged(const char* operation, Stre
       const auto b = static_cast<std::size_t>(chunk % 2);
       const std::int64_t offset = chunk * kStagingChunk;
       const auto n = static_cast<std::size_t>(std::min(kStagingChunk, bytes - offset));
-      if (chunk >= 2) drained[b]->make_wait(src_device, src_stream.handle);
+      if (chunk >= 2) drained[b].make_wait(src_device, src_stream.handle);
       backend.copy(src_device, staging[b], src + offset, n, CopyKind::DeviceToHost,
                    src_stream.handle);
-      filled[b]->record(src_stream.handle);
-      filled[b]->make_wait(dst_device, dst_stream.handle);
+      filled[b].record(src_stream.handle);
+      filled[b].make_wait(dst_device, dst_stream.handle);
       backend.copy(dst_device, dst + offset, staging[b], n, CopyKind::HostToDevice,
                    dst_stream.handle);
-      drained[b]->record(dst_stream.handle);
+      drained[b].record(dst_stream.handle);
     }
   } catch (...) {
     // Chunks already enqueued may still use the buffers: they go only once both streams' work so

@@ -57,7 +57,8 @@ std::array<std::int64_t, detail::kMaxDevices> g_device_capacity = [] {
   return result;
 }();
 // Peer access per (device, peer): -1 until set_peer_access, then 0 or 1.
-constexpr auto kPairs = static_cast<std::size_t>(detail::kMaxDevices * detail::kMaxDevices);
+constexpr auto kPairs =
+    static_cast<std::size_t>(detail::kMaxDevices) * static_cast<std::size_t>(detail::kMaxDevices);
 std::array<signed char, kPairs> g_peer_access = [] {
   std::array<signed char, kPairs> result{};
   result.fill(-1);

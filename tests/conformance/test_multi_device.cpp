@@ -355,6 +355,11 @@ TEST_CASE("multi-device: arrays, streams and events of two devices mixed in one 
   REQUIRE_THROWS_MATCHES(devmem::default_stream().wait(e1), devmem::InvalidArgument,
                          Message("Stream::wait: the event belongs to device 1 but the stream to "
                                  "device 0"));
+  devmem::Event unrecorded;  // of device 0, the current one
+  REQUIRE_THROWS_MATCHES(unrecorded.record(s1), devmem::InvalidArgument,
+                         MessageStartsWith("Event::record: the stream belongs to device 1 of "
+                                           "backend '" +
+                                           backend + "'"));
   s1.synchronize();
   REQUIRE_THROWS_MATCHES((void)devmem::elapsed_ms(e0, e1), devmem::InvalidArgument,
                          Message("elapsed_ms: the events belong to devices 0 and 1"));
