@@ -205,7 +205,11 @@ void copy_between_devices(const char* operation, StreamState& dst_stream, const 
 
   std::vector<std::shared_ptr<const void>> keep{ArrayAccess::memory(src_dense),
                                                 ArrayAccess::memory(dst_dense)};
-  if (backend.can_access_peer(dst_ctx.device(), src_ctx.device())) {
+  // Mapped host memory is no device's allocation: a peer copy (direct device-to-device access)
+  // does not apply to it, and the staged path copies it like device memory.
+  const bool mapped = ArrayAccess::memory(src_dense)->host_alias != nullptr ||
+                      ArrayAccess::memory(dst_dense)->host_alias != nullptr;
+  if (!mapped && backend.can_access_peer(dst_ctx.device(), src_ctx.device())) {
     backend.enable_peer_access(dst_ctx.device(), src_ctx.device());
     order_after(backend, dst_stream, src_stream);
     backend.copy_peer(dst_ctx.device(), to, src_ctx.device(), from, static_cast<std::size_t>(bytes),

@@ -303,6 +303,28 @@ TEST_CASE("multi-device: strided views on either side of a copy between devices"
   }
 }
 
+TEST_CASE("multi-device: mapped host memory on either side of a copy between devices",
+          "[multi-device][.]") {
+  require_two_devices();
+  const devmem::MappedArray mapped = [] {
+    const devmem::DeviceScope scope(0);
+    return devmem::mapped_array<double>(Shape{6, 4});
+  }();
+  mapped.copy_from(iota_host(Shape{6, 4}));
+  const DeviceArray dst = filled_on(1, Shape{6, 4}, -1.0);
+  dst.copy_to_device(mapped.device());
+  CHECK(device_values(dst) == iota_vec(24));
+  const DeviceArray src = iota_on(1, Shape{3, 4}, Order::C, 50);
+  mapped.device().slice(0, 0, 6, 2).copy_to_device(src);
+  const std::vector<double> all = mapped.to_vector<double>();
+  for (int64_t r = 0; r < 6; ++r) {
+    for (int64_t c = 0; c < 4; ++c) {
+      const double expected = static_cast<double>(r % 2 == 0 ? 50 + (r / 2) * 4 + c : r * 4 + c);
+      CHECK(all[static_cast<std::size_t>(r * 4 + c)] == expected);
+    }
+  }
+}
+
 TEST_CASE("multi-device: a large copy between devices (several staging chunks when staged)",
           "[multi-device][.]") {
   require_two_devices();

@@ -695,7 +695,7 @@ inline hipError_t hipMemcpyPeerAsync(void* dst, int dst_device, const void* src,
   if (dst_device < 0 || dst_device >= count || src_device < 0 || src_device >= count) {
     return result(hipErrorInvalidDevice);
   }
-  return hipMemcpyAsync(dst, src, bytes, hipMemcpyDeviceToDevice, stream);
+  return ::devmem::hipcpu::hipMemcpyAsync(dst, src, bytes, hipMemcpyDeviceToDevice, stream);
 }
 
 inline hipError_t hipMemcpy2DAsync(void* dst, std::size_t dst_pitch, const void* src,
