@@ -5,7 +5,9 @@
 // non-default stream runs its operations in order on a worker thread, so asynchronous work really
 // completes later. Host registrations and allocations are tracked with CUDA's rules, and any call
 // kind can be made to fail on its Nth occurrence for reliability tests. The number of simulated
-// devices is DEVMEM_HOST_DEVICE_COUNT (default 1). Device-side pointers passed to copies and
+// devices is DEVMEM_HOST_DEVICE_COUNT (default 1); each may have its own capacity and injected
+// failures, and whether they can be peers of each other is configurable (DEVMEM_HOST_PEER_ACCESS),
+// so that direct and staged copies between devices both run (docs/scaling-out.md#several-devices). Device-side pointers passed to copies and
 // memsets are checked against live allocations and mapped host memory, so an out-of-bounds or
 // use-after-free access is reported as IllegalAddress instead of corrupting memory.
 //
