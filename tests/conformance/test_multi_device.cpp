@@ -556,3 +556,33 @@ TEST_CASE("multi-device: a failure in the middle of a staged copy leaks nothing"
   CHECK(devmem::host::device_memory_used(0) == used0);
   CHECK(devmem::host::device_memory_used(1) == used1);
 }
+
+TEST_CASE("multi-device: an invalid DEVMEM_HOST_PEER_ACCESS is reported by name",
+          "[multi-device][host-only][.]") {
+  std::string output;
+  const int rc =
+      run_self_with_env("DEVMEM_HOST_DEVICE_COUNT=2 DEVMEM_HOST_PEER_ACCESS=some",
+                        "multi-device env child: an invalid DEVMEM_HOST_PEER_ACCESS", output);
+  INFO(output);
+  CHECK(rc == 0);
+  CHECK_THAT(output, Catch::Matchers::Contains("All tests passed"));
+}
+
+TEST_CASE("multi-device env child: an invalid DEVMEM_HOST_PEER_ACCESS", "[.][env-child]") {
+  const std::string message =
+      "DEVMEM_HOST_PEER_ACCESS: invalid value 'some' (expected 'all' or 'none')";
+  REQUIRE_THROWS_MATCHES(devmem::host::peer_access(0, 1), devmem::InvalidArgument,
+                         Message(message));
+  REQUIRE_THROWS_MATCHES(devmem::context_for_device(1)->can_access_peer(0), devmem::InvalidArgument,
+                         Message(message));
+  // A copy between the devices reports it before anything moves.
+  const DeviceArray a = iota_on(0, Shape{8});
+  const DeviceArray b = filled_on(1, Shape{8}, -1.0);
+  REQUIRE_THROWS_MATCHES(b.copy_to_device(a), devmem::InvalidArgument, Message(message));
+  CHECK(device_values(b) == std::vector<double>(8, -1.0));
+  // Explicit settings do not need the variable.
+  devmem::host::set_peer_access(1, 0, false);
+  b.copy_to_device(a);
+  CHECK(device_values(b) == iota_vec(8));
+  devmem::host::reset_peer_access();
+}
