@@ -7,9 +7,10 @@
 // kind can be made to fail on its Nth occurrence for reliability tests. The number of simulated
 // devices is DEVMEM_HOST_DEVICE_COUNT (default 1); each may have its own capacity and injected
 // failures, and whether they can be peers of each other is configurable (DEVMEM_HOST_PEER_ACCESS),
-// so that direct and staged copies between devices both run (docs/scaling-out.md#several-devices). Device-side pointers passed to copies and
-// memsets are checked against live allocations and mapped host memory, so an out-of-bounds or
-// use-after-free access is reported as IllegalAddress instead of corrupting memory.
+// so that direct and staged copies between devices both run (docs/scaling-out.md#several-devices).
+// Device-side pointers passed to copies and memsets are checked against live allocations and mapped
+// host memory, so an out-of-bounds or use-after-free access is reported as IllegalAddress instead
+// of corrupting memory.
 //
 // Kernels compiled for the host backend are bounds-checked (see bounds_checking below): every
 // element access of an ArrayView, shared_array, local_array or DEVMEM_CONSTANT_ARRAY checks its
