@@ -45,6 +45,29 @@ bool Backend::is_capturing(int /*device*/, NativeStream /*stream*/) {
   return false;
 }
 
+// ---- Several devices: a backend without peer access (docs/scaling-out.md#several-devices) ----
+
+bool Backend::can_access_peer(int /*device*/, int /*peer*/) {
+  return false;
+}
+
+void Backend::enable_peer_access(int device, int peer) {
+  throw BackendError(std::string(name()), "enable_peer_access", 217, "PeerAccessUnsupported",
+                     fmt::format("{} enable_peer_access: device {} cannot access device {} (the "
+                                 "backend has no peer access)",
+                                 name(), device, peer));
+}
+
+void Backend::disable_peer_access(int /*device*/, int /*peer*/) {}
+
+void Backend::copy_peer(int dst_device, void* dst, int src_device, const void* src,
+                        std::size_t bytes, NativeStream /*stream*/) {
+  throw InvalidArgument(fmt::format(
+      "{} copy_peer: the backend has no peer copies (asked for {} bytes from {} on device {} to "
+      "{} on device {})",
+      name(), bytes, src, src_device, dst, dst_device));
+}
+
 void Backend::copy_strided(int device, void* dst, const void* src, const layout::CopyPlan& plan,
                            CopyKind kind, NativeStream stream) {
   auto* const dst0 = static_cast<std::byte*>(dst);

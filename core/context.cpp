@@ -302,6 +302,70 @@ std::shared_ptr<Context> context_for_device(int index) {
   return slot;
 }
 
+// ---- Several devices (docs/scaling-out.md#several-devices) ----
+
+namespace {
+
+/// NoDevice unless `index` is a device of `backend`, naming `operation`.
+void require_device_index(Backend& backend, const char* operation, int index) {
+  const int n = backend.device_count();
+  if (index < 0 || index >= n) {
+    throw NoDevice(fmt::format("{}: device {} does not exist (backend '{}' has {} device{})",
+                               operation, index, backend.name(), n, n == 1 ? "" : "s"));
+  }
+}
+
+DeviceInfo describe_device(int index) {
+  DeviceInfo info;
+  info.id = index;
+  info.properties = context_for_device(index)->properties();
+  info.name = info.properties.name;
+  return info;
+}
+
+}  // namespace
+
+bool Context::can_access_peer(int peer) const {
+  require_device_index(*backend_, "can_access_peer", peer);
+  return backend_->can_access_peer(device_, peer);
+}
+
+void Context::enable_peer_access(int peer) const {
+  require_device_index(*backend_, "enable_peer_access", peer);
+  backend_->enable_peer_access(device_, peer);
+}
+
+void Context::disable_peer_access(int peer) const {
+  require_device_index(*backend_, "disable_peer_access", peer);
+  backend_->disable_peer_access(device_, peer);
+}
+
+std::vector<DeviceInfo> gpus() {
+  const int n = device_count();
+  std::vector<DeviceInfo> result;
+  result.reserve(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) result.push_back(describe_device(i));
+  return result;
+}
+
+DeviceInfo get_current_device() {
+  return describe_device(current_context()->device());
+}
+
+DeviceScope::DeviceScope(int device) : device_(device), previous_(g_current_device) {
+  select_device(device);
+}
+
+DeviceScope::~DeviceScope() {
+  // The previous device was valid when it was selected and the device count never changes, so
+  // this cannot fail.
+  g_current_device = previous_;
+}
+
+DeviceScope device_scope(int device) {
+  return DeviceScope(device);
+}
+
 std::shared_ptr<Context> current_context() {
   // Contexts live until exit, so a per-thread copy of the pointer stays valid: the hot path
   // (every allocation without a stream) then takes no lock.

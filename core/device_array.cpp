@@ -95,13 +95,12 @@ void DeviceArray::copy_to_device(const HostArray& source, const Stream& stream) 
 void DeviceArray::copy_to_device(const DeviceArray& source, const Stream& stream) const {
   const auto ctx_holder = context_of(*this);
   Context& ctx = *ctx_holder;
-  if (source.memory_ && memory_ && source.memory_->context.get() != &ctx) {
-    throw InvalidArgument(fmt::format(
-        "copy_to_device: the source is on device {} but the destination on device {} (copy "
-        "through the host, or make both on one device)",
-        source.memory_->context->device(), ctx.device()));
-  }
   detail::StreamState& s = detail::resolve_stream(stream, stream_, ctx, "copy_to_device");
+  if (source.memory_ && memory_ && source.memory_->context.get() != &ctx) {
+    // Arrays of two devices: a peer copy (docs/scaling-out.md#several-devices).
+    detail::copy_between_devices("copy_to_device", s, *this, source);
+    return;
+  }
   detail::copy_elements("copy_to_device", ctx, s, detail::endpoint(*this),
                         detail::endpoint(source));
 }

@@ -235,6 +235,14 @@ CopyEndpoint endpoint(const HostArray& array);
 void copy_elements(const char* operation, Context& context, StreamState& stream,
                    const CopyEndpoint& dst, const CopyEndpoint& src);
 
+/// Copies the elements of `src`, a device array of another device than `dst`'s, into `dst` on
+/// `dst_stream` (of dst's device), whatever their strides (docs/scaling-out.md#several-devices):
+/// with Backend::copy_peer where dst's device can access src's, else staged through page-locked
+/// host memory. The source is read after the work enqueued so far on its own stream, and later
+/// work there waits for the read. Defined in peer_copy.cpp.
+void copy_between_devices(const char* operation, StreamState& dst_stream, const DeviceArray& dst,
+                          const DeviceArray& src);
+
 /// The layouts of a reshape/ravel that has to copy: `target` is the new array (dense in `order`),
 /// `target_as_source` is the same memory viewed with the source's shape, so that copying the
 /// source into it puts the elements in `order`.

@@ -33,6 +33,8 @@ struct CudaApi {
   static constexpr Error kErrorMemoryAllocation = cudaErrorMemoryAllocation;
   static constexpr Error kErrorInvalidPitchValue = cudaErrorInvalidPitchValue;
   static constexpr Error kErrorRuntimeUnloading = cudaErrorCudartUnloading;
+  static constexpr Error kErrorPeerAccessAlreadyEnabled = cudaErrorPeerAccessAlreadyEnabled;
+  static constexpr Error kErrorPeerAccessNotEnabled = cudaErrorPeerAccessNotEnabled;
 
   static constexpr MemcpyKind kHostToHost = cudaMemcpyHostToHost;
   static constexpr MemcpyKind kHostToDevice = cudaMemcpyHostToDevice;
@@ -163,6 +165,22 @@ struct CudaApi {
   template <void (*Fn)(void*)>
   static S launchHostFunc(Stream stream, void* user) {
     return {cudaLaunchHostFunc(stream, Fn, user), "cudaLaunchHostFunc"};
+  }
+
+  // ---- Several devices ----
+  static S deviceCanAccessPeer(int* can_access, int device, int peer) {
+    return {cudaDeviceCanAccessPeer(can_access, device, peer), "cudaDeviceCanAccessPeer"};
+  }
+  static S deviceEnablePeerAccess(int peer) {
+    return {cudaDeviceEnablePeerAccess(peer, 0), "cudaDeviceEnablePeerAccess"};
+  }
+  static S deviceDisablePeerAccess(int peer) {
+    return {cudaDeviceDisablePeerAccess(peer), "cudaDeviceDisablePeerAccess"};
+  }
+  static S memcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
+                           std::size_t bytes, Stream stream) {
+    return {cudaMemcpyPeerAsync(dst, dst_device, src, src_device, bytes, stream),
+            "cudaMemcpyPeerAsync"};
   }
 
   // ---- Copies ----

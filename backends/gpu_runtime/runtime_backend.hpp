@@ -15,7 +15,8 @@
 //   types       Error (the status enum), Stream, Event (opaque pointers), DeviceProp, MemcpyKind
 //   constants   kBackend ("cuda", "roc"); kSuccess, kErrorNotReady, kErrorMemoryAllocation,
 //               kErrorInvalidPitchValue, kErrorRuntimeUnloading (what every call returns once the
-//               runtime has been torn down at process exit); kHostToHost, kHostToDevice,
+//               runtime has been torn down at process exit); kErrorPeerAccessAlreadyEnabled,
+//               kErrorPeerAccessNotEnabled; kHostToHost, kHostToDevice,
 //               kDeviceToHost, kDeviceToDevice, kMemcpyDefault; kHostAllocMapped / Portable /
 //               WriteCombined / Coherent / NonCoherent; kHostRegisterMapped / Portable / ReadOnly
 //               (0: none); kEventDisableTiming / BlockingSync; kMaxPitch (the largest pitch, row
@@ -32,7 +33,10 @@
 //               streamIsCapturing(Stream, bool*), mallocAsync, freeAsync,
 //               memoryPoolsSupported(int device, bool*),
 //               launchCopyStrided(const StridedCopyArgs&, Stream) (one launch of libdevmem's
-//               strided-copy kernel, strided_copy_kernel.hpp, compiled for that vendor)
+//               strided-copy kernel, strided_copy_kernel.hpp, compiled for that vendor),
+//               deviceCanAccessPeer(int*, device, peer), deviceEnablePeerAccess(peer) and
+//               deviceDisablePeerAccess(peer) (for the current device), memcpyPeerAsync(dst,
+//               dst device, src, src device, bytes, Stream)
 //   utilities   getLastError (clears the runtime's last-error state), errorName, errorString,
 //               defaultStream (the handle of the legacy default stream), architecture(prop),
 //               unifiedAddressing(prop), sharedMemPerBlockOptin(prop) (the per-block shared
@@ -439,6 +443,50 @@ class RuntimeBackend : public Backend {
     check(Api::streamIsCapturing(native(stream), &capturing), "asking whether {} is capturing",
           describe(stream));
     return capturing;
+  }
+
+  // ---- Several devices (docs/scaling-out.md#several-devices) ------------------------------------
+
+  [[nodiscard]] bool can_access_peer(int device, int peer) override {
+    require_device("can_access_peer");
+    if (device == peer) return false;  // what the vendors answer too
+    int can_access = 0;
+    check(Api::deviceCanAccessPeer(&can_access, device, peer),
+          "asking whether device {} can access device {}", device, peer);
+    return can_access != 0;
+  }
+
+  /// Idempotent: the vendors' "already enabled" status is success here (and cleared from the
+  /// runtime's last-error state, so that it is not reported by a later unrelated call).
+  void enable_peer_access(int device, int peer) override {
+    use_device("enable_peer_access", device);
+    const ApiStatus status = Api::deviceEnablePeerAccess(peer);
+    if (status.code == Api::kErrorPeerAccessAlreadyEnabled) {
+      clear_last_error();
+      return;
+    }
+    check(status, "letting device {} access device {}", device, peer);
+  }
+
+  /// Idempotent: "not enabled" is success here.
+  void disable_peer_access(int device, int peer) override {
+    use_device("disable_peer_access", device);
+    const ApiStatus status = Api::deviceDisablePeerAccess(peer);
+    if (status.code == Api::kErrorPeerAccessNotEnabled) {
+      clear_last_error();
+      return;
+    }
+    check(status, "withdrawing device {}'s access to device {}", device, peer);
+  }
+
+  /// On `stream` of `dst_device`, which is made current (the stream must belong to it).
+  void copy_peer(int dst_device, void* dst, int src_device, const void* src, std::size_t bytes,
+                 NativeStream stream) override {
+    use_device("copy_peer", dst_device);
+    if (bytes == 0) return;
+    check(Api::memcpyPeerAsync(dst, dst_device, src, src_device, bytes, native(stream)),
+          "copying {} bytes from {} on device {} to {} on device {} on {}", bytes, fmt::ptr(src),
+          src_device, fmt::ptr(dst), dst_device, describe(stream));
   }
 
   // ---- Data movement --------------------------------------------------------------------------

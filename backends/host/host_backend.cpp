@@ -401,7 +401,7 @@ DeviceProperties HostBackend::properties(int device) {
   DeviceProperties props;
   props.name = "devmem host simulator";
   props.architecture = "host";
-  props.total_memory = detail::effective_capacity();
+  props.total_memory = detail::effective_capacity(device);
   props.warp_size = 32;
   props.max_threads_per_block = 1024;
   // An H100's limits: 48 KiB per block, 227 KiB once the kernel opts in (devmem::launch does).
@@ -415,7 +415,7 @@ DeviceProperties HostBackend::properties(int device) {
 
 MemoryInfo HostBackend::memory_info(int device) {
   check_device("memory_info", device);
-  const std::int64_t capacity = detail::effective_capacity();
+  const std::int64_t capacity = detail::effective_capacity(device);
   const std::lock_guard lock(memory_mutex_);
   const std::int64_t used = devices_[static_cast<std::size_t>(device)].used;
   return MemoryInfo{std::max<std::int64_t>(0, capacity - used), capacity};
@@ -430,11 +430,11 @@ std::int64_t HostBackend::device_memory_used(int device) {
 // ---- Device memory ------------------------------------------------------------------------------
 
 void* HostBackend::allocate(int device, std::size_t bytes) {
-  const detail::Injection injection = detail::begin_call(Call::Allocate);
+  const detail::Injection injection = detail::begin_call(Call::Allocate, device);
   if (injection) throw_injected("allocate", Call::Allocate, injection, device, bytes);
   check_device("allocate", device);
   if (bytes == 0) return nullptr;  // like cudaMalloc(0): success without memory
-  const std::int64_t capacity = detail::effective_capacity();
+  const std::int64_t capacity = detail::effective_capacity(device);
 
   const std::lock_guard lock(memory_mutex_);
   DeviceMemory& memory = devices_[static_cast<std::size_t>(device)];
@@ -457,7 +457,7 @@ void* HostBackend::allocate(int device, std::size_t bytes) {
 }
 
 void HostBackend::deallocate(int device, void* ptr) {
-  const detail::Injection injection = detail::begin_call(Call::Deallocate);
+  const detail::Injection injection = detail::begin_call(Call::Deallocate, device);
   if (injection) throw_injected("deallocate", Call::Deallocate, injection, device);
   check_device("deallocate", device);
   if (ptr == nullptr) return;
@@ -494,7 +494,7 @@ void* HostBackend::allocate_async(int device, std::size_t bytes, NativeStream st
 }
 
 void HostBackend::deallocate_async(int device, void* ptr, NativeStream stream) {
-  const detail::Injection injection = detail::begin_call(Call::Deallocate);
+  const detail::Injection injection = detail::begin_call(Call::Deallocate, device);
   check_device("deallocate_async", device);
   if (ptr == nullptr) return;
   {
@@ -512,7 +512,7 @@ void HostBackend::deallocate_async(int device, void* ptr, NativeStream stream) {
 // ---- Page-locked host memory --------------------------------------------------------------------
 
 void* HostBackend::host_allocate(int device, std::size_t bytes, HostAllocFlags flags) {
-  const detail::Injection injection = detail::begin_call(Call::HostAllocate);
+  const detail::Injection injection = detail::begin_call(Call::HostAllocate, device);
   if (injection) throw_injected("host_allocate", Call::HostAllocate, injection, device, bytes);
   check_device("host_allocate", device);
   if (bytes == 0) return nullptr;
@@ -534,7 +534,7 @@ void* HostBackend::host_allocate(int device, std::size_t bytes, HostAllocFlags f
 }
 
 void HostBackend::host_deallocate(int device, void* ptr) {
-  const detail::Injection injection = detail::begin_call(Call::HostDeallocate);
+  const detail::Injection injection = detail::begin_call(Call::HostDeallocate, device);
   if (injection) throw_injected("host_deallocate", Call::HostDeallocate, injection, device);
   check_device("host_deallocate", device);
   if (ptr == nullptr) return;
@@ -561,7 +561,7 @@ void HostBackend::host_deallocate(int device, void* ptr) {
 }
 
 void HostBackend::host_register(int device, void* ptr, std::size_t bytes, HostRegisterFlags flags) {
-  const detail::Injection injection = detail::begin_call(Call::HostRegister);
+  const detail::Injection injection = detail::begin_call(Call::HostRegister, device);
   if (injection) throw_injected("host_register", Call::HostRegister, injection, device);
   check_device("host_register", device);
   const std::uintptr_t begin = address_of(ptr);
@@ -594,7 +594,7 @@ void HostBackend::host_register(int device, void* ptr, std::size_t bytes, HostRe
 }
 
 void HostBackend::host_unregister(int device, void* ptr) {
-  const detail::Injection injection = detail::begin_call(Call::HostUnregister);
+  const detail::Injection injection = detail::begin_call(Call::HostUnregister, device);
   if (injection) throw_injected("host_unregister", Call::HostUnregister, injection, device);
   check_device("host_unregister", device);
   const std::lock_guard lock(memory_mutex_);
@@ -657,7 +657,7 @@ void* HostBackend::mapped_device_pointer(int device, void* host_ptr) {
 // ---- Streams ------------------------------------------------------------------------------------
 
 NativeStream HostBackend::create_stream(int device) {
-  const detail::Injection injection = detail::begin_call(Call::CreateStream);
+  const detail::Injection injection = detail::begin_call(Call::CreateStream, device);
   if (injection) throw_injected("create_stream", Call::CreateStream, injection, device);
   check_device("create_stream", device);
   std::shared_ptr<HostStream> stream;
@@ -674,7 +674,7 @@ NativeStream HostBackend::create_stream(int device) {
 }
 
 void HostBackend::destroy_stream(int device, NativeStream stream) {
-  const detail::Injection injection = detail::begin_call(Call::DestroyStream);
+  const detail::Injection injection = detail::begin_call(Call::DestroyStream, device);
   if (injection) throw_injected("destroy_stream", Call::DestroyStream, injection, device);
   check_device("destroy_stream", device);
   if (stream == nullptr) {
@@ -696,7 +696,7 @@ void HostBackend::destroy_stream(int device, NativeStream stream) {
 }
 
 void HostBackend::synchronize_stream(int device, NativeStream stream) {
-  const detail::Injection injection = detail::begin_call(Call::SynchronizeStream);
+  const detail::Injection injection = detail::begin_call(Call::SynchronizeStream, device);
   if (injection) throw_injected("synchronize_stream", Call::SynchronizeStream, injection, device);
   check_device("synchronize_stream", device);
   if (stream == nullptr) {
@@ -723,7 +723,7 @@ bool HostBackend::query_stream(int device, NativeStream stream) {
 // ---- Events -------------------------------------------------------------------------------------
 
 NativeEvent HostBackend::create_event(int device) {
-  const detail::Injection injection = detail::begin_call(Call::CreateEvent);
+  const detail::Injection injection = detail::begin_call(Call::CreateEvent, device);
   if (injection) throw_injected("create_event", Call::CreateEvent, injection, device);
   return create_completion_event(device);
 }
@@ -754,7 +754,7 @@ void HostBackend::destroy_event(int device, NativeEvent event) {
 }
 
 void HostBackend::record_event(int device, NativeEvent event, NativeStream stream) {
-  const detail::Injection injection = detail::begin_call(Call::RecordEvent);
+  const detail::Injection injection = detail::begin_call(Call::RecordEvent, device);
   if (injection) throw_injected("record_event", Call::RecordEvent, injection, device);
   check_device("record_event", device);
   const std::shared_ptr<HostEvent> target = find_event("record_event", device, event);
@@ -819,7 +819,7 @@ void HostBackend::stream_wait_event(int device, NativeStream stream, NativeEvent
 
 void HostBackend::copy(int device, void* dst, const void* src, std::size_t bytes, CopyKind kind,
                        NativeStream stream) {
-  const detail::Injection injection = detail::begin_call(Call::Copy);
+  const detail::Injection injection = detail::begin_call(Call::Copy, device);
   check_device("copy", device);
   const ByteSpan span{0, clamp_to_int64(bytes)};
   check_copy("copy", kind, dst, span, src, span);
@@ -830,7 +830,7 @@ void HostBackend::copy(int device, void* dst, const void* src, std::size_t bytes
 void HostBackend::copy_2d(int device, void* dst, std::size_t dst_pitch, const void* src,
                           std::size_t src_pitch, std::size_t width, std::size_t height,
                           CopyKind kind, NativeStream stream) {
-  const detail::Injection injection = detail::begin_call(Call::Copy);
+  const detail::Injection injection = detail::begin_call(Call::Copy, device);
   check_device("copy_2d", device);
   if (height > 1 && (dst_pitch < width || src_pitch < width)) {
     fail("copy_2d", Status::InvalidValue,
@@ -884,7 +884,7 @@ std::optional<HostBackend::ByteSpan> HostBackend::touched_span(const layout::Cop
 
 void HostBackend::copy_strided(int device, void* dst, const void* src, const layout::CopyPlan& plan,
                                CopyKind kind, NativeStream stream) {
-  const detail::Injection injection = detail::begin_call(Call::Copy);
+  const detail::Injection injection = detail::begin_call(Call::Copy, device);
   check_device("copy_strided", device);
   if (!well_formed(plan)) {
     fail("copy_strided", Status::InvalidValue,
@@ -922,11 +922,83 @@ void HostBackend::copy_strided(int device, void* dst, const void* src, const lay
 
 void HostBackend::memset(int device, void* dst, int byte_value, std::size_t bytes,
                          NativeStream stream) {
-  const detail::Injection injection = detail::begin_call(Call::Memset);
+  const detail::Injection injection = detail::begin_call(Call::Memset, device);
   check_device("memset", device);
   check_device_span("memset", "destination", dst, ByteSpan{0, clamp_to_int64(bytes)});
   submit("memset", Call::Memset, device, stream, injection,
          [this, dst, byte_value, bytes] { copier_.fill(dst, byte_value, bytes); });
+}
+
+// ---- Several devices (docs/scaling-out.md#several-devices) --------------------------------------
+
+bool HostBackend::can_access_peer(int device, int peer) {
+  check_device("can_access_peer", device);
+  check_device("can_access_peer", peer);
+  return peer_access(device, peer);
+}
+
+void HostBackend::enable_peer_access(int device, int peer) {
+  check_device("enable_peer_access", device);
+  check_device("enable_peer_access", peer);
+  if (device == peer) {
+    fail("enable_peer_access", Status::InvalidDevice, "device {} cannot be its own peer", device);
+  }
+  if (!peer_access(device, peer)) {
+    fail("enable_peer_access", Status::PeerAccessUnsupported,
+         "device {} cannot access device {} (host::set_peer_access / DEVMEM_HOST_PEER_ACCESS)",
+         device, peer);
+  }
+  const std::lock_guard lock(peers_mutex_);
+  peers_enabled_.insert({device, peer});  // enabling twice is not an error (devmem's contract)
+}
+
+void HostBackend::disable_peer_access(int device, int peer) {
+  check_device("disable_peer_access", device);
+  check_device("disable_peer_access", peer);
+  const std::lock_guard lock(peers_mutex_);
+  peers_enabled_.erase({device, peer});
+}
+
+void HostBackend::copy_peer(int dst_device, void* dst, int src_device, const void* src,
+                            std::size_t bytes, NativeStream stream) {
+  // Counted as a Copy of the destination device, whose stream it runs on.
+  const int device = dst_device;
+  const detail::Injection injection = detail::begin_call(Call::Copy, device);
+  check_device("copy_peer", dst_device);
+  check_device("copy_peer", src_device);
+  if (dst_device != src_device) {
+    // Like a GPU's direct access: only between devices that may be peers, once enabled. Without
+    // it core/ stages the copy through host memory.
+    bool enabled = false;
+    {
+      const std::lock_guard lock(peers_mutex_);
+      enabled = peers_enabled_.contains({dst_device, src_device});
+    }
+    if (!enabled || !peer_access(dst_device, src_device)) {
+      fail("copy_peer", Status::PeerAccessNotEnabled,
+           "device {} has no peer access to device {} (enable_peer_access first; "
+           "can_access_peer is {})",
+           dst_device, src_device, peer_access(dst_device, src_device));
+    }
+  }
+  const ByteSpan span{0, clamp_to_int64(bytes)};
+  check_copy("copy_peer", CopyKind::DeviceToDevice, dst, span, src, span);
+  {
+    const std::lock_guard lock(memory_mutex_);
+    const auto on = [this](int d, const void* ptr, std::size_t n) {
+      return n == 0 || find_containing(devices_[static_cast<std::size_t>(d)].allocations,
+                                       address_of(ptr), n, size_of_allocation) !=
+                           devices_[static_cast<std::size_t>(d)].allocations.end();
+    };
+    if (!on(src_device, src, bytes) || !on(dst_device, dst, bytes)) {
+      fail("copy_peer", Status::InvalidValue,
+           "the source {} ({} bytes) must lie in memory of device {} and the destination {} in "
+           "memory of device {}",
+           fmt::ptr(src), bytes, src_device, fmt::ptr(dst), dst_device);
+    }
+  }
+  submit_copy("copy_peer", device, stream, injection, CopyKind::DeviceToDevice, dst, span, src,
+              span, [this, dst, bytes](const void* source) { copier_.copy(dst, source, bytes); });
 }
 
 void HostBackend::launch_host_function(int device, NativeStream stream, std::function<void()> fn) {
@@ -936,7 +1008,7 @@ void HostBackend::launch_host_function(int device, NativeStream stream, std::fun
 }
 
 void HostBackend::launch_kernel(int device, NativeStream stream, HostStream::Operation run_grid) {
-  const detail::Injection injection = detail::begin_call(Call::Launch);
+  const detail::Injection injection = detail::begin_call(Call::Launch, device);
   check_device("launch", device);
   submit("launch", Call::Launch, device, stream, injection, std::move(run_grid));
 }

@@ -52,6 +52,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -113,6 +114,14 @@ class HostBackend final : public Backend {
   void memset(int device, void* dst, int byte_value, std::size_t bytes,
               NativeStream stream) override;
   void launch_host_function(int device, NativeStream stream, std::function<void()> fn) override;
+  // Several devices (docs/scaling-out.md#several-devices): access between simulated devices is
+  // what host::set_peer_access / DEVMEM_HOST_PEER_ACCESS say; copy_peer needs enable_peer_access
+  // (PeerAccessNotEnabled otherwise) and checks that each side lies in its device's memory.
+  [[nodiscard]] bool can_access_peer(int device, int peer) override;
+  void enable_peer_access(int device, int peer) override;
+  void disable_peer_access(int device, int peer) override;
+  void copy_peer(int dst_device, void* dst, int src_device, const void* src, std::size_t bytes,
+                 NativeStream stream) override;
   /// Enqueues a simulated kernel (`run_grid` runs every block; see host_kernel.cpp), counted and
   /// fault-injectable as Call::Launch.
   void launch_kernel(int device, NativeStream stream, HostStream::Operation run_grid);
@@ -215,6 +224,9 @@ class HostBackend final : public Backend {
 
   std::mutex streams_mutex_;
   std::map<NativeStream, std::shared_ptr<HostStream>> streams_;
+
+  std::mutex peers_mutex_;                       // guards peers_enabled_
+  std::set<std::pair<int, int>> peers_enabled_;  // (device, peer) after enable_peer_access
 
   std::mutex events_mutex_;
   std::map<NativeEvent, std::shared_ptr<HostEvent>> events_;

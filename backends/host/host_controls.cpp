@@ -40,6 +40,7 @@ struct FailureRequest {
   std::int64_t nth = 0;
   Status status = Status::Injected;
   std::int64_t count = 1;  // consecutive calls to fail, starting with the nth
+  int device = -1;         // only calls on this device count (fail_nth_on_device); -1: any
 };
 std::mutex g_failure_mutex;
 std::array<FailureRequest, kCallKinds> g_failures{};
@@ -47,6 +48,63 @@ std::array<std::atomic<bool>, kCallKinds> g_armed{};
 
 // -1 until set_device_memory_capacity is called; from then on it overrides the environment.
 std::atomic<std::int64_t> g_explicit_capacity{-1};
+// The per-device controls, under one mutex (read once per allocation or peer copy).
+std::mutex g_devices_mutex;
+// Per-device capacities (set_device_memory_capacity(device, bytes)); -1: the one above.
+std::array<std::int64_t, detail::kMaxDevices> g_device_capacity = [] {
+  std::array<std::int64_t, detail::kMaxDevices> result{};
+  result.fill(-1);
+  return result;
+}();
+// Peer access per (device, peer): -1 until set_peer_access, then 0 or 1.
+constexpr auto kPairs =
+    static_cast<std::size_t>(detail::kMaxDevices) * static_cast<std::size_t>(detail::kMaxDevices);
+std::array<signed char, kPairs> g_peer_access = [] {
+  std::array<signed char, kPairs> result{};
+  result.fill(-1);
+  return result;
+}();
+
+/// The capacity override of `device` (in range), or -1.
+std::int64_t own_capacity(int device) {
+  const std::lock_guard lock(g_devices_mutex);
+  return g_device_capacity[static_cast<std::size_t>(device)];
+}
+
+std::size_t pair_index(int device, int peer) noexcept {
+  return static_cast<std::size_t>(device) * static_cast<std::size_t>(detail::kMaxDevices) +
+         static_cast<std::size_t>(peer);
+}
+
+void check_device_index(const char* function, int device) {
+  if (device < 0 || device >= detail::kMaxDevices) {
+    throw InvalidArgument(
+        fmt::format("{}: device {} is outside [0, {})", function, device, detail::kMaxDevices));
+  }
+}
+
+// DEVMEM_HOST_PEER_ACCESS, parsed once: true for "all" (or unset), false for "none"; an invalid
+// value is kept as an error message for every use to report.
+struct EnvPeerAccess {
+  bool all = true;
+  std::string error;
+};
+const EnvPeerAccess& env_peer_access() {
+  static const EnvPeerAccess parsed = [] {
+    EnvPeerAccess result;
+    const char* const text = std::getenv("DEVMEM_HOST_PEER_ACCESS");
+    if (text == nullptr || *text == '\0') return result;
+    const std::string_view value(text);
+    if (value == "none") {
+      result.all = false;
+    } else if (value != "all") {
+      result.error = fmt::format(
+          "DEVMEM_HOST_PEER_ACCESS: invalid value '{}' (expected 'all' or 'none')", value);
+    }
+    return result;
+  }();
+  return parsed;
+}
 
 // -1 until set_bounds_checking is called; from then on it overrides DEVMEM_HOST_BOUNDS_CHECK.
 std::atomic<int> g_explicit_bounds_checking{-1};
@@ -134,6 +192,10 @@ std::string_view to_string(Status status) noexcept {
       return "HostMemoryAlreadyRegistered";
     case Status::HostMemoryNotRegistered:
       return "HostMemoryNotRegistered";
+    case Status::PeerAccessUnsupported:
+      return "PeerAccessUnsupported";
+    case Status::PeerAccessNotEnabled:
+      return "PeerAccessNotEnabled";
     case Status::Injected:
       return "Injected";
   }
@@ -146,6 +208,9 @@ void set_device_memory_capacity(std::int64_t bytes) {
         fmt::format("set_device_memory_capacity: capacity must be >= 0, got {}", bytes));
   }
   g_explicit_capacity.store(bytes, std::memory_order_relaxed);
+  // The capacity of every device: per-device overrides go.
+  const std::lock_guard lock(g_devices_mutex);
+  g_device_capacity.fill(-1);
 }
 
 // noexcept by contract, so an invalid DEVMEM_HOST_DEVICE_MEMORY cannot be reported here: this
@@ -180,6 +245,12 @@ std::int64_t device_memory_used(int device) {
 }
 
 void fail_nth(Call kind, std::int64_t nth, Status status, std::int64_t count) {
+  fail_nth_on_device(-1, kind, nth, status, count);
+}
+
+void fail_nth_on_device(int device, Call kind, std::int64_t nth, Status status,
+                        std::int64_t count) {
+  if (device != -1) check_device_index("fail_nth_on_device", device);
   if (!valid_kind(kind)) {
     throw InvalidArgument(
         fmt::format("fail_nth: invalid call kind {}", static_cast<int>(index_of(kind))));
@@ -196,8 +267,55 @@ void fail_nth(Call kind, std::int64_t nth, Status status, std::int64_t count) {
     throw InvalidArgument(fmt::format("fail_nth: count must be >= 1, got {}", count));
   }
   const std::lock_guard lock(g_failure_mutex);
-  g_failures[index_of(kind)] = FailureRequest{nth, nth, status, count};
+  g_failures[index_of(kind)] = FailureRequest{nth, nth, status, count, device};
   g_armed[index_of(kind)].store(true, std::memory_order_release);
+}
+
+void set_device_memory_capacity(int device, std::int64_t bytes) {
+  check_device_index("set_device_memory_capacity", device);
+  if (bytes < 0) {
+    throw InvalidArgument(fmt::format(
+        "set_device_memory_capacity: capacity of device {} must be >= 0, got {}", device, bytes));
+  }
+  const std::lock_guard lock(g_devices_mutex);
+  g_device_capacity[static_cast<std::size_t>(device)] = bytes;
+}
+
+std::int64_t device_memory_capacity(int device) {
+  check_device_index("device_memory_capacity", device);
+  const std::int64_t own = own_capacity(device);
+  return own >= 0 ? own : device_memory_capacity();
+}
+
+void set_peer_access(int device, int peer, bool accessible) {
+  check_device_index("set_peer_access", device);
+  check_device_index("set_peer_access", peer);
+  if (device == peer) {
+    throw InvalidArgument(fmt::format("set_peer_access: device {} cannot be its own peer", device));
+  }
+  const std::lock_guard lock(g_devices_mutex);
+  g_peer_access[pair_index(device, peer)] = accessible ? 1 : 0;
+}
+
+void reset_peer_access() noexcept {
+  const std::lock_guard lock(g_devices_mutex);
+  g_peer_access.fill(-1);
+}
+
+bool peer_access(int device, int peer) {
+  if (device == peer || device < 0 || peer < 0 || device >= detail::kMaxDevices ||
+      peer >= detail::kMaxDevices) {
+    return false;
+  }
+  signed char set = -1;
+  {
+    const std::lock_guard lock(g_devices_mutex);
+    set = g_peer_access[pair_index(device, peer)];
+  }
+  if (set >= 0) return set != 0;
+  const EnvPeerAccess& env = env_peer_access();
+  if (!env.error.empty()) throw InvalidArgument(env.error);
+  return env.all;
 }
 
 void clear_failures() noexcept {
@@ -238,13 +356,15 @@ void reset_call_counts() noexcept {
 
 namespace detail {
 
-Injection begin_call(Call kind) noexcept {
+Injection begin_call(Call kind, int device) noexcept {
   const std::size_t i = index_of(kind);
   g_call_counts[i].fetch_add(1, std::memory_order_relaxed);
   if (!g_armed[i].load(std::memory_order_acquire)) return {};
   const std::lock_guard lock(g_failure_mutex);
   FailureRequest& request = g_failures[i];
-  if (request.remaining == 0 || --request.remaining != 0) return {};
+  if (request.remaining == 0) return {};
+  if (request.device >= 0 && request.device != device) return {};  // another device's calls
+  if (--request.remaining != 0) return {};
   const Injection injection{request.status, request.nth};
   if (--request.count > 0) {
     // Stay armed for the very next call (e.g. to make an allocation and its retry both fail).
@@ -262,6 +382,14 @@ std::int64_t effective_capacity() {
   const EnvCapacity& env = env_capacity();
   if (!env.error.empty()) throw InvalidArgument(env.error);
   return env.value.value_or(kDefaultCapacity);
+}
+
+std::int64_t effective_capacity(int device) {
+  if (device >= 0 && device < kMaxDevices) {
+    const std::int64_t own = own_capacity(device);
+    if (own >= 0) return own;
+  }
+  return effective_capacity();
 }
 
 int configured_device_count() {

@@ -20,12 +20,17 @@ struct Injection {
 
 /// Counts one call of `kind` and consumes the matching fail_nth request when this call is the
 /// one it designates. Every host backend entry point of a counted kind calls this first.
-[[nodiscard]] Injection begin_call(Call kind) noexcept;
+/// `device`: the device the call is made for (-1: none); a fail_nth_on_device request counts only
+/// that device's calls.
+[[nodiscard]] Injection begin_call(Call kind, int device = -1) noexcept;
 
 /// The capacity of every simulated device: set_device_memory_capacity's value if it was called,
 /// else DEVMEM_HOST_DEVICE_MEMORY (parsed on first use), else 4 GiB. Throws InvalidArgument naming
 /// the variable and its value when the variable is set but invalid.
 [[nodiscard]] std::int64_t effective_capacity();
+/// The capacity of `device`: its set_device_memory_capacity(device, bytes) override, else
+/// effective_capacity().
+[[nodiscard]] std::int64_t effective_capacity(int device);
 
 /// DEVMEM_HOST_DEVICE_COUNT (default 1), read once. Throws InvalidArgument when it is not an
 /// integer in [0, kMaxDevices].

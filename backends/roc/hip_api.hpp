@@ -36,6 +36,8 @@ struct HipApi {
   static constexpr Error kErrorInvalidPitchValue = hipErrorInvalidPitchValue;
   /// What HIP answers once it has been torn down at process exit.
   static constexpr Error kErrorRuntimeUnloading = hipErrorDeinitialized;
+  static constexpr Error kErrorPeerAccessAlreadyEnabled = hipErrorPeerAccessAlreadyEnabled;
+  static constexpr Error kErrorPeerAccessNotEnabled = hipErrorPeerAccessNotEnabled;
 
   static constexpr MemcpyKind kHostToHost = hipMemcpyHostToHost;
   static constexpr MemcpyKind kHostToDevice = hipMemcpyHostToDevice;
@@ -241,6 +243,22 @@ struct HipApi {
   template <void (*Fn)(void*)>
   static S launchHostFunc(Stream stream, void* user) {
     return {hipStreamAddCallback(stream, &stream_callback<Fn>, user, 0u), "hipStreamAddCallback"};
+  }
+
+  // ---- Several devices ----
+  static S deviceCanAccessPeer(int* can_access, int device, int peer) {
+    return {hipDeviceCanAccessPeer(can_access, device, peer), "hipDeviceCanAccessPeer"};
+  }
+  static S deviceEnablePeerAccess(int peer) {
+    return {hipDeviceEnablePeerAccess(peer, 0u), "hipDeviceEnablePeerAccess"};
+  }
+  static S deviceDisablePeerAccess(int peer) {
+    return {hipDeviceDisablePeerAccess(peer), "hipDeviceDisablePeerAccess"};
+  }
+  static S memcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
+                           std::size_t bytes, Stream stream) {
+    return {hipMemcpyPeerAsync(dst, dst_device, src, src_device, bytes, stream),
+            "hipMemcpyPeerAsync"};
   }
 
   // ---- Copies ----

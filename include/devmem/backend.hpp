@@ -208,6 +208,31 @@ class DEVMEM_API Backend {
   /// Makes `device` current on the calling thread, for work the caller issues to the vendor
   /// runtime itself (kernel launches compiled into the application). No-op by default.
   virtual void make_current(int device);
+
+  // ---- Several devices (docs/scaling-out.md#several-devices) ----
+  // Peer access is directional: `device` reading and writing memory of `peer`. core/ copies
+  // between arrays of two devices with copy_peer when can_access_peer(destination, source) holds
+  // (after enable_peer_access), and otherwise stages the bytes through page-locked host memory.
+  /// Whether `device` can access memory of `peer` directly (cudaDeviceCanAccessPeer /
+  /// hipDeviceCanAccessPeer). False for device == peer and on backends without peer access (the
+  /// default). BackendError for an index that is not a device.
+  [[nodiscard]] virtual bool can_access_peer(int device, int peer);
+  /// Lets `device` access memory of `peer` (cudaDeviceEnablePeerAccess). Idempotent: enabling
+  /// access that is already enabled succeeds (the vendors' "already enabled" status is not an
+  /// error here). BackendError when the devices cannot be peers (can_access_peer is false, or
+  /// device == peer); the default always throws that.
+  virtual void enable_peer_access(int device, int peer);
+  /// Withdraws what enable_peer_access gave (cudaDeviceDisablePeerAccess). Idempotent: disabling
+  /// access that is not enabled succeeds. A no-op by default (nothing can be enabled there).
+  virtual void disable_peer_access(int device, int peer);
+  /// Copies `bytes` from `src` in memory of `src_device` to `dst` in memory of `dst_device`,
+  /// enqueued on `stream`, a stream of `dst_device` (nullptr: its default stream)
+  /// (cudaMemcpyPeerAsync / hipMemcpyPeerAsync). Ordered only on `stream`: the caller orders it
+  /// after the source device's work. Backends may require enable_peer_access(dst_device,
+  /// src_device) first (the host backend does: BackendError PeerAccessNotEnabled); the default
+  /// throws InvalidArgument (no peer copies).
+  virtual void copy_peer(int dst_device, void* dst, int src_device, const void* src,
+                         std::size_t bytes, NativeStream stream);
 };
 
 /// Names of the backends compiled into this build, the default first ("cuda" or "roc" if

@@ -11,7 +11,9 @@
 #include <devmem/stream.hpp>
 
 #include <memory>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace devmem {
 
@@ -79,6 +81,19 @@ class DEVMEM_API Context {
   /// clears the list.
   [[nodiscard]] std::vector<std::string> take_deallocation_errors();
 
+  // ---- Several devices (docs/scaling-out.md#several-devices) ----
+  /// Whether this device can access memory of device `peer` directly (Numba's
+  /// Context.can_access_peer; cudaDeviceCanAccessPeer). False for the device itself. NoDevice when
+  /// `peer` is not a device of the backend.
+  [[nodiscard]] bool can_access_peer(int peer) const;
+  /// Lets this device access memory of `peer` (Numba's Context.enable_peer_access). Idempotent.
+  /// NoDevice when `peer` is not a device; BackendError when the two cannot be peers
+  /// (can_access_peer is false). Copies between arrays of two devices do not need it: they enable
+  /// access themselves where possible and otherwise go through host memory.
+  void enable_peer_access(int peer) const;
+  /// Withdraws what enable_peer_access gave (idempotent). NoDevice when `peer` is not a device.
+  void disable_peer_access(int peer) const;
+
  private:
   friend struct detail::ContextState;  // ContextState::of(context) reaches state_ for core/
   Context(Backend& backend, int device);
@@ -98,6 +113,47 @@ DEVMEM_API void select_device(int index);
 [[nodiscard]] DEVMEM_API std::shared_ptr<Context> current_context();
 /// The context of device `index`.
 [[nodiscard]] DEVMEM_API std::shared_ptr<Context> context_for_device(int index);
+/// One device of the active backend, as Numba's cuda.gpus lists it (Numba's Device): its index,
+/// name and properties, read when the descriptor was made.
+struct DeviceInfo {
+  int id = 0;                   // the device index (select_device, context_for_device)
+  std::string name;             // DeviceProperties::name
+  DeviceProperties properties;  // what Context::properties() returns for the device
+};
+
+/// Every device of the active backend, in index order (Numba's cuda.gpus and
+/// cuda.list_devices()); empty when the backend has none. Thread safety: may be called from
+/// several threads.
+[[nodiscard]] DEVMEM_API std::vector<DeviceInfo> gpus();
+/// The calling thread's current device (Numba's cuda.get_current_device()). NoDevice when the
+/// backend has no device.
+[[nodiscard]] DEVMEM_API DeviceInfo get_current_device();
+
+/// Makes a device current for the calling thread for the scope's lifetime, then makes the device
+/// that was current before current again, also when the scope is left by an exception (Numba's
+/// `with cuda.gpus[i]:`). Scopes nest. Neither copyable nor movable: it belongs to the thread and
+/// the block that made it.
+class [[nodiscard]] DEVMEM_API DeviceScope {
+ public:
+  /// Selects `device` (NoDevice when it does not exist, and nothing changes).
+  explicit DeviceScope(int device);
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  DeviceScope(DeviceScope&&) = delete;
+  DeviceScope& operator=(DeviceScope&&) = delete;
+  ~DeviceScope();
+  /// The device the scope made current.
+  [[nodiscard]] int device() const noexcept { return device_; }
+  /// The device current before the scope, restored at its end.
+  [[nodiscard]] int previous() const noexcept { return previous_; }
+
+ private:
+  int device_;
+  int previous_;
+};
+/// A DeviceScope for `device`: `auto scope = devmem::device_scope(1);`.
+[[nodiscard]] DEVMEM_API DeviceScope device_scope(int device);
+
 /// Waits for all work on the current device: its default stream and every stream of its context
 /// (Numba's cuda.synchronize(); the same as current_context()->synchronize()). Throws NoDevice as
 /// current_context() does, and the first asynchronous failure of that work as Stream::synchronize

@@ -5,9 +5,12 @@
 // non-default stream runs its operations in order on a worker thread, so asynchronous work really
 // completes later. Host registrations and allocations are tracked with CUDA's rules, and any call
 // kind can be made to fail on its Nth occurrence for reliability tests. The number of simulated
-// devices is DEVMEM_HOST_DEVICE_COUNT (default 1). Device-side pointers passed to copies and
-// memsets are checked against live allocations and mapped host memory, so an out-of-bounds or
-// use-after-free access is reported as IllegalAddress instead of corrupting memory.
+// devices is DEVMEM_HOST_DEVICE_COUNT (default 1); each may have its own capacity and injected
+// failures, and whether they can be peers of each other is configurable (DEVMEM_HOST_PEER_ACCESS),
+// so that direct and staged copies between devices both run (docs/scaling-out.md#several-devices).
+// Device-side pointers passed to copies and memsets are checked against live allocations and mapped
+// host memory, so an out-of-bounds or use-after-free access is reported as IllegalAddress instead
+// of corrupting memory.
 //
 // Kernels compiled for the host backend are bounds-checked (see bounds_checking below): every
 // element access of an ArrayView, shared_array, local_array or DEVMEM_CONSTANT_ARRAY checks its
@@ -61,7 +64,9 @@ enum class Status : int {
   LaunchFailure = 719,         // a simulated kernel failed (exception, barrier divergence)
   HostMemoryAlreadyRegistered = 712,
   HostMemoryNotRegistered = 713,
-  Injected = 999,  // a failure requested with fail_nth
+  PeerAccessUnsupported = 217,  // enable_peer_access between devices that cannot be peers
+  PeerAccessNotEnabled = 705,   // a peer copy without enable_peer_access first
+  Injected = 999,               // a failure requested with fail_nth
 };
 /// The status's name ("InvalidValue", ...), as BackendError::code_name() reports it.
 [[nodiscard]] DEVMEM_API std::string_view to_string(Status status) noexcept;
@@ -88,6 +93,40 @@ DEVMEM_API void clear_failures() noexcept;
 [[nodiscard]] DEVMEM_API std::int64_t call_count(Call kind) noexcept;
 /// Sets every call_count to 0.
 DEVMEM_API void reset_call_counts() noexcept;
+
+// ---- Several devices (docs/scaling-out.md#several-devices) ----
+
+/// Device memory capacity of simulated device `device` alone, in bytes, overriding the capacity of
+/// every device (set_device_memory_capacity(bytes), which also clears these overrides). Shrinking
+/// below what is in use is allowed. InvalidArgument for a negative value or a device index outside
+/// [0, 64).
+DEVMEM_API void set_device_memory_capacity(int device, std::int64_t bytes);
+/// The capacity of `device`: its own override if set, else device_memory_capacity().
+/// InvalidArgument for a device index outside [0, 64).
+[[nodiscard]] DEVMEM_API std::int64_t device_memory_capacity(int device);
+
+/// Whether simulated device `device` can access memory of `peer` (what Backend::can_access_peer
+/// answers; directional). The default for every pair of distinct devices comes from
+/// DEVMEM_HOST_PEER_ACCESS, read once: "all" (the default: every pair, like GPUs joined by NVLink)
+/// or "none" (no pair, like GPUs on separate PCIe root complexes: copies between devices are then
+/// staged through host memory). Turning access off also withdraws what enable_peer_access gave.
+/// InvalidArgument for an index outside [0, 64) or device == peer.
+DEVMEM_API void set_peer_access(int device, int peer, bool accessible);
+/// Forgets every set_peer_access: all pairs take DEVMEM_HOST_PEER_ACCESS's value again.
+DEVMEM_API void reset_peer_access() noexcept;
+/// The value set_peer_access or DEVMEM_HOST_PEER_ACCESS gives for the pair (false for device ==
+/// peer or an index outside [0, 64)). Throws InvalidArgument naming the variable when
+/// DEVMEM_HOST_PEER_ACCESS is neither "all" nor "none".
+[[nodiscard]] DEVMEM_API bool peer_access(int device, int peer);
+
+/// fail_nth restricted to calls made for `device`: the `nth` call of `kind` on that device (calls
+/// on other devices are not counted toward it) fails with `status`, and so do the `count` - 1
+/// calls of that kind on that device after it. A peer copy counts as a Copy of its destination
+/// device. Replaces an earlier request for the same kind, whatever its device; fail_nth without a
+/// device matches calls on any device. InvalidArgument as fail_nth, and for a device index outside
+/// [0, 64).
+DEVMEM_API void fail_nth_on_device(int device, Call kind, std::int64_t nth,
+                                   Status status = Status::Injected, std::int64_t count = 1);
 
 /// Turns the simulator's bounds checks (see the file comment) on or off for kernels that run from
 /// now on. Off, an out-of-range index is not reported and the access goes ahead unchecked, as on

@@ -428,3 +428,94 @@ TEST_CASE("gpu_runtime: stream-ordered allocation where the device has memory po
     CHECK(f.state.live_blocks == 0);
   }
 }
+
+// ---- Several devices (docs/scaling-out.md#several-devices) --------------------------------------
+
+TEST_CASE("gpu_runtime: can_access_peer asks the runtime, never for the device itself") {
+  Fixture f;
+  CHECK(f.backend.can_access_peer(0, 1));
+  CHECK(f.count("fakeDeviceCanAccessPeer(0,1)") == 1);
+  CHECK_FALSE(f.backend.can_access_peer(1, 1));
+  CHECK_FALSE(f.called("fakeDeviceCanAccessPeer(1,1)"));
+  f.state.peer_capable.clear();
+  CHECK_FALSE(f.backend.can_access_peer(1, 0));
+  f.state.fail["fakeDeviceCanAccessPeer"] = kInvalidDevice;
+  REQUIRE_THROWS_MATCHES(f.backend.can_access_peer(0, 1), devmem::BackendError,
+                         Catch::Matchers::Message(
+                             "fake fakeDeviceCanAccessPeer: fakeErrorInvalidDevice (101): invalid "
+                             "device ordinal; asking whether device 0 can access device 1"));
+  CHECK(f.state.last_error == kOk);
+}
+
+TEST_CASE("gpu_runtime: enabling and disabling peer access are idempotent") {
+  Fixture f;
+  f.backend.enable_peer_access(1, 0);
+  CHECK(f.count("fakeSetDevice(1)") == 1);  // enabled from the device that gains access
+  CHECK(f.state.peers_enabled.contains({1, 0}));
+  // The runtime answers "already enabled": success, and the last error is cleared.
+  f.backend.enable_peer_access(1, 0);
+  CHECK(f.count("fakeDeviceEnablePeerAccess(0)") == 2);
+  CHECK(f.state.last_error == kOk);
+  f.backend.disable_peer_access(1, 0);
+  CHECK_FALSE(f.state.peers_enabled.contains({1, 0}));
+  f.backend.disable_peer_access(1, 0);  // "not enabled": success too
+  CHECK(f.state.last_error == kOk);
+  SECTION("devices that cannot be peers: the runtime's error") {
+    f.state.peer_capable.clear();
+    REQUIRE_THROWS_MATCHES(
+        f.backend.enable_peer_access(0, 1), devmem::BackendError,
+        Catch::Matchers::Message("fake fakeDeviceEnablePeerAccess: fakeErrorPeerAccessUnsupported "
+                                 "(217); letting device 0 access device 1"));
+    CHECK(f.state.last_error == kOk);
+  }
+  SECTION("another failure of disable is reported") {
+    f.state.fail["fakeDeviceDisablePeerAccess"] = kInvalidDevice;
+    REQUIRE_THROWS_AS(f.backend.disable_peer_access(0, 1), devmem::BackendError);
+  }
+}
+
+TEST_CASE("gpu_runtime: a peer copy is one memcpyPeerAsync on the destination device's stream") {
+  Fixture f;
+  void* const src = f.backend.allocate(0, 256);
+  void* const dst = f.backend.allocate(1, 256);
+  std::memset(src, 7, 256);
+  std::memset(dst, 0, 256);
+  const NativeStream stream = f.backend.create_stream(1);
+  f.state.calls.clear();
+  f.backend.copy_peer(1, dst, 0, src, 200, stream);
+  REQUIRE(f.state.peer_copies.size() == 1);
+  CHECK(f.state.peer_copies[0] == std::tuple<int, int, std::size_t>{1, 0, 200});
+  CHECK(f.state.copy_streams.back() == static_cast<FakeStream*>(stream));
+  CHECK(f.state.current == 1);
+  CHECK(static_cast<unsigned char*>(dst)[199] == 7);
+  CHECK(static_cast<unsigned char*>(dst)[200] == 0);
+  // Nothing to copy: no call.
+  f.backend.copy_peer(1, dst, 0, src, 0, nullptr);
+  CHECK(f.state.peer_copies.size() == 1);
+  SECTION("the legacy default stream") {
+    f.backend.copy_peer(0, src, 1, dst, 8, nullptr);
+    CHECK(f.state.copy_streams.back() == &f.state.legacy);
+  }
+  SECTION("a failure names both devices") {
+    f.state.fail["fakeMemcpyPeerAsync"] = kInvalidValue;
+    bool thrown = false;
+    try {
+      f.backend.copy_peer(1, dst, 0, src, 16, stream);
+    } catch (const devmem::BackendError& e) {
+      thrown = true;
+      const std::string what = e.what();
+      CHECK(e.function() == "fakeMemcpyPeerAsync");
+      CHECK(what.rfind("fake fakeMemcpyPeerAsync: fakeErrorInvalidValue (1): invalid argument; "
+                       "copying 16 bytes from ",
+                       0) == 0);
+      CHECK(what.find("on device 0 to") != std::string::npos);
+      CHECK(what.find("on device 1 on") != std::string::npos);
+    }
+    CHECK(thrown);
+    CHECK(f.state.last_error == kOk);
+  }
+  f.backend.destroy_stream(1, stream);
+  f.backend.deallocate(0, src);
+  f.backend.deallocate(1, dst);
+  CHECK(f.state.live_blocks == 0);
+}

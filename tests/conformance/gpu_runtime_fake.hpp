@@ -27,6 +27,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -56,6 +57,9 @@ enum FakeError : int {
   kNoDevice = 100,
   kInvalidDevice = 101,
   kNotReady = 600,
+  kPeerUnsupported = 217,
+  kPeerAlreadyEnabled = 704,
+  kPeerNotEnabled = 705,
 };
 
 enum FakeKind : int { kH2H = 0, kH2D = 1, kD2H = 2, kD2D = 3, kDefault = 4 };
@@ -95,6 +99,12 @@ struct FakeState {
   int live_streams = 0;
   int live_events = 0;
   int launches = 0;  // strided-copy kernel launches
+  // Several devices: which (device, peer) pairs deviceCanAccessPeer accepts, and which have been
+  // enabled (deviceEnablePeerAccess from the current device).
+  std::set<std::pair<int, int>> peer_capable{{0, 1}, {1, 0}};
+  std::set<std::pair<int, int>> peers_enabled;
+  // memcpyPeerAsync calls: destination device, source device, bytes.
+  std::vector<std::tuple<int, int, std::size_t>> peer_copies;
 };
 
 inline FakeState* g_state = nullptr;
@@ -125,6 +135,8 @@ struct FakeApi {
   static constexpr Error kErrorMemoryAllocation = kOutOfMemory;
   static constexpr Error kErrorInvalidPitchValue = kInvalidPitch;
   static constexpr Error kErrorRuntimeUnloading = kUnloading;
+  static constexpr Error kErrorPeerAccessAlreadyEnabled = kPeerAlreadyEnabled;
+  static constexpr Error kErrorPeerAccessNotEnabled = kPeerNotEnabled;
   static constexpr MemcpyKind kHostToHost = kH2H;
   static constexpr MemcpyKind kHostToDevice = kH2D;
   static constexpr MemcpyKind kDeviceToHost = kD2H;
@@ -365,6 +377,46 @@ struct FakeApi {
     return s;
   }
 
+  // Several devices: like CUDA, enabling twice is kPeerAlreadyEnabled and disabling what is not
+  // enabled kPeerNotEnabled (the backend turns both into success).
+  static S deviceCanAccessPeer(int* can_access, int device, int peer) {
+    S s = call("fakeDeviceCanAccessPeer", std::to_string(device) + "," + std::to_string(peer));
+    *can_access = g_state->peer_capable.contains({device, peer}) ? 1 : 0;
+    return s;
+  }
+  static S deviceEnablePeerAccess(int peer) {
+    S s = call("fakeDeviceEnablePeerAccess", std::to_string(peer));
+    if (s.code != kOk) return s;
+    const std::pair<int, int> pair{g_state->current, peer};
+    if (!g_state->peer_capable.contains(pair)) return fail_with(kPeerUnsupported, s.function);
+    if (!g_state->peers_enabled.insert(pair).second) {
+      return fail_with(kPeerAlreadyEnabled, s.function);
+    }
+    return s;
+  }
+  static S deviceDisablePeerAccess(int peer) {
+    S s = call("fakeDeviceDisablePeerAccess", std::to_string(peer));
+    if (s.code != kOk) return s;
+    if (g_state->peers_enabled.erase({g_state->current, peer}) == 0) {
+      return fail_with(kPeerNotEnabled, s.function);
+    }
+    return s;
+  }
+  static S memcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
+                           std::size_t bytes, Stream stream) {
+    record_copy(kD2D, stream);
+    g_state->peer_copies.emplace_back(dst_device, src_device, bytes);
+    S s = call("fakeMemcpyPeerAsync", std::to_string(dst_device) + "<-" +
+                                          std::to_string(src_device) + "," + std::to_string(bytes));
+    if (s.code != kOk) return s;
+    if (g_state->deferred) {
+      g_state->pending.emplace_back([dst, src, bytes] { std::memcpy(dst, src, bytes); });
+    } else {
+      std::memcpy(dst, src, bytes);
+    }
+    return s;
+  }
+
   static S memcpyAsync(void* dst, const void* src, std::size_t bytes, MemcpyKind kind,
                        Stream stream) {
     record_copy(kind, stream);
@@ -487,6 +539,12 @@ struct FakeApi {
         return "fakeErrorInvalidDevice";
       case kNotReady:
         return "fakeErrorNotReady";
+      case kPeerUnsupported:
+        return "fakeErrorPeerAccessUnsupported";
+      case kPeerAlreadyEnabled:
+        return "fakeErrorPeerAccessAlreadyEnabled";
+      case kPeerNotEnabled:
+        return "fakeErrorPeerAccessNotEnabled";
     }
     return nullptr;
   }
@@ -508,6 +566,11 @@ struct FakeApi {
   }
 
  private:
+  /// A failure the call itself decides on (not one the test asked for): set as the last error.
+  static S fail_with(FakeError error, const char* function) {
+    g_state->last_error = error;
+    return {error, function};
+  }
   static void record_copy(MemcpyKind kind, Stream stream) {
     g_state->copy_kinds.push_back(kind);
     g_state->copy_streams.push_back(stream);

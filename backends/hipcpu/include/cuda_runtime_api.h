@@ -40,6 +40,8 @@ inline constexpr cudaError_t cudaErrorNotReady = hipErrorNotReady;
 inline constexpr cudaError_t cudaErrorHostMemoryAlreadyRegistered =
     hipErrorHostMemoryAlreadyRegistered;
 inline constexpr cudaError_t cudaErrorHostMemoryNotRegistered = hipErrorHostMemoryNotRegistered;
+inline constexpr cudaError_t cudaErrorPeerAccessAlreadyEnabled = hipErrorPeerAccessAlreadyEnabled;
+inline constexpr cudaError_t cudaErrorPeerAccessNotEnabled = hipErrorPeerAccessNotEnabled;
 
 inline constexpr cudaMemcpyKind cudaMemcpyHostToHost = hipMemcpyHostToHost;
 inline constexpr cudaMemcpyKind cudaMemcpyHostToDevice = hipMemcpyHostToDevice;
@@ -241,6 +243,21 @@ inline cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t function
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes,
                                    cudaMemcpyKind kind, cudaStream_t stream = nullptr) {
   return hipMemcpyAsync(dst, src, bytes, kind, stream);
+}
+
+// ---- Several devices ----
+inline cudaError_t cudaDeviceCanAccessPeer(int* can_access, int device, int peer) {
+  return hipDeviceCanAccessPeer(can_access, device, peer);
+}
+inline cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags) {
+  return hipDeviceEnablePeerAccess(peer, flags);
+}
+inline cudaError_t cudaDeviceDisablePeerAccess(int peer) {
+  return hipDeviceDisablePeerAccess(peer);
+}
+inline cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
+                                       std::size_t bytes, cudaStream_t stream = nullptr) {
+  return hipMemcpyPeerAsync(dst, dst_device, src, src_device, bytes, stream);
 }
 inline cudaError_t cudaMemcpy2DAsync(void* dst, std::size_t dst_pitch, const void* src,
                                      std::size_t src_pitch, std::size_t width, std::size_t height,

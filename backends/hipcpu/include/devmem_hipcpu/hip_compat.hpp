@@ -688,6 +688,20 @@ inline hipError_t hipMemcpyAsync(void* dst, const void* src, std::size_t bytes, 
                              [=] { std::memmove(dst, src, bytes); }));
 }
 
+/// HIP-CPU has one device and no hipMemcpyPeerAsync: a copy within that device once both indices
+/// are checked (hipErrorInvalidDevice otherwise, as ROCm answers).
+inline hipError_t hipMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
+                                     std::size_t bytes, hipStream_t stream = nullptr) {
+  int count = 0;
+  if (const hipError_t status = ::hipGetDeviceCount(&count); status != hipSuccess) {
+    return result(status);
+  }
+  if (dst_device < 0 || dst_device >= count || src_device < 0 || src_device >= count) {
+    return result(hipErrorInvalidDevice);
+  }
+  return ::devmem::hipcpu::hipMemcpyAsync(dst, src, bytes, hipMemcpyDeviceToDevice, stream);
+}
+
 inline hipError_t hipMemcpy2DAsync(void* dst, std::size_t dst_pitch, const void* src,
                                    std::size_t src_pitch, std::size_t width, std::size_t height,
                                    hipMemcpyKind kind, hipStream_t stream = nullptr) {
@@ -808,6 +822,7 @@ using devmem::hipcpu::hipEventQuery;
 using devmem::hipcpu::hipFuncSetAttribute;
 using devmem::hipcpu::hipLaunchHostFunc;
 using devmem::hipcpu::hipMemcpy3DAsync;
+using devmem::hipcpu::hipMemcpyPeerAsync;
 using devmem::hipcpu::hipMemcpyToSymbol;  // an overload next to HIP-CPU's
 using devmem::hipcpu::hipPointerGetAttributes;
 using devmem::hipcpu::hipStreamAddCallback;
