@@ -165,8 +165,8 @@ std::vector<std::shared_ptr<const void>> copy_staged(const char* operation, Stre
     // Chunks already enqueued may still use the buffers: they go only once both streams' work so
     // far has completed, never back to a pool while a copy may write into them.
     try {
-      ContextState::of(src_ctx).retire_after(src_stream, buffers);
-      ContextState::of(dst_ctx).retire_after(dst_stream, buffers);
+      ContextState::of(src_ctx).in_flight.retire_after(src_stream, buffers);
+      ContextState::of(dst_ctx).in_flight.retire_after(dst_stream, buffers);
     } catch (const std::exception& e) {
       report_error(
           fmt::format("{}: keeping the staging buffers of a failed copy: {}", operation, e.what()));
