@@ -113,6 +113,16 @@ class Reader {
 
 // ---- The mappings this process has opened ----
 
+/// Backend::ipc_close, its failure reported (it runs in destructors).
+void close_quietly(Context& context, void* base) noexcept {
+  try {
+    context.backend().ipc_close(context.device(), base);
+  } catch (const std::exception& e) {
+    detail::report_error(fmt::format("closing the IPC mapping at {} on device {}: {}", base,
+                                     context.device(), e.what()));
+  }
+}
+
 struct MappingKey {
   std::string backend;
   int device = 0;
@@ -142,11 +152,20 @@ class MappingTable {
     if (it != table_.end()) {
       if (std::shared_ptr<Mapping> live = it->second.lock()) return live;
     }
-    auto mapping = std::make_shared<Mapping>();
+    // The mapping object is made once the vendor mapping exists: its destructor closes it (and
+    // takes this table's mutex, held here).
+    void* const base = context->backend().ipc_open(context->device(), key.vendor);
+    std::shared_ptr<Mapping> mapping;
+    try {
+      mapping = std::make_shared<Mapping>();
+      table_.insert_or_assign(key, mapping);
+    } catch (...) {
+      close_quietly(*context, base);
+      throw;
+    }
     mapping->key = key;
     mapping->context = context;
-    mapping->base = context->backend().ipc_open(context->device(), key.vendor);
-    table_.insert_or_assign(key, mapping);
+    mapping->base = base;
     return mapping;
   }
   /// Forgets `key` unless a live mapping took its place.
@@ -169,13 +188,9 @@ MappingTable& mappings() {
 }
 
 Mapping::~Mapping() {
+  if (!context) return;  // never mapped
   mappings().forget(key);
-  try {
-    context->backend().ipc_close(context->device(), base);
-  } catch (const std::exception& e) {
-    detail::report_error(
-        fmt::format("closing the IPC mapping at {} on device {}: {}", base, key.device, e.what()));
-  }
+  close_quietly(*context, base);
 }
 
 }  // namespace
@@ -193,7 +208,7 @@ struct IpcHandle::State {
   VendorIpcHandle vendor{};
   std::shared_ptr<const void> exported;  // in the exporter: keeps the memory alive
 
-  mutable std::mutex mutex;          // guards `opened`
+  mutable std::mutex mutex;            // guards `opened`
   std::shared_ptr<const void> opened;  // open()'s reference to the mapping
 };
 
@@ -339,9 +354,8 @@ IpcHandle IpcHandle::from_bytes(std::span<const std::byte> bytes) {
   constexpr const char* op = "IpcHandle::from_bytes";
   if (bytes.size() < kMagic.size() ||
       std::memcmp(bytes.data(), kMagic.data(), kMagic.size()) != 0) {
-    detail::throw_invalid(op,
-                          "the {} bytes are not a devmem IPC handle (it starts with 'DEVMEMIP')",
-                          bytes.size());
+    detail::throw_invalid(
+        op, "the {} bytes are not a devmem IPC handle (it starts with 'DEVMEMIP')", bytes.size());
   }
   if (bytes.size() < kPreambleBytes + kChecksumBytes) {
     detail::throw_invalid(op, "the handle is truncated: {} bytes, a handle has at least {}",
@@ -418,7 +432,8 @@ std::string IpcHandle::to_hex() const {
   const std::vector<std::byte> bytes = to_bytes();
   std::string hex;
   hex.reserve(bytes.size() * 2);
-  for (const std::byte b : bytes) fmt::format_to(std::back_inserter(hex), "{:02x}", std::to_integer<unsigned>(b));
+  for (const std::byte b : bytes)
+    fmt::format_to(std::back_inserter(hex), "{:02x}", std::to_integer<unsigned>(b));
   return hex;
 }
 
@@ -432,9 +447,9 @@ IpcHandle IpcHandle::from_hex(std::string_view hex) {
     if (c >= '0' && c <= '9') return static_cast<unsigned>(c - '0');
     if (c >= 'a' && c <= 'f') return static_cast<unsigned>(c - 'a' + 10);
     if (c >= 'A' && c <= 'F') return static_cast<unsigned>(c - 'A' + 10);
-    detail::throw_invalid(op, "character {} ('{}') is not a hexadecimal digit", at,
-                          std::isprint(static_cast<unsigned char>(c)) != 0 ? std::string(1, c)
-                                                                          : std::string("?"));
+    detail::throw_invalid(
+        op, "character {} ('{}') is not a hexadecimal digit", at,
+        std::isprint(static_cast<unsigned char>(c)) != 0 ? std::string(1, c) : std::string("?"));
   };
   std::vector<std::byte> bytes(hex.size() / 2);
   for (std::size_t i = 0; i < bytes.size(); ++i) {

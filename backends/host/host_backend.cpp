@@ -123,7 +123,8 @@ HostBackend::~HostBackend() {
   for (auto& [handle, stream] : streams) stream->shutdown();
 
   const std::lock_guard lock(memory_mutex_);
-  for (const auto& [address, exported] : exports_) unshare(reinterpret_cast<void*>(address), exported);
+  for (const auto& [address, exported] : exports_)
+    unshare(reinterpret_cast<void*>(address), exported);
   for (const auto& [address, imported] : imports_) {
     static_cast<void>(::munmap(reinterpret_cast<void*>(address), imported.mapped));
   }
@@ -451,9 +452,9 @@ void* HostBackend::allocate(int device, std::size_t bytes) {
     throw out_of_memory(fmt::format("free {} of {}", format_bytes(free), format_bytes(capacity)));
   }
   const std::size_t reserved = device_pages(bytes);
-  void* const ptr = reserved == 0 ? nullptr
-                                  : ::operator new(reserved, std::align_val_t{kDeviceAlignment},
-                                                   std::nothrow);
+  void* const ptr =
+      reserved == 0 ? nullptr
+                    : ::operator new(reserved, std::align_val_t{kDeviceAlignment}, std::nothrow);
   if (ptr == nullptr) throw out_of_memory("the process is out of memory");
   memory.allocations.emplace(address_of(ptr), bytes);
   memory.used += static_cast<std::int64_t>(bytes);

@@ -147,12 +147,12 @@ AllocationRange HostBackend::allocation_range(int device, const void* ptr) {
     found = address_of(ptr) - it->first < it->second;
   }
   if (!found) {
-    const std::string what = imported_device_locked(address_of(ptr), 1) >= 0
-                                 ? fmt::format("{} lies in memory opened from another process",
-                                               fmt::ptr(ptr))
-                                 : describe_device_pointer_locked(device, address_of(ptr));
-    fail("allocation_range", Status::InvalidValue, "{} (not inside a device allocation of device {})",
-         what, device);
+    const std::string what =
+        imported_device_locked(address_of(ptr), 1) >= 0
+            ? fmt::format("{} lies in memory opened from another process", fmt::ptr(ptr))
+            : describe_device_pointer_locked(device, address_of(ptr));
+    fail("allocation_range", Status::InvalidValue,
+         "{} (not inside a device allocation of device {})", what, device);
   }
   return AllocationRange{reinterpret_cast<void*>(it->first), it->second};
 }
@@ -184,8 +184,9 @@ VendorIpcHandle HostBackend::ipc_get_handle(int device, void* base) {
          fmt::ptr(base), exported.bytes, os_error(errno));
   }
   if (::ftruncate(fd.fd, static_cast<off_t>(exported.mapped)) != 0) {
-    fail("ipc_get_handle", Status::MemoryAllocation, "sizing the memfd of {} to {} bytes failed: {}",
-         fmt::ptr(base), exported.mapped, os_error(errno));
+    fail("ipc_get_handle", Status::MemoryAllocation,
+         "sizing the memfd of {} to {} bytes failed: {}", fmt::ptr(base), exported.mapped,
+         os_error(errno));
   }
   void* const staging =
       ::mmap(nullptr, exported.mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
@@ -194,8 +195,8 @@ VendorIpcHandle HostBackend::ipc_get_handle(int device, void* base) {
          fmt::ptr(base), os_error(errno));
   }
   std::memcpy(staging, base, exported.mapped);
-  void* const shared = ::mmap(base, exported.mapped, PROT_READ | PROT_WRITE,
-                              MAP_SHARED | MAP_FIXED, fd.fd, 0);
+  void* const shared =
+      ::mmap(base, exported.mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd.fd, 0);
   const int map_error = errno;
   static_cast<void>(::munmap(staging, exported.mapped));
   if (shared == MAP_FAILED) {
@@ -241,15 +242,14 @@ void* HostBackend::ipc_open(int device, const VendorIpcHandle& handle) {
            "process {} has freed the exported allocation (it has no descriptor {} any more)",
            fields->pid, fields->fd);
     }
-    fail("ipc_open", Status::InvalidResourceHandle, "opening {} failed: {}", path,
-         os_error(error));
+    fail("ipc_open", Status::InvalidResourceHandle, "opening {} failed: {}", path, os_error(error));
   }
   // The descriptor number may have been reused for another file after a free: the memfd's name
   // carries the token.
   const std::string expected = "/memfd:" + memfd_name(fields->token);
   std::array<char, 256> target{};
-  const ssize_t length = ::readlink(fmt::format("/proc/self/fd/{}", fd.fd).c_str(), target.data(),
-                                    target.size() - 1);
+  const ssize_t length =
+      ::readlink(fmt::format("/proc/self/fd/{}", fd.fd).c_str(), target.data(), target.size() - 1);
   const std::string_view actual(target.data(), length > 0 ? static_cast<std::size_t>(length) : 0);
   if (!actual.starts_with(expected) ||
       (actual.size() != expected.size() && actual.substr(expected.size()) != " (deleted)")) {
@@ -263,7 +263,8 @@ void* HostBackend::ipc_open(int device, const VendorIpcHandle& handle) {
          "the shared memory of process {} holds fewer than the handle's {} bytes", fields->pid,
          fields->mapped);
   }
-  void* const mapped = ::mmap(nullptr, fields->mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
+  void* const mapped =
+      ::mmap(nullptr, fields->mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
   if (mapped == MAP_FAILED) {
     fail("ipc_open", Status::MemoryAllocation, "mapping {} bytes shared by process {} failed: {}",
          fields->mapped, fields->pid, os_error(errno));

@@ -35,7 +35,7 @@ struct DLManagedTensor;  // <dlpack/dlpack.h>
 namespace devmem {
 
 struct ArrayInterface;  // <devmem/interop.hpp>
-class IpcHandle;       // <devmem/ipc.hpp>
+class IpcHandle;        // <devmem/ipc.hpp>
 
 namespace detail {
 struct DeviceMemory;
