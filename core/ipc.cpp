@@ -13,11 +13,11 @@
 
 #include <algorithm>
 #include <cctype>
-#include <compare>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <random>
+#include <tuple>
 #include <utility>
 
 #include <unistd.h>
@@ -127,7 +127,9 @@ struct MappingKey {
   std::string backend;
   int device = 0;
   VendorIpcHandle vendor{};
-  friend auto operator<=>(const MappingKey&, const MappingKey&) = default;
+  friend bool operator<(const MappingKey& a, const MappingKey& b) noexcept {
+    return std::tie(a.backend, a.device, a.vendor) < std::tie(b.backend, b.device, b.vendor);
+  }
 };
 
 /// One vendor mapping of another process's allocation, shared by every array over it; closed by
