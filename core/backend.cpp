@@ -68,6 +68,37 @@ void Backend::copy_peer(int dst_device, void* dst, int src_device, const void* s
       name(), bytes, src, src_device, dst, dst_device));
 }
 
+// ---- Inter-process sharing: a backend without IPC (docs/scaling-out.md#ipc) ----
+
+bool Backend::supports_ipc(int /*device*/) {
+  return false;
+}
+
+AllocationRange Backend::allocation_range(int device, const void* ptr) {
+  throw InvalidArgument(fmt::format(
+      "{} allocation_range: the {} backend does not support IPC (looking up {} on device {})",
+      name(), name(), ptr, device));
+}
+
+VendorIpcHandle Backend::ipc_get_handle(int device, void* base) {
+  throw InvalidArgument(
+      fmt::format("{} ipc_get_handle: the {} backend does not support IPC (exporting {} of device "
+                  "{})",
+                  name(), name(), base, device));
+}
+
+void* Backend::ipc_open(int device, const VendorIpcHandle& /*handle*/) {
+  throw InvalidArgument(fmt::format(
+      "{} ipc_open: the {} backend does not support IPC (opening a handle on device {})", name(),
+      name(), device));
+}
+
+void Backend::ipc_close(int device, void* base) {
+  throw InvalidArgument(
+      fmt::format("{} ipc_close: the {} backend does not support IPC (closing {} on device {})",
+                  name(), name(), base, device));
+}
+
 void Backend::copy_strided(int device, void* dst, const void* src, const layout::CopyPlan& plan,
                            CopyKind kind, NativeStream stream) {
   auto* const dst0 = static_cast<std::byte*>(dst);

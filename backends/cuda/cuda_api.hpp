@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -126,6 +127,50 @@ struct CudaApi {
     *device = status == cudaSuccess && on_device ? attributes.device : -1;
     return {status, "cudaPointerGetAttributes"};
   }
+
+  // ---- Inter-process sharing (docs/scaling-out.md#ipc) ----
+#if !defined(__HIP_CPU_RT__)
+  static constexpr bool kHasIpc = true;
+  using IpcMemHandle = cudaIpcMemHandle_t;
+  static S ipcGetMemHandle(IpcMemHandle* handle, void* base) {
+    return {cudaIpcGetMemHandle(handle, base), "cudaIpcGetMemHandle"};
+  }
+  static S ipcOpenMemHandle(void** base, IpcMemHandle handle) {
+    return {cudaIpcOpenMemHandle(base, handle, cudaIpcMemLazyEnablePeerAccess),
+            "cudaIpcOpenMemHandle"};
+  }
+  static S ipcCloseMemHandle(void* base) {
+    return {cudaIpcCloseMemHandle(base), "cudaIpcCloseMemHandle"};
+  }
+  /// The driver's cuMemGetAddressRange (the runtime has no equivalent), found through
+  /// cudaGetDriverEntryPointByVersion so that libcuda need not be linked. Its CUresult is not a
+  /// cudaError_t: a failure (the pointer is not in memory CUDA allocated) is reported as
+  /// cudaErrorInvalidValue.
+  static S memGetAddressRange(void** base, std::size_t* bytes, const void* ptr) {
+    using Fn = int (*)(unsigned long long*, std::size_t*, unsigned long long);
+    struct Entry {
+      Fn fn = nullptr;
+      cudaError_t status = cudaSuccess;
+    };
+    static const Entry entry = [] {
+      void* fn = nullptr;
+      cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+      const cudaError_t status = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn,
+                                                                  12000, cudaEnableDefault, &found);
+      if (status != cudaSuccess) return Entry{nullptr, status};
+      if (found != cudaDriverEntryPointSuccess) return Entry{nullptr, cudaErrorNotSupported};
+      return Entry{reinterpret_cast<Fn>(fn), cudaSuccess};
+    }();
+    if (entry.fn == nullptr) return {entry.status, "cudaGetDriverEntryPointByVersion"};
+    unsigned long long first = 0;
+    const int result = entry.fn(&first, bytes, reinterpret_cast<std::uintptr_t>(ptr));
+    *base = reinterpret_cast<void*>(static_cast<std::uintptr_t>(first));
+    return {result == 0 ? cudaSuccess : cudaErrorInvalidValue, "cuMemGetAddressRange"};
+  }
+#else
+  // HIP-CPU (preset cuda-hipcpu) has no IPC.
+  static constexpr bool kHasIpc = false;
+#endif
 
   // ---- Streams and events ----
   /// cudaStreamLegacy: the legacy default stream whatever the compilation's default-stream mode

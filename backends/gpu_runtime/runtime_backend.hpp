@@ -37,6 +37,9 @@
 //               deviceCanAccessPeer(int*, device, peer), deviceEnablePeerAccess(peer) and
 //               deviceDisablePeerAccess(peer) (for the current device), memcpyPeerAsync(dst,
 //               dst device, src, src device, bytes, Stream)
+//   IPC         kHasIpc; where true: IpcMemHandle (the 64-byte vendor handle type),
+//               ipcGetMemHandle, ipcOpenMemHandle(void**, IpcMemHandle) (lazy peer access),
+//               ipcCloseMemHandle, memGetAddressRange(void** base, size_t*, const void*)
 //   utilities   getLastError (clears the runtime's last-error state), errorName, errorString,
 //               defaultStream (the handle of the legacy default stream), architecture(prop),
 //               unifiedAddressing(prop), sharedMemPerBlockOptin(prop) (the per-block shared
@@ -653,6 +656,71 @@ class RuntimeBackend : public Backend {
   }
 
   void make_current(int device) override { use_device("make_current", device); }
+
+  // ---- Inter-process sharing (docs/scaling-out.md#ipc) ----------------------------------------
+  // A runtime without IPC (Api::kHasIpc false: HIP-CPU) keeps Backend's defaults, which say so.
+
+  [[nodiscard]] bool supports_ipc(int device) override {
+    if constexpr (Api::kHasIpc) {
+      use_device("supports_ipc", device);
+      return true;
+    } else {
+      return Backend::supports_ipc(device);
+    }
+  }
+
+  [[nodiscard]] AllocationRange allocation_range(int device, const void* ptr) override {
+    if constexpr (Api::kHasIpc) {
+      use_device("allocation_range", device);
+      void* base = nullptr;
+      std::size_t bytes = 0;
+      check(Api::memGetAddressRange(&base, &bytes, ptr),
+            "finding the device allocation that {} lies in on device {}", fmt::ptr(ptr), device);
+      return AllocationRange{base, bytes};
+    } else {
+      return Backend::allocation_range(device, ptr);
+    }
+  }
+
+  [[nodiscard]] VendorIpcHandle ipc_get_handle(int device, void* base) override {
+    if constexpr (Api::kHasIpc) {
+      use_device("ipc_get_handle", device);
+      typename Api::IpcMemHandle native{};
+      static_assert(sizeof native == kVendorIpcHandleBytes);
+      check(Api::ipcGetMemHandle(&native, base), "exporting the allocation at {} of device {}",
+            fmt::ptr(base), device);
+      VendorIpcHandle handle{};
+      std::memcpy(handle.data(), &native, sizeof native);
+      return handle;
+    } else {
+      return Backend::ipc_get_handle(device, base);
+    }
+  }
+
+  [[nodiscard]] void* ipc_open(int device, const VendorIpcHandle& handle) override {
+    if constexpr (Api::kHasIpc) {
+      use_device("ipc_open", device);
+      typename Api::IpcMemHandle native{};
+      std::memcpy(&native, handle.data(), sizeof native);
+      void* base = nullptr;
+      check(Api::ipcOpenMemHandle(&base, native),
+            "opening an allocation of another process on device {}", device);
+      return base;
+    } else {
+      return Backend::ipc_open(device, handle);
+    }
+  }
+
+  void ipc_close(int device, void* base) override {
+    if constexpr (Api::kHasIpc) {
+      const ReleaseDevice releasing = use_device_to_release("ipc_close", device);
+      if (!releasing) return;
+      release(Api::ipcCloseMemHandle(base), "closing the mapping at {} on device {}",
+              fmt::ptr(base), device);
+    } else {
+      Backend::ipc_close(device, base);
+    }
+  }
 
   void launch_host_function(int device, NativeStream stream, std::function<void()> fn) override {
     use_device("launch_host_function", device);

@@ -21,6 +21,8 @@
 #include <system_error>
 #include <thread>
 
+#include <sys/mman.h>
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -34,10 +36,11 @@ std::unique_ptr<Backend> make_host_backend() {
 namespace host {
 namespace {
 
-// cudaMalloc guarantees 256-byte alignment; the simulator gives the same so that code relying on
-// it (vectorised kernels, texture-style pitches) is exercised.
-constexpr std::size_t kDeviceAlignment = 256;
 constexpr std::size_t kPageSize = 4096;
+// cudaMalloc guarantees 256-byte alignment. The simulator gives whole pages of its own (page
+// aligned, the size rounded up to pages), so that exporting an allocation to another process can
+// remap exactly its pages (host_ipc.cpp) without touching a neighbour's bytes.
+constexpr std::size_t kDeviceAlignment = kDevicePageBytes;
 
 std::atomic<HostBackend*> g_live_instance{nullptr};
 
@@ -126,6 +129,11 @@ HostBackend::~HostBackend() {
   for (auto& [handle, stream] : streams) stream->shutdown();
 
   const std::lock_guard lock(memory_mutex_);
+  for (const auto& [address, exported] : exports_)
+    unshare(reinterpret_cast<void*>(address), exported);
+  for (const auto& [address, imported] : imports_) {
+    static_cast<void>(::munmap(reinterpret_cast<void*>(address), imported.mapped));
+  }
   for (DeviceMemory& memory : devices_) {
     for (const auto& [address, bytes] : memory.allocations) {
       ::operator delete(reinterpret_cast<void*>(address), std::align_val_t{kDeviceAlignment});
@@ -191,7 +199,7 @@ bool HostBackend::device_accessible_locked(std::uintptr_t begin, std::size_t byt
     const auto it = find_containing(*ranges, begin, bytes, host_range_size);
     if (it != ranges->end() && it->second.mapped) return true;
   }
-  return false;
+  return imported_device_locked(begin, bytes) >= 0;
 }
 
 bool HostBackend::device_accessible(std::uintptr_t begin, std::size_t bytes) const {
@@ -449,7 +457,10 @@ void* HostBackend::allocate(int device, std::size_t bytes) {
   if (clamp_to_int64(bytes) > free) {
     throw out_of_memory(fmt::format("free {} of {}", format_bytes(free), format_bytes(capacity)));
   }
-  void* const ptr = ::operator new(bytes, std::align_val_t{kDeviceAlignment}, std::nothrow);
+  const std::size_t reserved = device_pages(bytes);
+  void* const ptr =
+      reserved == 0 ? nullptr
+                    : ::operator new(reserved, std::align_val_t{kDeviceAlignment}, std::nothrow);
   if (ptr == nullptr) throw out_of_memory("the process is out of memory");
   memory.allocations.emplace(address_of(ptr), bytes);
   memory.used += static_cast<std::int64_t>(bytes);
@@ -477,6 +488,10 @@ void HostBackend::release_allocation(const char* function, int device, void* ptr
     }
     memory.used -= static_cast<std::int64_t>(it->second);
     memory.allocations.erase(it);
+    if (const auto exported = exports_.find(address_of(ptr)); exported != exports_.end()) {
+      unshare(ptr, exported->second);
+      exports_.erase(exported);
+    }
   }
   ::operator delete(ptr, std::align_val_t{kDeviceAlignment});
 }
@@ -624,7 +639,7 @@ int HostBackend::pointer_device(const void* ptr) {
       return static_cast<int>(device);
     }
   }
-  return -1;
+  return imported_device_locked(address, 1);
 }
 
 void* HostBackend::mapped_device_pointer(int device, void* host_ptr) {

@@ -59,6 +59,14 @@
 
 namespace devmem::host {
 
+/// Device allocations take whole pages of this size (see host_ipc.cpp).
+inline constexpr std::size_t kDevicePageBytes = 4096;
+/// The bytes reserved for a device allocation of `bytes`: whole pages (0 on overflow).
+[[nodiscard]] inline std::size_t device_pages(std::size_t bytes) noexcept {
+  const std::size_t rounded = (bytes + kDevicePageBytes - 1) / kDevicePageBytes * kDevicePageBytes;
+  return rounded < bytes ? 0 : rounded;
+}
+
 class HostBackend final : public Backend {
  public:
   /// Reads DEVMEM_HOST_DEVICE_COUNT (InvalidArgument when it is invalid).
@@ -122,6 +130,14 @@ class HostBackend final : public Backend {
   void disable_peer_access(int device, int peer) override;
   void copy_peer(int dst_device, void* dst, int src_device, const void* src, std::size_t bytes,
                  NativeStream stream) override;
+  // Inter-process sharing (host_ipc.cpp; docs/scaling-out.md#ipc): an exported allocation is
+  // moved into a memfd mapped over the same addresses, which other processes open through
+  // /proc/<pid>/fd/<fd>.
+  [[nodiscard]] bool supports_ipc(int device) override;
+  [[nodiscard]] AllocationRange allocation_range(int device, const void* ptr) override;
+  [[nodiscard]] VendorIpcHandle ipc_get_handle(int device, void* base) override;
+  [[nodiscard]] void* ipc_open(int device, const VendorIpcHandle& handle) override;
+  void ipc_close(int device, void* base) override;
   /// Enqueues a simulated kernel (`run_grid` runs every block; see host_kernel.cpp), counted and
   /// fault-injectable as Call::Launch.
   void launch_kernel(int device, NativeStream stream, HostStream::Operation run_grid);
@@ -149,6 +165,19 @@ class HostBackend final : public Backend {
     bool mapped = false;
   };
   using AllocationMap = std::map<std::uintptr_t, std::size_t>;
+  /// An allocation exported with ipc_get_handle: the memfd now backing its pages.
+  struct Export {
+    int fd = -1;
+    std::uint64_t token = 0;  // names the memfd ("devmem-ipc-<token>"), checked by importers
+    std::size_t bytes = 0;    // the allocation's size
+    std::size_t mapped = 0;   // whole pages: what the memfd holds and what is mapped
+  };
+  /// A mapping of another process's allocation made by ipc_open.
+  struct Import {
+    std::size_t bytes = 0;
+    std::size_t mapped = 0;
+    int device = 0;
+  };
   using HostRangeMap = std::map<std::uintptr_t, HostRange>;
   struct DeviceMemory {
     AllocationMap allocations;  // start address -> bytes
@@ -174,6 +203,11 @@ class HostBackend final : public Backend {
   /// Removes the allocation starting at `ptr` from `device`'s books and frees it; InvalidValue
   /// naming `function` when there is none.
   void release_allocation(const char* function, int device, void* ptr);
+  /// Gives an exported allocation's pages back to private memory and closes its memfd (before
+  /// the allocation is freed); nothing when it was not exported. Never throws.
+  static void unshare(void* ptr, const Export& exported) noexcept;
+  /// The device whose IPC mapping contains [begin, begin + bytes), or -1. Needs memory_mutex_.
+  [[nodiscard]] int imported_device_locked(std::uintptr_t begin, std::size_t bytes) const;
   /// IllegalAddress unless every byte of `span` around `ptr` is device-accessible.
   void check_device_span(const char* function, const char* role, const void* ptr,
                          ByteSpan span) const;
@@ -217,10 +251,13 @@ class HostBackend final : public Backend {
 
   const int device_count_;
 
-  mutable std::mutex memory_mutex_;  // guards devices_, host_allocations_, registrations_
+  // guards devices_, host_allocations_, registrations_, exports_, imports_
+  mutable std::mutex memory_mutex_;
   std::vector<DeviceMemory> devices_;
   HostRangeMap host_allocations_;
   HostRangeMap registrations_;
+  std::map<std::uintptr_t, Export> exports_;  // by allocation start (host_ipc.cpp)
+  std::map<std::uintptr_t, Import> imports_;  // by mapping start (host_ipc.cpp)
 
   std::mutex streams_mutex_;
   std::map<NativeStream, std::shared_ptr<HostStream>> streams_;

@@ -117,6 +117,31 @@ struct HipApi {
   static S mallocAsync(void** ptr, std::size_t bytes, Stream stream) {
     return {hipMallocAsync(ptr, bytes, stream), "hipMallocAsync"};
   }
+
+  // ---- Inter-process sharing (docs/scaling-out.md#ipc) ----
+#if !defined(__HIP_CPU_RT__)
+  static constexpr bool kHasIpc = true;
+  using IpcMemHandle = hipIpcMemHandle_t;
+  static S ipcGetMemHandle(IpcMemHandle* handle, void* base) {
+    return {hipIpcGetMemHandle(handle, base), "hipIpcGetMemHandle"};
+  }
+  static S ipcOpenMemHandle(void** base, IpcMemHandle handle) {
+    return {hipIpcOpenMemHandle(base, handle, hipIpcMemLazyEnablePeerAccess),
+            "hipIpcOpenMemHandle"};
+  }
+  static S ipcCloseMemHandle(void* base) {
+    return {hipIpcCloseMemHandle(base), "hipIpcCloseMemHandle"};
+  }
+  static S memGetAddressRange(void** base, std::size_t* bytes, const void* ptr) {
+    hipDeviceptr_t first = nullptr;
+    const hipError_t status = hipMemGetAddressRange(&first, bytes, const_cast<void*>(ptr));
+    *base = first;
+    return {status, "hipMemGetAddressRange"};
+  }
+#else
+  // HIP-CPU (preset roc-hipcpu) has no IPC.
+  static constexpr bool kHasIpc = false;
+#endif
   static S freeAsync(void* ptr, Stream stream) {
     return {hipFreeAsync(ptr, stream), "hipFreeAsync"};
   }

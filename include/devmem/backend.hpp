@@ -92,6 +92,18 @@ struct MemoryInfo {
 using NativeStream = void*;
 using NativeEvent = void*;
 
+// ---- Inter-process sharing (docs/scaling-out.md#ipc) ----
+/// Bytes of a vendor IPC memory handle: CUDA's cudaIpcMemHandle_t and HIP's hipIpcMemHandle_t are
+/// 64 bytes; the host backend fits its own description of a shared allocation in as many.
+inline constexpr std::size_t kVendorIpcHandleBytes = 64;
+/// The opaque bytes of a vendor IPC memory handle.
+using VendorIpcHandle = std::array<std::byte, kVendorIpcHandleBytes>;
+/// A device allocation as the backend made it: its first byte and its size.
+struct AllocationRange {
+  void* base = nullptr;
+  std::size_t bytes = 0;
+};
+
 /// The vendor layer behind every context: one object per backend (host, cuda, roc), thin calls
 /// that throw BackendError (vendor code and name), OutOfMemory or NoDevice. Every member may be
 /// called from several threads. Public so that tests and tools can drive a backend directly;
@@ -233,6 +245,24 @@ class DEVMEM_API Backend {
   /// throws InvalidArgument (no peer copies).
   virtual void copy_peer(int dst_device, void* dst, int src_device, const void* src,
                          std::size_t bytes, NativeStream stream);
+  // ---- Inter-process sharing (docs/scaling-out.md#ipc) ----
+  // Defaults: no IPC (supports_ipc false, the others throw InvalidArgument naming the backend).
+  /// Whether device memory of `device` can be exported to and opened by other processes.
+  [[nodiscard]] virtual bool supports_ipc(int device);
+  /// The allocation (from allocate or allocate_async) that `ptr` points into: what an exported
+  /// handle names, since a view, or a block a memory manager carved out of a larger allocation,
+  /// may start anywhere inside it. BackendError when `ptr` is not inside device memory the
+  /// backend allocated.
+  [[nodiscard]] virtual AllocationRange allocation_range(int device, const void* ptr);
+  /// A handle to the allocation starting at `base` that another process can open with ipc_open
+  /// (cudaIpcGetMemHandle). The same allocation may be exported any number of times.
+  [[nodiscard]] virtual VendorIpcHandle ipc_get_handle(int device, void* base);
+  /// Maps an allocation exported by another process into this one on `device` and returns its
+  /// base (cudaIpcOpenMemHandle with lazy peer access). BackendError for a handle that names no
+  /// live allocation (freed, or its exporter gone) or one exported by this process.
+  [[nodiscard]] virtual void* ipc_open(int device, const VendorIpcHandle& handle);
+  /// Unmaps what ipc_open returned (cudaIpcCloseMemHandle). Called once per ipc_open.
+  virtual void ipc_close(int device, void* base);
 };
 
 /// Names of the backends compiled into this build, the default first ("cuda" or "roc" if

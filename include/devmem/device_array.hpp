@@ -35,6 +35,7 @@ struct DLManagedTensor;  // <dlpack/dlpack.h>
 namespace devmem {
 
 struct ArrayInterface;  // <devmem/interop.hpp>
+class IpcHandle;        // <devmem/ipc.hpp>
 
 namespace detail {
 struct DeviceMemory;
@@ -231,6 +232,9 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
   [[nodiscard]] ArrayInterface array_interface() const;
   /// A DLPack tensor viewing this array; its deleter keeps the array alive until it is called.
   [[nodiscard]] DLManagedTensor* to_dlpack() const;
+  /// A handle other processes open to share this array's memory (Numba's get_ipc_handle();
+  /// <devmem/ipc.hpp>, devmem::ipc_handle(array)).
+  [[nodiscard]] IpcHandle ipc_handle() const;
 
   /// States that work devmem does not see uses this array's memory on `stream`: a kernel of the
   /// application's own on data() or a view<T, Rank>(), a consumer of array_interface() or

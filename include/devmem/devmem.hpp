@@ -11,6 +11,7 @@
 #include <devmem/error.hpp>
 #include <devmem/host_array.hpp>
 #include <devmem/interop.hpp>
+#include <devmem/ipc.hpp>
 #include <devmem/layout.hpp>
 #include <devmem/memory.hpp>
 #include <devmem/memory_adaptors.hpp>

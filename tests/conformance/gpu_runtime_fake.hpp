@@ -105,6 +105,9 @@ struct FakeState {
   std::set<std::pair<int, int>> peers_enabled;
   // memcpyPeerAsync calls: destination device, source device, bytes.
   std::vector<std::tuple<int, int, std::size_t>> peer_copies;
+  // IPC (gpu_runtime_fake_ipc.cpp): the fake "maps" a handle at the exported address itself (its
+  // device memory is this process's memory); open mappings by address -> open count.
+  std::map<const char*, int> ipc_mappings;
 };
 
 inline FakeState* g_state = nullptr;
@@ -262,6 +265,61 @@ struct FakeApi {
     *device = found ? it->second.second : -1;
     return call("fakePointerGetAttributes");
   }
+  // ---- IPC ----
+  static constexpr bool kHasIpc = true;
+  struct IpcMemHandle {
+    char reserved[64];
+  };
+  static constexpr char kIpcMarker[] = "fakeipc";
+  static S memGetAddressRange(void** base, std::size_t* bytes, const void* ptr) {
+    const auto* p = static_cast<const char*>(ptr);
+    auto it = g_state->device_blocks.upper_bound(p);
+    const bool found =
+        it != g_state->device_blocks.begin() && (--it, p < it->first + it->second.first);
+    S s = call("fakeMemGetAddressRange");
+    if (s.code == kOk && !found) {
+      g_state->last_error = kInvalidValue;
+      s.code = kInvalidValue;
+    }
+    *base = s.code == kOk ? const_cast<char*>(it->first) : nullptr;
+    *bytes = s.code == kOk ? it->second.first : 0;
+    return s;
+  }
+  static S ipcGetMemHandle(IpcMemHandle* handle, void* base) {
+    S s = call("fakeIpcGetMemHandle");
+    if (s.code == kOk && !g_state->device_blocks.contains(static_cast<const char*>(base))) {
+      g_state->last_error = kInvalidValue;
+      s.code = kInvalidValue;
+    }
+    if (s.code != kOk) return s;
+    *handle = IpcMemHandle{};
+    std::memcpy(handle->reserved, kIpcMarker, sizeof kIpcMarker);
+    std::memcpy(handle->reserved + sizeof kIpcMarker, &base, sizeof base);
+    return s;
+  }
+  static S ipcOpenMemHandle(void** base, IpcMemHandle handle) {
+    S s = call("fakeIpcOpenMemHandle");
+    *base = nullptr;
+    if (s.code == kOk && std::memcmp(handle.reserved, kIpcMarker, sizeof kIpcMarker) != 0) {
+      g_state->last_error = kInvalidValue;
+      s.code = kInvalidValue;
+    }
+    if (s.code != kOk) return s;
+    std::memcpy(base, handle.reserved + sizeof kIpcMarker, sizeof *base);
+    ++g_state->ipc_mappings[static_cast<const char*>(*base)];
+    return s;
+  }
+  static S ipcCloseMemHandle(void* base) {
+    S s = call("fakeIpcCloseMemHandle");
+    const auto it = g_state->ipc_mappings.find(static_cast<const char*>(base));
+    if (s.code == kOk && it == g_state->ipc_mappings.end()) {
+      g_state->last_error = kInvalidValue;
+      s.code = kInvalidValue;
+    }
+    if (s.code == kOk && --it->second == 0) g_state->ipc_mappings.erase(it);
+    return s;
+  }
+
   static S hostAlloc(void** ptr, std::size_t bytes, unsigned flags) {
     g_state->host_alloc_flags.push_back(flags);
     S s = call("fakeHostAlloc", std::to_string(bytes));

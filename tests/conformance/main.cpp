@@ -11,6 +11,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <string_view>
 
@@ -28,7 +29,21 @@ int min_devices() {
 
 }  // namespace
 
+namespace conformance {
+// The second process of the IPC tests (test_ipc.cpp).
+int ipc_child_main(int argc, char** argv);
+}  // namespace conformance
+
 int main(int argc, char* argv[]) {
+  if (argc >= 2 && std::strcmp(argv[1], "--devmem-ipc-child") == 0) {
+    try {
+      devmem::select_backend(DEVMEM_CONFORMANCE_BACKEND);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ipc child: %s\n", e.what());
+      return 2;
+    }
+    return conformance::ipc_child_main(argc - 2, argv + 2);
+  }
   Catch::Session session;
   if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
   const Catch::ConfigData& config = session.configData();

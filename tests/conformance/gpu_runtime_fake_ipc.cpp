@@ -1,0 +1,64 @@
+// gpu_runtime_fake_api, IPC (docs/scaling-out.md#ipc): RuntimeBackend's export, open and close go
+// to the vendor's IPC calls on the right device, interior pointers find their allocation, and
+// every vendor failure is a BackendError naming the call, with the runtime's last error cleared.
+#include "gpu_runtime_fake.hpp"
+
+using namespace gpu_runtime_fake;
+using Catch::Matchers::Contains;
+
+TEST_CASE("gpu_runtime IPC: export, open and close go to the vendor's IPC calls", "[ipc]") {
+  Fixture f;
+  FakeBackend& backend = f.backend;
+  CHECK(backend.supports_ipc(1));
+  void* const block = backend.allocate(1, 4096);
+  const devmem::AllocationRange range =
+      backend.allocation_range(1, static_cast<char*>(block) + 100);
+  CHECK(range.base == block);
+  CHECK(range.bytes == 4096);
+  const devmem::VendorIpcHandle handle = backend.ipc_get_handle(1, block);
+  CHECK(f.called("fakeIpcGetMemHandle"));
+  CHECK(f.state.current == 1);
+  // Opened on another device: that device is made current for the call.
+  void* const opened = backend.ipc_open(0, handle);
+  CHECK(opened == block);
+  CHECK(f.state.current == 0);
+  CHECK(f.state.ipc_mappings.size() == 1);
+  backend.ipc_close(0, opened);
+  CHECK(f.state.ipc_mappings.empty());
+  CHECK(f.count("fakeIpcCloseMemHandle") == 1);
+  backend.deallocate(1, block);
+}
+
+TEST_CASE("gpu_runtime IPC: vendor failures are BackendErrors naming the call", "[ipc]") {
+  Fixture f;
+  FakeBackend& backend = f.backend;
+  void* const block = backend.allocate(0, 256);
+  CHECK_THROWS_AS(backend.allocation_range(0, static_cast<char*>(block) + 256),
+                  devmem::BackendError);
+  CHECK_THROWS_WITH(backend.allocation_range(0, static_cast<char*>(block) + 256),
+                    Contains("fakeMemGetAddressRange") && Contains("fakeErrorInvalidValue"));
+  CHECK(f.state.last_error == kOk);
+  f.state.fail["fakeIpcGetMemHandle"] = kInvalidValue;
+  CHECK_THROWS_WITH(backend.ipc_get_handle(0, block),
+                    Contains("fakeIpcGetMemHandle") && Contains("exporting the allocation"));
+  CHECK(f.state.last_error == kOk);
+  const devmem::VendorIpcHandle garbage{};
+  CHECK_THROWS_WITH(backend.ipc_open(0, garbage),
+                    Contains("fakeIpcOpenMemHandle") && Contains("another process"));
+  CHECK(f.state.ipc_mappings.empty());
+  CHECK_THROWS_WITH(backend.ipc_close(0, block), Contains("fakeIpcCloseMemHandle"));
+  CHECK(f.state.last_error == kOk);
+  backend.deallocate(0, block);
+}
+
+TEST_CASE("gpu_runtime IPC: a close after the runtime's teardown is silent", "[ipc]") {
+  Fixture f;
+  FakeBackend& backend = f.backend;
+  void* const block = backend.allocate(0, 512);
+  void* const opened = backend.ipc_open(0, backend.ipc_get_handle(0, block));
+  f.state.unloaded = true;
+  CHECK_NOTHROW(backend.ipc_close(0, opened));
+  f.state.unloaded = false;
+  backend.ipc_close(0, opened);
+  backend.deallocate(0, block);
+}
