@@ -25,12 +25,95 @@ using namespace detail;
 
 namespace {
 
+// ---- what a send and a receive share ----------------------------------------------------------
+
+// The array and the handshake's two messages, the chunk plan, the copy stream, the two staging
+// slots with their copy events and datatypes, and the payload requests.
+class MessageOperation : public Operation {
+ public:
+  ~MessageOperation() override = default;
+  MessageOperation(const MessageOperation&) = delete;
+  MessageOperation& operator=(const MessageOperation&) = delete;
+  MessageOperation(MessageOperation&&) = delete;
+  MessageOperation& operator=(MessageOperation&&) = delete;
+
+  bool abandon() noexcept override {
+    bool pending = cancel_request(header_request_);
+    pending = cancel_request(ack_request_) || pending;
+    for (auto& r : payload_requests_) pending = cancel_request(r) || pending;
+    for (auto& e : copy_events_) {
+      try {
+        if (e) e->synchronize();
+      } catch (...) {
+        // The copy's own error is the operation's; the slot must only outlive the copy.
+      }
+    }
+    return pending;
+  }
+
+ protected:
+  MessageOperation(DeviceArray array, int tag, MPI_Comm comm)
+      : array_(std::move(array)), tag_(tag), comm_(comm) {}
+
+  /// The staging slots for plan_ (one when there is one chunk).
+  void make_slots() {
+    slots_[0] = staging_slot(array_, plan_);
+    if (plan_.chunks > 1) slots_[1] = staging_slot(array_, plan_);
+  }
+
+  /// Waits for the copies into or out of the slots (device work: bounded).
+  void wait_for_copies() {
+    for (auto& e : copy_events_) {
+      if (e) e->synchronize();
+    }
+  }
+
+  /// device_direct: posts the whole payload once, straight from (sending) or into device memory
+  /// after the array's earlier work, then tests it.
+  bool advance_direct(int peer, bool sending) {
+    const char* const call =
+        sending ? "MPI_Isend (devmem::mpi payload)" : "MPI_Irecv (devmem::mpi payload)";
+    if (!posted_direct_) {
+      if (ready_.has_value()) ready_->synchronize();  // earlier work on the array's stream first
+      type_ = byte_elements_type(array_);
+      const int tag = data_tag(comm_, header_.seq);
+      check_mpi(sending ? MPI_Isend(array_.data(), 1, type_.get(), peer, tag, comm_,
+                                    &payload_requests_.at(0))
+                        : MPI_Irecv(array_.data(), 1, type_.get(), peer, tag, comm_,
+                                    &payload_requests_.at(0)),
+                call);
+      posted_direct_ = true;
+    }
+    return test_request(payload_requests_.at(0), call);
+  }
+
+  DeviceArray array_;
+  int tag_;
+  MPI_Comm comm_;
+  Transport transport_ = Transport::staged;
+  Wire header_;
+  Wire ack_;
+  Plan plan_;
+  Stream stream_;
+  std::optional<Event> ready_;
+  std::array<HostArray, 2> slots_;
+  std::array<std::optional<Event>, 2> copy_events_;
+  std::array<Datatype, 2> types_;
+  std::array<MPI_Request, 2> payload_requests_{MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  Datatype type_;
+  MPI_Request header_request_ = MPI_REQUEST_NULL;
+  MPI_Request ack_request_ = MPI_REQUEST_NULL;
+  bool posted_direct_ = false;
+  std::int64_t copied_ = 0;
+  std::int64_t posted_ = 0;
+};
+
 // ---- send ---------------------------------------------------------------------------------------
 
-class SendOperation final : public Operation {
+class SendOperation final : public MessageOperation {
  public:
   SendOperation(DeviceArray array, int destination, int tag, MPI_Comm comm)
-      : array_(std::move(array)), destination_(destination), tag_(tag), comm_(comm) {
+      : MessageOperation(std::move(array), tag, comm), destination_(destination) {
     check_peer_tag("mpi::send", comm_, destination_, false, tag_);
     transport_ = transport_for(array_);
     header_ = describe(array_);
@@ -39,8 +122,7 @@ class SendOperation final : public Operation {
     plan_ = make_plan(array_, header_.chunk_rows);
     stream_ = transport_ == Transport::staged ? copy_stream(array_) : array_.stream();
     if (transport_ == Transport::staged && plan_.chunks > 0 && header_.status == kOk) {
-      slots_[0] = staging_slot(array_, plan_);
-      if (plan_.chunks > 1) slots_[1] = staging_slot(array_, plan_);
+      make_slots();
       // The first copies start now, overlapping the handshake.
       while (copied_ < std::min<std::int64_t>(plan_.chunks, 2)) start_copy();
     } else {
@@ -71,9 +153,7 @@ class SendOperation final : public Operation {
             destination_, tag_));
       }
       if (header_.status != kOk || ack_.status != kOk) {
-        for (auto& e : copy_events_) {
-          if (e) e->synchronize();  // the slots stay alive until the copies into them are done
-        }
+        wait_for_copies();  // the slots stay alive until the copies into them are done
         if (header_.status != kOk) {
           throw InvalidArgument(fmt::format("mpi::send to rank {} (tag {}): cannot send {}",
                                             destination_, tag_, message_of(header_)));
@@ -90,21 +170,7 @@ class SendOperation final : public Operation {
       }
     }
     if (plan_.chunks == 0) return true;
-    return transport_ == Transport::staged ? advance_staged() : advance_direct();
-  }
-
-  bool abandon() noexcept override {
-    bool pending = cancel_request(header_request_);
-    pending = cancel_request(ack_request_) || pending;
-    for (auto& r : send_requests_) pending = cancel_request(r) || pending;
-    for (auto& e : copy_events_) {
-      try {
-        if (e) e->synchronize();
-      } catch (...) {
-        // The copy's own error is the operation's; the slot must only outlive the copy.
-      }
-    }
-    return pending;
+    return transport_ == Transport::staged ? advance_staged() : advance_direct(destination_, true);
   }
 
  private:
@@ -126,7 +192,7 @@ class SendOperation final : public Operation {
           if (auto& e = copy_events_.at(s); e.has_value()) e->synchronize();
           types_.at(s) = bytes_type(chunk_bytes(array_, plan_, posted_));
           check_mpi(MPI_Isend(slots_.at(s).data(), 1, types_.at(s).get(), destination_,
-                              data_tag(comm_, header_.seq), comm_, &send_requests_.at(s)),
+                              data_tag(comm_, header_.seq), comm_, &payload_requests_.at(s)),
                     "MPI_Isend (devmem::mpi payload)");
           ++posted_;
           moved = true;
@@ -134,7 +200,7 @@ class SendOperation final : public Operation {
       }
       if (completed_ < posted_) {
         const auto s = static_cast<std::size_t>(completed_ % 2);
-        if (test_request(send_requests_.at(s), "MPI_Isend (devmem::mpi payload)")) {
+        if (test_request(payload_requests_.at(s), "MPI_Isend (devmem::mpi payload)")) {
           ++completed_;
           if (copied_ < plan_.chunks) start_copy();
           moved = true;
@@ -145,48 +211,17 @@ class SendOperation final : public Operation {
     }
   }
 
-  bool advance_direct() {
-    if (!posted_direct_) {
-      if (ready_.has_value()) ready_->synchronize();  // earlier work on the array's stream first
-      type_ = byte_elements_type(array_);
-      check_mpi(MPI_Isend(array_.data(), 1, type_.get(), destination_, data_tag(comm_, header_.seq),
-                          comm_, &send_requests_.at(0)),
-                "MPI_Isend (devmem::mpi payload)");
-      posted_direct_ = true;
-    }
-    return test_request(send_requests_.at(0), "MPI_Isend (devmem::mpi payload)");
-  }
-
-  DeviceArray array_;
   int destination_;
-  int tag_;
-  MPI_Comm comm_;
-  Transport transport_ = Transport::staged;
-  Wire header_;
-  Wire ack_;
-  Plan plan_;
-  Stream stream_;
-  std::optional<Event> ready_;
-  std::array<HostArray, 2> slots_;
-  std::array<std::optional<Event>, 2> copy_events_;
-  std::array<Datatype, 2> types_;
-  std::array<MPI_Request, 2> send_requests_{MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  Datatype type_;
-  MPI_Request header_request_ = MPI_REQUEST_NULL;
-  MPI_Request ack_request_ = MPI_REQUEST_NULL;
   bool acknowledged_ = false;
-  bool posted_direct_ = false;
-  std::int64_t copied_ = 0;
-  std::int64_t posted_ = 0;
   std::int64_t completed_ = 0;
 };
 
 // ---- receive ------------------------------------------------------------------------------------
 
-class RecvOperation final : public Operation {
+class RecvOperation final : public MessageOperation {
  public:
   RecvOperation(DeviceArray array, int source, int tag, MPI_Comm comm)
-      : array_(std::move(array)), source_(source), tag_(tag), comm_(comm) {
+      : MessageOperation(std::move(array), tag, comm), source_(source) {
     check_peer_tag("mpi::recv", comm_, source_, true, tag_);
     transport_ = transport_for(array_);
     stream_ = transport_ == Transport::staged ? copy_stream(array_) : array_.stream();
@@ -213,22 +248,9 @@ class RecvOperation final : public Operation {
     }
     if (failure_) throw InvalidArgument(*failure_);
     if (plan_.chunks == 0) return ack_request_ == MPI_REQUEST_NULL;
-    const bool payload_done = transport_ == Transport::staged ? advance_staged() : advance_direct();
+    const bool payload_done =
+        transport_ == Transport::staged ? advance_staged() : advance_direct(peer_, false);
     return payload_done && ack_request_ == MPI_REQUEST_NULL;
-  }
-
-  bool abandon() noexcept override {
-    bool pending = cancel_request(header_request_);
-    pending = cancel_request(ack_request_) || pending;
-    for (auto& r : recv_requests_) pending = cancel_request(r) || pending;
-    for (auto& e : copy_events_) {
-      try {
-        if (e) e->synchronize();
-      } catch (...) {
-        // The copy's own error is the operation's; the slot must only outlive the copy.
-      }
-    }
-    return pending;
   }
 
  private:
@@ -266,10 +288,7 @@ class RecvOperation final : public Operation {
               "MPI_Isend (devmem::mpi acknowledgement)");
     if (failure_) return;
     plan_ = make_plan(array_, header_.chunk_rows);
-    if (transport_ == Transport::staged && plan_.chunks > 0) {
-      slots_[0] = staging_slot(array_, plan_);
-      if (plan_.chunks > 1) slots_[1] = staging_slot(array_, plan_);
-    }
+    if (transport_ == Transport::staged && plan_.chunks > 0) make_slots();
   }
 
   bool advance_staged() {
@@ -282,7 +301,7 @@ class RecvOperation final : public Operation {
         {
           types_.at(s) = bytes_type(chunk_bytes(array_, plan_, posted_));
           check_mpi(MPI_Irecv(slots_.at(s).data(), 1, types_.at(s).get(), peer_,
-                              data_tag(comm_, header_.seq), comm_, &recv_requests_.at(s)),
+                              data_tag(comm_, header_.seq), comm_, &payload_requests_.at(s)),
                     "MPI_Irecv (devmem::mpi payload)");
           ++posted_;
           moved = true;
@@ -291,7 +310,7 @@ class RecvOperation final : public Operation {
       // A received chunk goes to the device on the stream.
       if (copied_ < posted_) {
         const auto s = static_cast<std::size_t>(copied_ % 2);
-        if (test_request(recv_requests_.at(s), "MPI_Irecv (devmem::mpi payload)")) {
+        if (test_request(payload_requests_.at(s), "MPI_Irecv (devmem::mpi payload)")) {
           chunk_view(array_, plan_, copied_)
               .copy_to_device(slot_view(slots_.at(s), array_, plan_, copied_), stream_);
           copy_events_.at(s) = stream_.record();
@@ -300,50 +319,17 @@ class RecvOperation final : public Operation {
         }
       }
       if (copied_ == plan_.chunks) {
-        for (auto& e : copy_events_) {
-          if (e) e->synchronize();
-        }
+        wait_for_copies();
         return true;
       }
       if (!moved) return false;
     }
   }
 
-  bool advance_direct() {
-    if (!posted_direct_) {
-      if (ready_.has_value()) ready_->synchronize();  // earlier work on the array's stream first
-      type_ = byte_elements_type(array_);
-      check_mpi(MPI_Irecv(array_.data(), 1, type_.get(), peer_, data_tag(comm_, header_.seq), comm_,
-                          &recv_requests_.at(0)),
-                "MPI_Irecv (devmem::mpi payload)");
-      posted_direct_ = true;
-    }
-    return test_request(recv_requests_.at(0), "MPI_Irecv (devmem::mpi payload)");
-  }
-
-  DeviceArray array_;
   int source_;
-  int tag_;
-  MPI_Comm comm_;
   int peer_ = MPI_PROC_NULL;
-  Transport transport_ = Transport::staged;
-  Wire header_;
-  Wire ack_;
-  Plan plan_;
-  Stream stream_;
-  std::optional<Event> ready_;
   std::optional<std::string> failure_;
-  std::array<HostArray, 2> slots_;
-  std::array<std::optional<Event>, 2> copy_events_;
-  std::array<Datatype, 2> types_;
-  std::array<MPI_Request, 2> recv_requests_{MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  Datatype type_;
-  MPI_Request header_request_ = MPI_REQUEST_NULL;
-  MPI_Request ack_request_ = MPI_REQUEST_NULL;
   bool have_header_ = false;
-  bool posted_direct_ = false;
-  std::int64_t posted_ = 0;
-  std::int64_t copied_ = 0;
 };
 
 }  // namespace
