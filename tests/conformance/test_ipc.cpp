@@ -2,6 +2,7 @@
 // process. The second process is this executable again, started with --devmem-ipc-child (main.cpp
 // hands it to ipc_child_main below), the handle passed as hexadecimal text on its command line.
 // Backends without IPC (the GPU backends on HIP-CPU) check only that exporting says so.
+#include "../common/exported_memfds.hpp"
 #include "support.hpp"
 
 #include <devmem/ipc.hpp>
@@ -101,16 +102,7 @@ std::string hex_of(const std::vector<std::byte>& bytes) {
   return hex;
 }
 
-/// Open memfds of exported allocations in this process (host backend).
-int exported_memfds() {
-  int count = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-    std::error_code error;
-    const auto target = std::filesystem::read_symlink(entry.path(), error);
-    if (!error && target.string().find("memfd:devmem-ipc-") != std::string::npos) ++count;
-  }
-  return count;
-}
+using devmem_test::exported_memfds;
 
 /// Entries of /dev/shm whose name mentions devmem.
 int devmem_shm_entries() {

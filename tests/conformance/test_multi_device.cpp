@@ -32,6 +32,12 @@ DeviceArray iota_on(int device, const Shape& shape, Order order = Order::C, doub
   return iota_device<double>(shape, order, {}, start);
 }
 
+/// A new stream of `device`.
+devmem::Stream stream_on(int device) {
+  const devmem::DeviceScope scope(device);
+  return devmem::stream();
+}
+
 /// A device array of `shape` on `device` filled with `value`.
 DeviceArray filled_on(int device, const Shape& shape, double value, Order order = Order::C) {
   const devmem::DeviceScope scope(device);
@@ -185,16 +191,8 @@ TEST_CASE("multi-device: copies between arrays of two devices, both directions",
     CHECK(device_values(c) == iota_vec(185, 1000.0));
   }
   SECTION("on streams of each device, ordered after the source's work") {
-    devmem::Stream s0;
-    devmem::Stream s1;
-    {
-      const devmem::DeviceScope scope(0);
-      s0 = devmem::stream();
-    }
-    {
-      const devmem::DeviceScope scope(1);
-      s1 = devmem::stream();
-    }
+    const devmem::Stream s0 = stream_on(0);
+    const devmem::Stream s1 = stream_on(1);
     const DeviceArray a = iota_on(0, shape).bind(s0);
     const DeviceArray b = filled_on(1, shape, -1.0).bind(s1);
     // Written on the source's stream and copied without waiting: the copy must see the fill.
@@ -530,16 +528,8 @@ TEST_CASE("multi-device: a failure in the middle of a staged copy leaks nothing"
                   "(999): injected failure of call 2 of Copy (fail_nth)"));
     }
     SECTION("on streams: the destination's next synchronize reports it") {
-      devmem::Stream s0;
-      devmem::Stream s1;
-      {
-        const devmem::DeviceScope scope(0);
-        s0 = devmem::stream();
-      }
-      {
-        const devmem::DeviceScope scope(1);
-        s1 = devmem::stream();
-      }
+      const devmem::Stream s0 = stream_on(0);
+      const devmem::Stream s1 = stream_on(1);
       devmem::host::fail_nth_on_device(1, devmem::host::Call::Copy, 2);
       b.bind(s1).copy_to_device(a.bind(s0));
       CHECK_THROWS_AS(s1.synchronize(), devmem::BackendError);

@@ -2,22 +2,14 @@
 // docs/scaling-out.md#ipc), within one process: exporting moves an allocation into a memfd
 // without moving it or changing its bytes, and bad pointers and handles are BackendErrors naming
 // the call. Opening in another process is tested by the conformance suite (test_ipc.cpp).
+#include "../common/exported_memfds.hpp"
 #include "host_backend_test_support.hpp"
 
 using namespace host_backend_test;
 
 namespace {
 
-/// Open memfds of exported allocations in this process.
-int exported_memfds() {
-  int count = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-    std::error_code error;
-    const auto target = std::filesystem::read_symlink(entry.path(), error);
-    if (!error && target.string().find("memfd:devmem-ipc-") != std::string::npos) ++count;
-  }
-  return count;
-}
+using devmem_test::exported_memfds;
 
 }  // namespace
 
