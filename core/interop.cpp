@@ -8,6 +8,7 @@
 
 #include <devmem/context.hpp>
 #include <devmem/error.hpp>
+#include <devmem/memory.hpp>
 
 #include <dlpack/dlpack.h>
 #include <fmt/format.h>
@@ -488,6 +489,36 @@ std::byte* dlpack_element0(const DLTensor& t, const char* op) {
   return reinterpret_cast<std::byte*>(data_address + offset);
 }
 
+// The host backend's device is the CPU, so a kDLCPU tensor (a NumPy array, say) is memory its
+// device can use; but its copies only touch memory it knows (allocations and registered host
+// memory). Unknown memory is registered as mapped host memory for the life of the view, then
+// unregistered before the producer's deleter runs. Memory the backend already knows (its own
+// allocations, pinned or registered host memory) is left as it is.
+std::shared_ptr<const void> register_cpu_tensor(std::byte* element0, const Layout& layout,
+                                                std::shared_ptr<const void> tensor,
+                                                std::byte*& device_element0) {
+  Backend& backend = active_backend();
+  device_element0 = element0;
+  if (backend.name() != "host" || backend.pointer_device(element0) >= 0) return tensor;
+  const Extent extent = layout.extent();
+  std::byte* const begin = element0 - (layout.offset - extent.begin);
+  struct Registered {
+    std::shared_ptr<const void> tensor;  // declared first: released after the scope below
+    std::optional<MappedScope> scope;
+  };
+  auto registered = std::make_shared<Registered>();
+  registered->tensor = std::move(tensor);
+  try {
+    registered->scope.emplace(mapped({HostArray::view(
+        static_cast<void*>(begin), Shape{extent.bytes()}, dtype_of<std::uint8_t>())}));
+  } catch (const BackendError& error) {
+    if (error.code_name() != "HostMemoryAlreadyRegistered") throw;
+    return std::move(registered->tensor);
+  }
+  device_element0 = static_cast<std::byte*>((*registered->scope)[0].data()) + (element0 - begin);
+  return registered;
+}
+
 }  // namespace
 
 DeviceArray from_dlpack(DLManagedTensor* tensor) {
@@ -534,8 +565,13 @@ DeviceArray from_dlpack(DLManagedTensor* tensor) {
   // No stride check: DLPack strides count elements, so every byte stride is a multiple of the
   // itemsize, which DType keeps a multiple of the alignment. Element 0 decides alone.
   if (size > 0) check_address_range(op, reinterpret_cast<std::uintptr_t>(element0), layout);
-  return view_foreign(context_for_device(t.device.device_id), element0, std::move(layout), *dtype,
-                      std::move(owner), Stream{});
+  std::shared_ptr<const void> keep_alive = std::move(owner);
+  std::byte* view_element0 = element0;
+  if (size > 0 && t.device.device_type == kDLCPU) {
+    keep_alive = register_cpu_tensor(element0, layout, std::move(keep_alive), view_element0);
+  }
+  return view_foreign(context_for_device(t.device.device_id), view_element0, std::move(layout),
+                      *dtype, std::move(keep_alive), Stream{});
 }
 
 }  // namespace devmem

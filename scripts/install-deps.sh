@@ -9,6 +9,8 @@
 #                                    the pre-commit hooks
 #   scripts/install-deps.sh --mpi    also Open MPI (headers, library, mpirun) for the `host-mpi`
 #                                    preset and the devmem::mpi component
+#   scripts/install-deps.sh --python also Debian's Python headers, pybind11, NumPy, pytest and Numba
+#                                    for the `python` preset (the devmem Python module)
 set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config catch2 libfmt-dev libdlpack-dev libboost-context-dev)
@@ -19,7 +21,8 @@ for arg in "$@"; do
     --hipcpu) packages+=(libtbb-dev) ;;
     --lint) packages+=(clang-format-15 clang-tidy-15) ;;
     --mpi) packages+=(libopenmpi-dev openmpi-bin) ;;
-    *) echo "install-deps.sh: unknown option '$arg' (known: --roc, --fuzz, --hipcpu, --lint, --mpi)" >&2; exit 2 ;;
+    --python) packages+=(python3-dev pybind11-dev python3-numpy python3-pytest python3-numba) ;;
+    *) echo "install-deps.sh: unknown option '$arg' (known: --roc, --fuzz, --hipcpu, --lint, --mpi, --python)" >&2; exit 2 ;;
   esac
 done
 

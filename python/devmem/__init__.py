@@ -1,0 +1,139 @@
+"""devmem: one API for GPU device memory (CUDA, ROCm, or the host backend), with Numba's names.
+
+The calls mirror ``numba.cuda``'s memory API::
+
+    import numpy as np
+    import devmem
+
+    a = np.arange(10.0)
+    d = devmem.to_device(a)          # host -> device
+    d[2:5] = 0                       # slicing gives views; assignment copies
+    b = d.copy_to_host()             # device -> host
+
+The backend (host, cuda or roc) is chosen when devmem is built, and at run time among the
+compiled ones by ``DEVMEM_BACKEND``. See docs/python.md for the whole package, including the
+Numba memory-manager plugin in ``devmem.numba``.
+"""
+
+from collections.abc import Sequence as _Sequence
+
+import numpy as _np
+
+from ._devmem import (  # noqa: F401  (re-exported)
+    BackendError,
+    Device,
+    DeviceNDArray,
+    Error,
+    Event,
+    HostRegistration,
+    InvalidArgument,
+    IpcHandle,
+    NoDevice,
+    OutOfMemory,
+    Stream,
+    __version__,
+    as_cuda_array,
+    as_device_array,
+    backend_name,
+    compiled_backends,
+    default_stream,
+    defer_cleanup,
+    device_array,
+    device_array_like,
+    device_count,
+    device_statistics,
+    event,
+    event_elapsed_time,
+    flush_deallocations,
+    from_dlpack,
+    get_current_device,
+    ipc_handle,
+    is_device_array,
+    mapped,
+    memory_info,
+    memory_manager_name,
+    open_ipc_array,
+    pending_deallocations,
+    pinned,
+    pinned_array,
+    pool_statistics,
+    select_device,
+    set_memory_manager,
+    stream,
+    synchronize,
+    to_device,
+)
+from . import _devmem
+
+#: Numba calls a structured scalar on the device a DeviceRecord; devmem's is a 0-d DeviceNDArray.
+DeviceRecord = DeviceNDArray
+
+
+class MappedNDArray(_np.ndarray):
+    """A NumPy array in page-locked host memory that the device can address (Numba's
+    MappedNDArray). ``device_array()`` gives the device view of the same bytes; unlike Numba's,
+    slices and views of a mapped array keep a working device view."""
+
+    def __array_finalize__(self, obj):
+        if obj is None:
+            return
+        # A slice or view: remember the mapped allocation it came from.
+        self._devmem_root = getattr(obj, "_devmem_root", None)
+
+    def device_array(self):
+        """The DeviceNDArray viewing this array's bytes (no copy)."""
+        root = getattr(self, "_devmem_root", None)
+        if root is None:
+            raise ValueError("this MappedNDArray has lost its mapping (made by NumPy, not by "
+                             "devmem.mapped_array)")
+        host_root, device_root = root
+        offset = (self.__array_interface__["data"][0]
+                  - host_root.__array_interface__["data"][0])
+        if (offset == 0 and self.shape == host_root.shape and self.strides == host_root.strides
+                and self.dtype == host_root.dtype):
+            return device_root
+        return _devmem._device_view(device_root, offset, self.shape, self.strides, self.dtype)
+
+    @property
+    def __cuda_array_interface__(self):
+        return self.device_array().__cuda_array_interface__
+
+
+def mapped_array(shape, dtype=_np.float64, strides=None, order="C", stream=0, portable=False,
+                 wc=False):
+    """A MappedNDArray: page-locked host memory mapped into the device's address space.
+
+    ``portable`` and ``wc`` (write-combined) reach the vendor call (Numba ignores them)."""
+    host, device = _devmem._mapped_array(shape, dtype, strides, order, stream, portable, wc)
+    mapped_view = host.view(MappedNDArray)
+    mapped_view._devmem_root = (host, device)
+    return mapped_view
+
+
+class _Gpus(_Sequence):
+    """The devices of the active backend, as Numba's ``cuda.gpus``: ``gpus[i]``, ``len(gpus)``,
+    ``gpus.current``, and ``with gpus[i]:`` to make one current for a block."""
+
+    def __getitem__(self, index):
+        return _devmem._list_devices()[index]
+
+    def __len__(self):
+        return device_count()
+
+    @property
+    def current(self):
+        return get_current_device()
+
+    def __repr__(self):
+        return "<devmem gpus: {}>".format(_devmem._list_devices())
+
+
+gpus = _Gpus()
+
+
+def list_devices():
+    """Every device of the active backend."""
+    return _devmem._list_devices()
+
+
+__all__ = [name for name in dir() if not name.startswith("_") and name not in ("annotations",)]

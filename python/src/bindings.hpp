@@ -1,0 +1,16 @@
+#pragma once
+// The parts of the devmem Python module, each defined in its own file and called in this order by
+// module.cpp (later parts use the classes of earlier ones).
+
+#include <pybind11/pybind11.h>
+
+namespace devmem::python {
+
+/// Streams, events, devices, memory managers, pinned and mapped host memory (runtime.cpp).
+void bind_runtime(pybind11::module_& module);
+/// DeviceNDArray and the allocation and transfer functions (device_ndarray.cpp).
+void bind_device_ndarray(pybind11::module_& module);
+/// DLPack, the CUDA Array Interface and IPC (interop.cpp).
+void bind_interop(pybind11::module_& module);
+
+}  // namespace devmem::python

@@ -1,0 +1,195 @@
+#include "conversions.hpp"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace devmem::python {
+
+py::handle numpy() {
+  // Imported once and kept for the life of the process (a handle, so never released at exit).
+  static const py::handle module = py::module_::import("numpy").release();
+  return module;
+}
+
+namespace {
+
+std::string repr_of(py::handle obj) {
+  return py::repr(obj).cast<std::string>();
+}
+
+bool is_integer(py::handle obj) {
+  // Python ints and NumPy integer scalars, never bools posing as 0 and 1 or floats.
+  if (PyBool_Check(obj.ptr())) return false;
+  if (PyLong_Check(obj.ptr())) return true;
+  return py::isinstance(obj, numpy().attr("integer"));
+}
+
+// References whose last devmem holder died on a thread without the GIL.
+std::mutex queued_mutex;
+std::atomic<bool> has_queued{false};
+std::vector<PyObject*>& queued_objects() {
+  static auto* objects = new std::vector<PyObject*>();  // never destroyed: outlives the interpreter
+  return *objects;
+}
+
+}  // namespace
+
+DType to_devmem_dtype(const py::dtype& dtype) {
+  const char kind = dtype.kind();
+  if (kind == 'O') {
+    throw py::type_error("devmem arrays cannot hold Python objects (dtype object)");
+  }
+  if (dtype.attr("subdtype").ptr() != Py_None) {
+    throw py::type_error(fmt::format(
+        "sub-array dtype {} is not supported: give its shape as extra axes of the array instead",
+        repr_of(dtype)));
+  }
+  const auto itemsize = static_cast<std::int64_t>(dtype.itemsize());
+  const auto alignment = dtype.attr("alignment").cast<std::int64_t>();
+  switch (kind) {
+    case 'b':
+    case 'i':
+    case 'u':
+    case 'f':
+    case 'c':
+      return DType(kind, itemsize, alignment);
+    default:
+      return DType::record(itemsize, alignment);
+  }
+}
+
+py::dtype to_numpy_dtype(const DType& dtype) {
+  if (dtype.is_record()) return py::dtype(fmt::format("V{}", dtype.itemsize()));
+  return py::dtype(dtype.typestr());
+}
+
+py::dtype as_numpy_dtype(py::handle obj) {
+  if (py::isinstance<py::dtype>(obj)) return py::reinterpret_borrow<py::dtype>(obj);
+  try {
+    return py::dtype::from_args(py::reinterpret_borrow<py::object>(obj));
+  } catch (py::error_already_set&) {
+    throw py::type_error(fmt::format("data type {} not understood", repr_of(obj)));
+  }
+}
+
+Shape to_shape(py::handle obj, const char* what) {
+  if (is_integer(obj)) return Shape{obj.cast<std::int64_t>()};
+  if (py::isinstance<py::array>(obj)) {
+    const auto array = py::reinterpret_borrow<py::array>(obj);
+    if (array.dtype().kind() != 'i' && array.dtype().kind() != 'u') {
+      throw py::type_error(fmt::format("{} must be an integer or tuple of integers", what));
+    }
+    return to_shape(array.attr("tolist")(), what);
+  }
+  if (!py::isinstance<py::sequence>(obj) || py::isinstance<py::str>(obj)) {
+    throw py::type_error(
+        fmt::format("{} must be an integer or tuple of integers, got {}", what, repr_of(obj)));
+  }
+  Shape shape;
+  for (const py::handle item : py::reinterpret_borrow<py::sequence>(obj)) {
+    if (!is_integer(item)) {
+      throw py::type_error(
+          fmt::format("{} elements must be integers, got {}", what,
+                      py::str(py::type::of(item).attr("__name__")).cast<std::string>()));
+    }
+    shape.push_back(item.cast<std::int64_t>());
+  }
+  return shape;
+}
+
+Order to_order(py::handle obj, bool allow_any) {
+  if (py::isinstance<py::str>(obj)) {
+    const auto text = obj.cast<std::string>();
+    if (text == "C") return Order::C;
+    if (text == "F") return Order::F;
+    if (allow_any && text == "A") return Order::A;
+  }
+  throw py::value_error(allow_any ? fmt::format("order not C|F|A: {}", repr_of(obj))
+                                  : fmt::format("must be either C/F order, got {}", repr_of(obj)));
+}
+
+Stream to_stream(py::handle obj) {
+  // Nearly every call passes here with the GIL held: the place to drop what other threads queued.
+  release_queued_python_objects();
+  if (obj.is_none()) return {};
+  if (py::isinstance<Stream>(obj)) return obj.cast<Stream>();
+  if ((PyLong_Check(obj.ptr()) || PyBool_Check(obj.ptr())) && obj.cast<long long>() == 0) {
+    return {};
+  }
+  throw py::type_error(fmt::format(
+      "stream must be a devmem.Stream, or 0 or None for no stream, got {}", repr_of(obj)));
+}
+
+py::tuple to_tuple(std::span<const std::int64_t> values) {
+  py::tuple out(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    out[i] = py::int_(values[i]);
+  }
+  return out;
+}
+
+std::shared_ptr<const void> keep_python_object(py::handle obj) {
+  PyObject* const raw = obj.inc_ref().ptr();
+  return {raw, [](const void* pointer) {
+            auto* const object = static_cast<PyObject*>(const_cast<void*>(pointer));
+            if (Py_IsInitialized() == 0) return;  // interpreter gone: nothing left to release
+            if (PyGILState_Check() != 0) {
+              Py_DECREF(object);
+              return;
+            }
+            const std::lock_guard lock(queued_mutex);
+            queued_objects().push_back(object);
+            has_queued.store(true, std::memory_order_release);
+          }};
+}
+
+void release_queued_python_objects() {
+  if (!has_queued.load(std::memory_order_acquire)) return;
+  std::vector<PyObject*> objects;
+  {
+    const std::lock_guard lock(queued_mutex);
+    objects.swap(queued_objects());
+    has_queued.store(false, std::memory_order_relaxed);
+  }
+  for (PyObject* object : objects) Py_DECREF(object);
+}
+
+HostArray host_view(const py::array& array, bool writable) {
+  const auto ndim = static_cast<std::size_t>(array.ndim());
+  Shape shape(array.shape(), array.shape() + ndim);
+  Strides strides(array.strides(), array.strides() + ndim);
+  DType dtype = to_devmem_dtype(array.dtype());
+  auto owner = keep_python_object(array);
+  if (writable) {
+    if (!array.writeable()) {
+      throw py::value_error("the destination NumPy array is read-only");
+    }
+    return HostArray::view(const_cast<void*>(array.data()), std::move(shape), std::move(dtype),
+                           std::move(strides), std::move(owner));
+  }
+  return HostArray::view(array.data(), std::move(shape), std::move(dtype), std::move(strides),
+                         std::move(owner));
+}
+
+py::array to_numpy(const HostArray& host, const py::dtype& dtype) {
+  auto keep = std::make_unique<HostArray>(host);
+  const py::capsule base(keep.get(),
+                         [](void* pointer) { delete static_cast<HostArray*>(pointer); });
+  static_cast<void>(keep.release());  // the capsule owns it now
+  std::vector<py::ssize_t> shape(host.shape().begin(), host.shape().end());
+  std::vector<py::ssize_t> strides(host.strides().begin(), host.strides().end());
+  return {dtype, std::move(shape), std::move(strides), host.data(), base};
+}
+
+py::array as_numpy_array(py::handle obj) {
+  if (py::isinstance<py::array>(obj)) return py::reinterpret_borrow<py::array>(obj);
+  static const py::handle asarray = py::object(numpy().attr("asarray")).release();
+  return asarray(obj);
+}
+
+}  // namespace devmem::python

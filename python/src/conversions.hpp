@@ -1,0 +1,70 @@
+#pragma once
+// Conversions between Python objects and devmem's C++ types, shared by every binding file: NumPy
+// dtypes, shapes and strides, Numba's `stream=0` convention, host arrays viewing NumPy memory, and
+// the keep-alive that lets devmem hold a Python object from any thread.
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <devmem/devmem.hpp>
+
+#include <memory>
+#include <optional>
+
+namespace devmem::python {
+
+namespace py = pybind11;
+
+/// A DeviceArray as Python sees it: devmem's array plus the NumPy dtype it was made with (field
+/// names and byte order live only on the Python side; devmem keeps kind, size and alignment).
+struct DeviceNDArray {
+  DeviceArray array;
+  py::dtype dtype;
+};
+
+/// The numpy module (imported on first use).
+[[nodiscard]] py::handle numpy();
+
+/// The devmem element type of a NumPy dtype. TypeError for object dtypes and sub-array dtypes.
+/// Kinds devmem has no name for (datetime, bytes, unicode) travel as opaque records of the same
+/// size and alignment: their bytes are copied exactly and the NumPy dtype is kept beside.
+[[nodiscard]] DType to_devmem_dtype(const py::dtype& dtype);
+/// The NumPy dtype of a devmem element type (records become opaque void types of their size).
+[[nodiscard]] py::dtype to_numpy_dtype(const DType& dtype);
+/// np.dtype(obj), TypeError naming `obj` when NumPy cannot make a dtype of it.
+[[nodiscard]] py::dtype as_numpy_dtype(py::handle obj);
+
+/// An int or a sequence of ints (Python or NumPy integers) as a shape; TypeError otherwise, as
+/// numba-cuda: "shape must be an integer or tuple of integers".
+[[nodiscard]] Shape to_shape(py::handle obj, const char* what = "shape");
+/// `order` as Numba spells it: 'C' or 'F' (and 'A' where `allow_any`); ValueError otherwise.
+[[nodiscard]] Order to_order(py::handle obj, bool allow_any = false);
+/// Numba's stream argument: 0, None or False mean "no stream" (the array's own or the default);
+/// a devmem.Stream is that stream; anything else is a TypeError.
+[[nodiscard]] Stream to_stream(py::handle obj);
+[[nodiscard]] py::tuple to_tuple(std::span<const std::int64_t> values);
+
+/// Keeps `obj` alive for as long as devmem holds the returned pointer. The last holder may be
+/// any thread (a stream's completion callback): the reference is dropped at once when that thread
+/// holds the GIL, otherwise queued and dropped by the next binding call that does.
+[[nodiscard]] std::shared_ptr<const void> keep_python_object(py::handle obj);
+/// Drops the references queued by keep_python_object; called with the GIL held.
+void release_queued_python_objects();
+
+/// A host array viewing a NumPy array's memory (its strides kept), owned by the NumPy array.
+/// `writable` asks for a writable view: ValueError for a read-only NumPy array.
+[[nodiscard]] HostArray host_view(const py::array& array, bool writable);
+/// A NumPy array over a devmem host array's memory; the NumPy array keeps it alive.
+[[nodiscard]] py::array to_numpy(const HostArray& host, const py::dtype& dtype);
+
+/// np.asarray(obj) without a copy when obj already is an ndarray.
+[[nodiscard]] py::array as_numpy_array(py::handle obj);
+
+/// Runs `fn` with the GIL released: every devmem call that may wait for a stream goes through
+/// here, so that other Python threads, and keep-alives dropped on other threads, never stall.
+template <class Fn>
+decltype(auto) without_gil(Fn&& fn) {
+  py::gil_scoped_release release;
+  return fn();
+}
+
+}  // namespace devmem::python

@@ -1,0 +1,461 @@
+// Streams, events, devices, memory managers and the host-memory scopes (pinned, mapped, page-locked
+// registrations) of the Python module: Numba's `cuda.stream()`, `cuda.event()`, `cuda.gpus`,
+// `cuda.defer_cleanup()`, `cuda.pinned()` and `cuda.mapped()` over devmem.
+
+#include "bindings.hpp"
+#include "conversions.hpp"
+
+#include <fmt/format.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace devmem::python {
+
+namespace {
+
+/// `with stream.auto_synchronize():` — synchronizes at exit, on the error path too (where a
+/// failing synchronize is reported as a warning instead of hiding the block's own exception).
+class AutoSynchronizeContext {
+ public:
+  explicit AutoSynchronizeContext(Stream stream) : stream_(std::move(stream)) {}
+  Stream enter() const { return stream_; }
+  void exit(const py::object& type) const {
+    if (type.is_none()) {
+      without_gil([&] { stream_.synchronize(); });
+      return;
+    }
+    try {
+      without_gil([&] { stream_.synchronize(); });
+    } catch (const std::exception& error) {
+      PyErr_WarnEx(PyExc_RuntimeWarning,
+                   fmt::format("auto_synchronize: synchronizing the stream while leaving the "
+                               "block by an exception failed: {}",
+                               error.what())
+                       .c_str(),
+                   1);
+    }
+  }
+
+ private:
+  Stream stream_;
+};
+
+/// `with devmem.defer_cleanup():` — nestable, also when one object is entered twice.
+class DeferCleanupContext {
+ public:
+  void enter() { scopes_.push_back(current_context()->defer_cleanup()); }
+  void exit() {
+    if (scopes_.empty()) throw py::value_error("defer_cleanup: __exit__ without __enter__");
+    without_gil([&] { scopes_.pop_back(); });
+  }
+
+ private:
+  std::vector<DeferCleanup> scopes_;
+};
+
+/// A device as Numba's `cuda.gpus[i]` shows it; `with device:` makes it current for the block.
+class DeviceHandle {
+ public:
+  explicit DeviceHandle(DeviceInfo info) : info_(std::move(info)) {}
+  [[nodiscard]] int id() const noexcept { return info_.id; }
+  [[nodiscard]] const std::string& name() const noexcept { return info_.name; }
+  [[nodiscard]] py::dict properties() const {
+    const DeviceProperties& p = info_.properties;
+    py::dict out;
+    out["name"] = p.name;
+    out["architecture"] = p.architecture;
+    out["total_memory"] = p.total_memory;
+    out["warp_size"] = p.warp_size;
+    out["max_threads_per_block"] = p.max_threads_per_block;
+    out["max_shared_memory_per_block"] = p.max_shared_memory_per_block;
+    out["max_block_dim"] =
+        py::make_tuple(p.max_block_dim[0], p.max_block_dim[1], p.max_block_dim[2]);
+    out["max_grid_dim"] = py::make_tuple(p.max_grid_dim[0], p.max_grid_dim[1], p.max_grid_dim[2]);
+    out["multiprocessor_count"] = p.multiprocessor_count;
+    out["can_map_host_memory"] = p.can_map_host_memory;
+    out["unified_addressing"] = p.unified_addressing;
+    return out;
+  }
+  void enter() { scopes_.push_back(std::make_unique<DeviceScope>(info_.id)); }
+  void exit() {
+    if (scopes_.empty()) throw py::value_error("device: __exit__ without __enter__");
+    scopes_.pop_back();
+  }
+
+ private:
+  DeviceInfo info_;
+  std::vector<std::unique_ptr<DeviceScope>> scopes_;
+};
+
+std::vector<HostArray> host_views(const py::args& arrays, const char* operation) {
+  std::vector<HostArray> views;
+  views.reserve(arrays.size());
+  for (const py::handle item : arrays) {
+    if (!py::isinstance<py::array>(item)) {
+      throw py::type_error(fmt::format("{}: expected NumPy arrays, got {}", operation,
+                                       py::repr(py::type::of(item)).cast<std::string>()));
+    }
+    const auto array = py::reinterpret_borrow<py::array>(item);
+    views.push_back(host_view(array, array.writeable()));
+  }
+  return views;
+}
+
+/// `with devmem.pinned(a, b):` — page-locks the arrays' memory for the block, unpinned at exit
+/// right away (never through the deallocation queue, so the memory can be pinned again at once).
+class PinnedContext {
+ public:
+  explicit PinnedContext(std::vector<HostArray> arrays) : arrays_(std::move(arrays)) {}
+  void enter() {
+    if (scope_) throw py::value_error("pinned: the block is already entered");
+    scope_.emplace(without_gil([&] { return pinned(arrays_); }));
+  }
+  void exit() {
+    if (!scope_) return;
+    without_gil([&] { scope_->close(); });
+    scope_.reset();
+  }
+
+ private:
+  std::vector<HostArray> arrays_;
+  std::optional<PinnedScope> scope_;
+};
+
+/// `with devmem.mapped(a, b, stream=s) as (da, db):` — maps the arrays into the device address
+/// space for the block and gives their device views (one array: the view itself).
+class MappedContext {
+ public:
+  MappedContext(std::vector<HostArray> arrays, py::list dtypes, Stream stream)
+      : arrays_(std::move(arrays)), dtypes_(std::move(dtypes)), stream_(std::move(stream)) {}
+  py::object enter() {
+    if (scope_) throw py::value_error("mapped: the block is already entered");
+    scope_.emplace(without_gil([&] { return mapped(arrays_, MapOptions{stream_, false, false}); }));
+    py::list views;
+    for (std::size_t i = 0; i < scope_->size(); ++i) {
+      views.append(py::cast(DeviceNDArray{(*scope_)[i], dtypes_[i].cast<py::dtype>()}));
+    }
+    if (views.size() == 1) return views[0];
+    return views;
+  }
+  void exit() {
+    if (!scope_) return;
+    without_gil([&] { scope_->close(); });
+    scope_.reset();
+  }
+
+ private:
+  std::vector<HostArray> arrays_;
+  py::list dtypes_;
+  Stream stream_;
+  std::optional<MappedScope> scope_;
+};
+
+/// Page-locked (and optionally device-mapped) registration of existing host memory given by
+/// address, as Numba's memory-manager plugins need for `mempin`: released by close(), at the end
+/// of a `with` block or when the object is collected, whichever comes first.
+class HostRegistration {
+ public:
+  HostRegistration(std::uintptr_t pointer, std::int64_t size, bool map) : mapped_(map) {
+    if (pointer == 0) throw py::value_error("HostRegistration: null pointer");
+    if (size <= 0) {
+      throw py::value_error(fmt::format("HostRegistration: size must be positive, got {}", size));
+    }
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): the address comes from Python as an integer
+    auto* const base = reinterpret_cast<void*>(pointer);
+    std::vector<HostArray> views{HostArray::view(base, Shape{size}, dtype_of<std::uint8_t>())};
+    if (map) {
+      mapping_.emplace(without_gil([&] { return mapped(std::move(views)); }));
+      device_pointer_ = reinterpret_cast<std::uintptr_t>((*mapping_)[0].data());
+    } else {
+      pins_.emplace(without_gil([&] { return pinned(std::move(views)); }));
+    }
+  }
+  [[nodiscard]] bool is_mapped() const noexcept { return mapped_; }
+  [[nodiscard]] bool is_open() const noexcept { return mapping_.has_value() || pins_.has_value(); }
+  [[nodiscard]] std::uintptr_t device_pointer() const {
+    if (!mapped_) {
+      throw py::value_error("HostRegistration: device_pointer needs mapped=True");
+    }
+    return device_pointer_;
+  }
+  void close() {
+    without_gil([&] {
+      if (mapping_) mapping_->close();
+      if (pins_) pins_->close();
+    });
+    mapping_.reset();
+    pins_.reset();
+  }
+
+ private:
+  bool mapped_;
+  std::uintptr_t device_pointer_ = 0;
+  std::optional<MappedScope> mapping_;
+  std::optional<PinnedScope> pins_;
+};
+
+py::object memory_info_type() {
+  static const py::handle type =
+      py::module_::import("collections")
+          .attr("namedtuple")("MemoryInfo", py::make_tuple("free", "total"))
+          .release();
+  return py::reinterpret_borrow<py::object>(type);
+}
+
+}  // namespace
+
+void bind_runtime(py::module_& m) {
+  py::class_<Stream>(m, "Stream", "A device command queue (Numba's cuda.stream()).")
+      .def(
+          "synchronize", [](const Stream& s) { without_gil([&] { s.synchronize(); }); },
+          "Waits until every operation queued on the stream is done.")
+      .def("query", &Stream::query, "True when every queued operation is done.")
+      .def(
+          "record",
+          [](const Stream& s, std::optional<Event> event) {
+            if (event) {
+              event->record(s);
+              return *event;
+            }
+            return s.record();
+          },
+          py::arg("event") = py::none(), "Records `event` (a new one if None) and returns it.")
+      .def("wait_event", &Stream::wait, py::arg("event"),
+           "Makes later work on the stream wait for `event`.")
+      .def(
+          "auto_synchronize",
+          [](const Stream& s) { return std::make_unique<AutoSynchronizeContext>(s); },
+          "A context manager that synchronizes the stream at exit.")
+      .def_property_readonly(
+          "handle",
+          [](const Stream& s) { return reinterpret_cast<std::uintptr_t>(s.native_handle()); },
+          "The vendor stream handle as an integer (0 for the default stream).")
+      .def("__int__",
+           [](const Stream& s) { return reinterpret_cast<std::uintptr_t>(s.native_handle()); })
+      .def_property_readonly("is_default", &Stream::is_default)
+      .def("__eq__", [](const Stream& a, const Stream& b) { return a == b; })
+      .def(
+          "__hash__",
+          [](const Stream& s) {
+            return std::hash<std::uintptr_t>()(reinterpret_cast<std::uintptr_t>(s.native_handle()));
+          })
+      .def("__repr__", [](const Stream& s) {
+        if (s.is_default()) return std::string("<devmem default stream>");
+        return fmt::format("<devmem stream {:#x}>",
+                           reinterpret_cast<std::uintptr_t>(s.native_handle()));
+      });
+
+  py::class_<AutoSynchronizeContext>(m, "_AutoSynchronize")
+      .def("__enter__", &AutoSynchronizeContext::enter)
+      .def("__exit__",
+           [](const AutoSynchronizeContext& c, const py::object& type, const py::object& /*value*/,
+              const py::object& /*traceback*/) { c.exit(type); });
+
+  py::class_<Event>(m, "Event", "A marker in a stream (Numba's cuda.event()).")
+      .def(
+          "record", [](Event& e, const py::object& stream) { e.record(to_stream(stream)); },
+          py::arg("stream") = 0, "Records the event in `stream` (0: the default stream).")
+      .def("synchronize", [](const Event& e) { without_gil([&] { e.synchronize(); }); })
+      .def("query", &Event::query)
+      .def(
+          "wait",
+          [](const Event& e, const py::object& stream) {
+            const Stream s = to_stream(stream);
+            (s.is_specified() ? s : default_stream()).wait(e);
+          },
+          py::arg("stream") = 0, "Makes later work on `stream` wait for this event.")
+      .def(
+          "elapsed_time",
+          [](const Event& start, const Event& end) { return elapsed_ms(start, end); },
+          py::arg("end"), "Milliseconds between this event and `end`, both recorded and done.");
+
+  m.def(
+      "stream", [] { return stream(); }, "A new stream.");
+  m.def(
+      "default_stream", [] { return default_stream(); }, "The current device's default stream.");
+  m.def(
+      "event", [](bool /*timing*/) { return Event(); }, py::arg("timing") = true,
+      "A new event (every devmem event can time).");
+  m.def(
+      "event_elapsed_time",
+      [](const Event& start, const Event& end) { return elapsed_ms(start, end); },
+      py::arg("evtstart"), py::arg("evtend"));
+  m.def(
+      "synchronize", [] { without_gil([] { synchronize(); }); },
+      "Waits for all work on the current device.");
+
+  py::class_<DeferCleanupContext>(m, "_DeferCleanup")
+      .def("__enter__", &DeferCleanupContext::enter)
+      .def("__exit__", [](DeferCleanupContext& c, const py::args& /*exc*/) { c.exit(); });
+  m.def(
+      "defer_cleanup", [] { return std::make_unique<DeferCleanupContext>(); },
+      "A context manager during which no device memory is freed (nestable).");
+
+  py::class_<DeviceHandle>(m, "Device", "A device; `with device:` makes it current for the block.")
+      .def_property_readonly("id", &DeviceHandle::id)
+      .def_property_readonly("name", &DeviceHandle::name)
+      .def_property_readonly("properties", &DeviceHandle::properties)
+      .def("__enter__",
+           [](py::object self) {
+             self.cast<DeviceHandle&>().enter();
+             return self;
+           })
+      .def("__exit__", [](DeviceHandle& d, const py::args& /*exc*/) { d.exit(); })
+      .def("__repr__", [](const DeviceHandle& d) {
+        return fmt::format("<devmem Device {} '{}' ({})>", d.id(), d.name(), backend_name());
+      });
+  m.def("_list_devices", [] {
+    py::list out;
+    for (DeviceInfo& info : gpus())
+      out.append(py::cast(std::make_unique<DeviceHandle>(std::move(info))));
+    return out;
+  });
+  m.def(
+      "get_current_device",
+      [] { return std::make_unique<DeviceHandle>(devmem::get_current_device()); },
+      "The current device.");
+  m.def(
+      "select_device",
+      [](int index) {
+        select_device(index);
+        return std::make_unique<DeviceHandle>(devmem::get_current_device());
+      },
+      py::arg("device_id"), "Makes device `device_id` current for this thread and returns it.");
+  m.def("device_count", &device_count);
+  m.def(
+      "backend_name", [] { return backend_name(); }, "The active backend: host, cuda or roc.");
+  m.def("compiled_backends", &compiled_backends);
+
+  m.def(
+      "memory_info",
+      [] {
+        const MemoryInfo info = current_context()->memory_info();
+        return memory_info_type()(info.free, info.total);
+      },
+      "MemoryInfo(free, total) of the current device, in bytes.");
+  m.def(
+      "set_memory_manager",
+      [](const std::string& name) {
+        without_gil([&] { set_memory_manager(make_memory_manager(name)); });
+      },
+      py::arg("name"), "Selects the current context's memory manager: direct, pool or async.");
+  m.def("memory_manager_name",
+        [] { return std::string(current_context()->memory_manager()->name()); });
+  m.def(
+      "pool_statistics",
+      [] {
+        py::dict out;
+        const auto pool =
+            std::dynamic_pointer_cast<PoolMemoryManager>(current_context()->memory_manager());
+        if (!pool) return out;
+        const PoolStatistics s = pool->statistics();
+        out["hits"] = s.hits;
+        out["misses"] = s.misses;
+        out["cached_bytes"] = s.cached_bytes;
+        out["cached_blocks"] = s.cached_blocks;
+        out["cached_host_bytes"] = s.cached_host_bytes;
+        out["backend_bytes"] = s.backend_bytes;
+        out["trims"] = s.trims;
+        return out;
+      },
+      "The pool manager's counters (an empty dict under another manager).");
+  m.def("flush_deallocations",
+        [] { without_gil([] { current_context()->flush_deallocations(); }); });
+  m.def("pending_deallocations", [] { return current_context()->pending_deallocations(); });
+  m.def(
+      "device_statistics",
+      [] {
+        const MemoryStatistics s = current_context()->device_statistics();
+        py::dict out;
+        out["current_bytes"] = s.current_bytes;
+        out["peak_bytes"] = s.peak_bytes;
+        out["total_bytes"] = s.total_bytes;
+        out["current_count"] = s.current_count;
+        out["peak_count"] = s.peak_count;
+        out["total_count"] = s.total_count;
+        return out;
+      },
+      "Counters of the current device's allocations (bytes and counts: current, peak, total).");
+
+  py::class_<PinnedContext>(m, "_Pinned")
+      .def("__enter__", [](PinnedContext& c) { c.enter(); })
+      .def("__exit__", [](PinnedContext& c, const py::args& /*exc*/) { c.exit(); });
+  m.def(
+      "pinned",
+      [](const py::args& arrays) {
+        return std::make_unique<PinnedContext>(host_views(arrays, "pinned"));
+      },
+      "A context manager page-locking the NumPy arrays' memory for the block.");
+
+  py::class_<MappedContext>(m, "_Mapped")
+      .def("__enter__", &MappedContext::enter)
+      .def("__exit__", [](MappedContext& c, const py::args& /*exc*/) { c.exit(); });
+  m.def(
+      "mapped",
+      [](const py::args& arrays, const py::kwargs& options) {
+        Stream stream;
+        for (const auto& [key, value] : options) {
+          if (key.cast<std::string>() != "stream") {
+            throw py::type_error(fmt::format(
+                "mapped: unknown keyword argument '{}' (only 'stream')", key.cast<std::string>()));
+          }
+          stream = to_stream(value);
+        }
+        py::list dtypes;
+        for (const py::handle item : arrays) {
+          if (py::isinstance<py::array>(item)) dtypes.append(item.attr("dtype"));
+        }
+        return std::make_unique<MappedContext>(host_views(arrays, "mapped"), dtypes, stream);
+      },
+      "A context manager mapping the NumPy arrays into the device address space for the block; "
+      "gives their device views.");
+
+  py::class_<HostRegistration>(m, "HostRegistration",
+                               "Page-locked (optionally mapped) existing host memory, by address.")
+      .def(py::init<std::uintptr_t, std::int64_t, bool>(), py::arg("pointer"), py::arg("size"),
+           py::arg("mapped") = false)
+      .def_property_readonly("mapped", &HostRegistration::is_mapped)
+      .def_property_readonly("is_open", &HostRegistration::is_open)
+      .def_property_readonly("device_pointer", &HostRegistration::device_pointer)
+      .def("close", &HostRegistration::close, "Unregisters now (idempotent).")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](HostRegistration& r, const py::args& /*exc*/) { r.close(); });
+
+  m.def(
+      "pinned_array",
+      [](const py::object& shape, const py::object& dtype, const py::object& strides,
+         const py::object& order) {
+        const py::dtype type = as_numpy_dtype(dtype);
+        Shape sh = to_shape(shape);
+        Strides st = strides.is_none() ? Strides{} : to_shape(strides, "strides");
+        const Order o = to_order(order);
+        const DType element = to_devmem_dtype(type);
+        HostArray host =
+            without_gil([&] { return pinned_array(std::move(sh), element, std::move(st), o); });
+        return to_numpy(host, type);
+      },
+      py::arg("shape"), py::arg("dtype") = py::dtype("float64"), py::arg("strides") = py::none(),
+      py::arg("order") = "C", "A NumPy array in page-locked host memory.");
+
+  m.def("_mapped_array",
+        [](const py::object& shape, const py::object& dtype, const py::object& strides,
+           const py::object& order, const py::object& stream, bool portable, bool wc) {
+          const py::dtype type = as_numpy_dtype(dtype);
+          Shape sh = to_shape(shape);
+          Strides st = strides.is_none() ? Strides{} : to_shape(strides, "strides");
+          const Order o = to_order(order);
+          const Stream s = to_stream(stream);
+          const DType element = to_devmem_dtype(type);
+          const MappedArray host = without_gil([&] {
+            return mapped_array(std::move(sh), element, std::move(st), o, s, portable, wc);
+          });
+          return py::make_tuple(to_numpy(host, type), DeviceNDArray{host.device(), type});
+        });
+}
+
+}  // namespace devmem::python
