@@ -147,8 +147,8 @@ std::vector<std::int64_t> squeezable_axes(const DeviceArray& array, const py::ob
   return axes;
 }
 
-DeviceNDArray to_device_impl(const py::object& obj, const py::object& stream, bool copy,
-                             const py::object& to) {
+py::object to_device_impl(const py::object& obj, const py::object& stream, bool copy,
+                          const py::object& to) {
   const Stream s = to_stream(stream);
   if (!to.is_none()) {
     auto& target = to.cast<DeviceNDArray&>();
@@ -158,12 +158,12 @@ DeviceNDArray to_device_impl(const py::object& obj, const py::object& stream, bo
       const HostArray source = host_view(host, false);
       without_gil([&] { target.array.copy_to_device(source, s); });
     }
-    return target;
+    return to;
   }
   const py::array host = as_numpy_array(obj);
   const HostArray source = host_view(host, false);
   DeviceArray array = without_gil([&] { return to_device(source, s, copy); });
-  return DeviceNDArray{std::move(array), host.dtype()};
+  return py::cast(DeviceNDArray{std::move(array), host.dtype()});
 }
 
 }  // namespace

@@ -1,0 +1,163 @@
+"""Streams, events, devices, deferred cleanup, memory managers, and thread safety."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import devmem
+
+
+def test_stream_async_copies_complete_after_synchronize(rng):
+    s = devmem.stream()
+    host = rng.random(1 << 16)
+    d = devmem.to_device(host, stream=s)
+    assert d.stream == s
+    out = devmem.pinned_array(host.shape)
+    d.copy_to_host(out, stream=s)
+    s.synchronize()
+    assert s.query()
+    np.testing.assert_array_equal(out, host)
+
+
+def test_async_copy_keeps_a_dropped_host_array_alive(rng):
+    s = devmem.stream()
+    host = rng.random(1 << 18)
+    d = devmem.to_device(host, stream=s)
+    expected = host.copy()
+    del host  # devmem holds the NumPy array until the copy is done
+    s.synchronize()
+    np.testing.assert_array_equal(d.copy_to_host(), expected)
+
+
+def test_auto_synchronize_and_events():
+    s = devmem.stream()
+    host = np.arange(1000.0)
+    with s.auto_synchronize() as entered:
+        assert entered == s
+        d = devmem.to_device(host, stream=s)
+        out = np.empty_like(host)
+        d.copy_to_host(out, stream=s)
+    np.testing.assert_array_equal(out, host)
+    start, end = devmem.event(), devmem.event(timing=True)
+    start.record(s)
+    devmem.to_device(host, stream=s)
+    end.record(s)
+    end.synchronize()
+    assert end.query()
+    assert start.elapsed_time(end) >= 0.0
+    assert devmem.event_elapsed_time(start, end) >= 0.0
+    marker = s.record()
+    other = devmem.stream()
+    other.wait_event(marker)
+    marker.wait(other)
+    other.synchronize()
+
+
+def test_auto_synchronize_on_the_error_path():
+    s = devmem.stream()
+    with pytest.raises(KeyError):
+        with s.auto_synchronize():
+            devmem.to_device(np.arange(10.0), stream=s)
+            raise KeyError("raised in the block")
+    assert s.query()
+
+
+def test_default_stream_and_stream_objects():
+    default = devmem.default_stream()
+    assert default.is_default and int(default) == default.handle
+    s = devmem.stream()
+    assert not s.is_default and s != default and s == s
+    assert len({s, s, default}) == 2
+    assert "stream" in repr(s)
+    d = devmem.to_device(np.ones(4), stream=default)
+    assert d.copy_to_host(stream=default).sum() == 4
+
+
+def test_devices():
+    assert len(devmem.gpus) == devmem.device_count() >= 1
+    first = devmem.gpus[0]
+    assert first.id == 0 and first.name
+    props = first.properties
+    assert props["total_memory"] > 0 and props["warp_size"] > 0
+    assert devmem.gpus.current.id == devmem.get_current_device().id
+    with first as entered:
+        assert entered is first
+        assert devmem.get_current_device().id == 0
+    assert devmem.select_device(0).id == 0
+    assert [d.id for d in devmem.list_devices()] == list(range(devmem.device_count()))
+    with pytest.raises(devmem.Error):
+        devmem.select_device(devmem.device_count() + 5)
+    assert devmem.backend_name() in devmem.compiled_backends()
+
+
+def test_defer_cleanup_holds_frees_until_exit():
+    devmem.flush_deallocations()
+    with devmem.defer_cleanup():
+        with devmem.defer_cleanup():  # nestable
+            for _ in range(30):
+                devmem.device_array(1024)
+            held = devmem.pending_deallocations()
+            assert held >= 30
+        assert devmem.pending_deallocations() >= held
+    devmem.device_array(16)  # the next allocation may flush the queue
+    devmem.flush_deallocations()
+    assert devmem.pending_deallocations() == 0
+
+
+def test_memory_info_and_statistics():
+    info = devmem.memory_info()
+    assert info.total > 0 and 0 <= info.free <= info.total
+    assert info == (info.free, info.total)
+    before = devmem.device_statistics()["total_count"]
+    devmem.device_array(256)
+    assert devmem.device_statistics()["total_count"] == before + 1
+
+
+def test_pool_manager_reuses_blocks(pool_manager):
+    assert devmem.memory_manager_name() == "pool"
+    for _ in range(50):
+        devmem.device_array(128)
+    devmem.flush_deallocations()
+    stats = devmem.pool_statistics()
+    assert stats["hits"] > 0 and stats["misses"] > 0
+
+
+def test_unknown_manager_is_rejected():
+    with pytest.raises(ValueError, match="no-such-manager"):
+        devmem.set_memory_manager("no-such-manager")
+
+
+def test_threads_copy_concurrently(rng):
+    errors = []
+    data = [rng.random(4096) for _ in range(4)]
+
+    def worker(values):
+        try:
+            s = devmem.stream()
+            for _ in range(50):
+                d = devmem.to_device(values, stream=s)
+                d[::2] = 0.0
+                out = d.copy_to_host(stream=s)
+                s.synchronize()
+                expected = values.copy()
+                expected[::2] = 0.0
+                np.testing.assert_array_equal(out, expected)
+        except Exception as error:  # reported to the main thread below
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(values,)) for values in data]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_errors_are_python_exceptions_of_the_matching_kind():
+    assert issubclass(devmem.InvalidArgument, ValueError)
+    assert issubclass(devmem.InvalidArgument, devmem.Error)
+    assert issubclass(devmem.OutOfMemory, MemoryError)
+    assert issubclass(devmem.Error, RuntimeError)
+    with pytest.raises(devmem.InvalidArgument, match=r"reshape.*\(5, 5\)"):
+        devmem.device_array((4, 6)).reshape(5, 5)
