@@ -60,15 +60,17 @@ std::pair<DeviceArray, bool> select(const DeviceArray& array, const py::object& 
     if (item.ptr() == Py_Ellipsis) {
       dim += ndim - explicit_axes;
     } else if (PySlice_Check(item.ptr()) != 0) {
-      const auto slice = py::reinterpret_borrow<py::slice>(item);
-      const auto bound = [](const py::object& value) -> std::optional<std::int64_t> {
-        if (value.is_none()) return std::nullopt;
-        return py::int_(value).cast<std::int64_t>();
+      // The slice's fields directly: attribute lookups by name cost more than the slicing.
+      const auto* const slice = reinterpret_cast<const PySliceObject*>(item.ptr());
+      const auto bound = [](PyObject* value) -> std::optional<std::int64_t> {
+        if (value == Py_None) return std::nullopt;
+        const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(value));
+        if (!index) throw py::error_already_set();
+        return index.cast<std::int64_t>();
       };
-      const std::optional<std::int64_t> step = bound(slice.attr("step"));
+      const std::optional<std::int64_t> step = bound(slice->step);
       if (step == 0) throw py::value_error("slice step cannot be zero");
-      view =
-          view.slice(dim, bound(slice.attr("start")), bound(slice.attr("stop")), step.value_or(1));
+      view = view.slice(dim, bound(slice->start), bound(slice->stop), step.value_or(1));
       ++dim;
     } else if (PyIndex_Check(item.ptr()) != 0 && PyBool_Check(item.ptr()) == 0) {
       const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(item.ptr()));
@@ -95,7 +97,7 @@ py::object getitem(const DeviceNDArray& self, const py::object& key, const py::o
   auto [view, element] = select(self.array, key);
   const Stream s = to_stream(stream);
   if (s.is_specified()) view = view.bind(s);
-  if (!element || self.dtype.attr("fields").ptr() != Py_None) {
+  if (!element || py::detail::array_descriptor_proxy(self.dtype.ptr())->names != nullptr) {
     // A record element stays on the device, as Numba's DeviceRecord.
     return py::cast(DeviceNDArray{std::move(view), self.dtype});
   }
