@@ -5,7 +5,7 @@
 makes every device array, mapped array and pinned array that Numba creates from then on come from
 devmem's memory manager (its pool by default), and every release go through devmem's deferred
 deallocation queue. The plugin implements version 1 of Numba's EMM interface; see
-docs/python-numba-plugin.md for the behaviour of each method.
+docs/python.md#numba-plugin for the behaviour of each method.
 
 Importing this module imports Numba; ``import devmem`` alone does not.
 """

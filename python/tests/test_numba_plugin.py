@@ -206,6 +206,17 @@ def test_initialize_selects_the_pool_unless_the_user_chose(devmem_manager_restor
     assert devmem.memory_manager_name() == "async"
 
 
+@host_backend_only
+def test_initialize_for_a_numba_context_needs_the_cuda_backend():
+    class NumbaContextStandIn:  # what Numba passes: its Context, with a .device
+        device = None
+
+    mm = DevmemMemoryManager(context=NumbaContextStandIn())
+    message = r"needs devmem's 'cuda' backend.*runs the 'host' backend.*DEVMEM_BACKEND=cuda"
+    with pytest.raises(RuntimeError, match=message):
+        mm.initialize()
+
+
 def test_reset_before_initialize():
     mm = DevmemMemoryManager(context=None)
     mm.reset()
@@ -557,6 +568,7 @@ def test_gpu_kernel_writes_into_plugin_memory(numba_on_devmem):
     array = cuda.device_array(1000, dtype=np.int32)
     assert numba_on_devmem.live_allocations == 1
     fill[8, 128](array)
+    cuda.synchronize()
     backing = numba_on_devmem.devmem_array(array.gpu_data)
     np.testing.assert_array_equal(backing.view(np.int32).copy_to_host(), np.arange(1000) * 2)
     np.testing.assert_array_equal(array.copy_to_host(), np.arange(1000) * 2)
