@@ -137,18 +137,41 @@ def test_use_devmem_for_numba(numba_manager_restored):
     assert driver._memory_manager is DevmemMemoryManager
 
 
-def test_numba_cuda_memory_manager_names_the_module(numba_manager_restored, monkeypatch):
-    # What NUMBA_CUDA_MEMORY_MANAGER=devmem.numba does when Numba creates its first context.
+def _package_root():
+    return os.path.dirname(os.path.dirname(os.path.abspath(devmem.__file__)))
+
+
+def _run_child(code, **env_vars):
+    env = dict(os.environ, **env_vars)
+    env["PYTHONPATH"] = _package_root() + os.pathsep + os.environ.get("PYTHONPATH", "")
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_numba_cuda_memory_manager_names_the_module():
+    # What Numba does with NUMBA_CUDA_MEMORY_MANAGER=devmem.numba when it creates its first
+    # context (a fresh process: Numba reads the variable once).
     assert devmem_numba._numba_memory_manager is DevmemMemoryManager
-    monkeypatch.setattr(numba.core.config, "CUDA_MEMORY_MANAGER", "devmem.numba")
-    driver._memory_manager = None
-    driver._ensure_memory_manager()
-    assert driver._memory_manager is DevmemMemoryManager
+    result = _run_child(
+        """
+        from numba.cuda.cudadrv import driver
+        driver._ensure_memory_manager()
+        manager = driver._memory_manager
+        print(manager.__module__ + "." + manager.__qualname__)
+        """,
+        NUMBA_CUDA_MEMORY_MANAGER="devmem.numba",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "devmem.numba.DevmemMemoryManager"
 
 
 def test_import_devmem_does_not_import_numba():
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(devmem.__file__)))
-    child = textwrap.dedent(
+    result = _run_child(
         """
         import sys
 
@@ -168,10 +191,6 @@ def test_import_devmem_does_not_import_numba():
         else:
             raise SystemExit("devmem.numba imported without numba")
         """
-    )
-    env = dict(os.environ, PYTHONPATH=package_root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    result = subprocess.run(
-        [sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
     assert "numba is blocked" in result.stdout
