@@ -368,6 +368,46 @@ def test_memalloc_too_large_is_out_of_memory(manager):
     assert manager.live_allocations == 0
 
 
+@host_backend_only
+def test_allocates_on_the_device_of_its_numba_context():
+    # Two simulated devices in a fresh process (the count is read when devmem starts). With a real
+    # Numba context initialize() takes the device from context.device.id; here the plugin is
+    # pointed at device 1 the same way, and each call must reach device 1 only.
+    result = _run_child(
+        """
+        import gc
+        import devmem
+        from devmem.numba import DevmemMemoryManager
+
+        assert devmem.device_count() == 2
+        mm = DevmemMemoryManager(context=None)
+        mm._device_index = 1  # what initialize() reads from Numba's context.device.id
+        mm.initialize()
+        free0 = devmem.memory_info().free
+        with devmem.gpus[1]:
+            assert devmem.memory_manager_name() == "pool"
+            free1 = devmem.memory_info().free
+        memory = mm.memalloc(1 << 20)
+        assert devmem.memory_info().free == free0
+        assert mm.get_memory_info().free == free1 - (1 << 20)
+        with mm.defer_cleanup():
+            del memory
+            gc.collect()
+            with devmem.gpus[1]:
+                assert devmem.pending_deallocations() == 1
+        mm.reset()
+        with devmem.gpus[1]:
+            assert devmem.pending_deallocations() == 0
+            assert devmem.pool_statistics()["cached_blocks"] == 1
+        print("device 1 only")
+        """,
+        DEVMEM_HOST_DEVICE_COUNT="2",
+        DEVMEM_BACKEND="host",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "device 1 only"
+
+
 # -- memory info, defer_cleanup, reset ----------------------------------------------------------
 
 
