@@ -6,11 +6,12 @@
 #   scripts/lint.sh --fix [FILE...]     clang-format, rewriting those files in place
 #   scripts/lint.sh --tidy [FILE...]    clang-tidy (.clang-tidy) over the library's sources: core/,
 #                                     backends/, apps/ as the host preset compiles them, mpi/ as
-#                                     host-mpi does (or over each FILE among them; other files,
-#                                     headers included, are skipped)
-# The tidy check uses build/host/compile_commands.json and build/host-mpi/compile_commands.json,
+#                                     host-mpi does, python/ as the python preset does (or over
+#                                     each FILE among them; other files, headers included, are
+#                                     skipped)
+# The tidy check uses the compile_commands.json of build/host, build/host-mpi and build/python,
 # configuring each preset when its database is missing; without Open MPI (scripts/install-deps.sh
-# --mpi) mpi/ is skipped with a note. Tools: clang-format-15 and clang-tidy-15
+# --mpi) mpi/ is skipped with a note, without pybind11 (--python) python/ is. Tools: clang-format-15 and clang-tidy-15
 # (scripts/install-deps.sh --lint), or the programs named by $CLANG_FORMAT and $CLANG_TIDY.
 # $LINT_JOBS: parallel clang-tidy runs (default: the number of processors).
 set -euo pipefail
@@ -21,6 +22,7 @@ clang_tidy=${CLANG_TIDY:-clang-tidy-15}
 jobs=${LINT_JOBS:-$(nproc)}
 host_dir=build/host
 mpi_dir=build/host-mpi
+python_dir=build/python
 
 mode=all
 case "${1:-}" in
@@ -105,11 +107,20 @@ run_tidy() {  # the files to check (all of the library's sources when none)
   else
     echo "clang-tidy: Open MPI is not installed (scripts/install-deps.sh --mpi): mpi/ is skipped"
   fi
-  local host_all host_files=() mpi_files=()
+  # The Python module builds only with pybind11 (the python preset): its own database too.
+  local python_all=""
+  if [ -f "$python_dir/compile_commands.json" ] || [ -f /usr/include/pybind11/pybind11.h ]; then
+    [ -f "$python_dir/compile_commands.json" ] || cmake --preset python >/dev/null
+    python_all=$(tidy_files "$python_dir" 'python')
+  else
+    echo "clang-tidy: pybind11 is not installed (scripts/install-deps.sh --python): python/ is skipped"
+  fi
+  local host_all host_files=() mpi_files=() python_files=()
   host_all=$(tidy_files "$host_dir" 'core|backends|apps')
   if [ $# -eq 0 ]; then
     [ -z "$host_all" ] || mapfile -t host_files <<<"$host_all"
     [ -z "$mpi_all" ] || mapfile -t mpi_files <<<"$mpi_all"
+    [ -z "$python_all" ] || mapfile -t python_files <<<"$python_all"
   else
     local f
     for f in "$@"; do
@@ -118,10 +129,12 @@ run_tidy() {  # the files to check (all of the library's sources when none)
         host_files+=("$f")
       elif [ -n "$mpi_all" ] && grep -qxF -- "$f" <<<"$mpi_all"; then
         mpi_files+=("$f")
+      elif [ -n "$python_all" ] && grep -qxF -- "$f" <<<"$python_all"; then
+        python_files+=("$f")
       fi
     done
   fi
-  local count=$((${#host_files[@]} + ${#mpi_files[@]}))
+  local count=$((${#host_files[@]} + ${#mpi_files[@]} + ${#python_files[@]}))
   if [ "$count" -eq 0 ]; then
     echo "clang-tidy: no library sources to check"
     return 0
@@ -130,6 +143,7 @@ run_tidy() {  # the files to check (all of the library's sources when none)
   local status=0
   tidy_with "$host_dir" "${host_files[@]}" || status=1
   tidy_with "$mpi_dir" "${mpi_files[@]}" || status=1
+  tidy_with "$python_dir" "${python_files[@]}" || status=1
   if [ "$status" -ne 0 ]; then
     echo "lint.sh: clang-tidy reported findings (above)" >&2
     return 1

@@ -32,20 +32,16 @@ DeviceNDArray with_array(const DeviceNDArray& self, DeviceArray array) {
   return DeviceNDArray{std::move(array), self.dtype};
 }
 
-/// The view that `key` (an int, a slice, Ellipsis or a tuple of them) selects, and whether every
-/// axis was selected by an integer (the key names one element).
-std::pair<DeviceArray, bool> select(const DeviceArray& array, const py::object& key) {
-  const py::tuple items =
-      py::isinstance<py::tuple>(key) ? py::reinterpret_borrow<py::tuple>(key) : py::make_tuple(key);
-  const int ndim = array.ndim();
+/// The number of axes `items` names explicitly (all but one `...`). IndexError for a second
+/// `...` or more axes than the array has.
+int explicit_axes_of(const py::tuple& items, int ndim) {
   int explicit_axes = 0;
   bool has_ellipsis = false;
   for (const py::handle item : items) {
-    if (item.ptr() == Py_Ellipsis) {
-      if (has_ellipsis) throw py::index_error("an index can only have a single ellipsis ('...')");
-      has_ellipsis = true;
-    } else {
+    if (item.ptr() != Py_Ellipsis) {
       ++explicit_axes;
+    } else if (std::exchange(has_ellipsis, true)) {
+      throw py::index_error("an index can only have a single ellipsis ('...')");
     }
   }
   if (explicit_axes > ndim) {
@@ -53,6 +49,48 @@ std::pair<DeviceArray, bool> select(const DeviceArray& array, const py::object& 
         fmt::format("too many indices for array: array is {}-dimensional, but {} were indexed",
                     ndim, explicit_axes));
   }
+  return explicit_axes;
+}
+
+std::optional<std::int64_t> slice_bound(PyObject* value) {
+  if (value == Py_None) return std::nullopt;
+  const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(value));
+  if (!index) throw py::error_already_set();
+  return index.cast<std::int64_t>();
+}
+
+DeviceArray apply_slice(const DeviceArray& view, int dim, py::handle item) {
+  // The slice's fields directly: attribute lookups by name cost more than the slicing.
+  const auto* const slice = reinterpret_cast<const PySliceObject*>(item.ptr());
+  const std::optional<std::int64_t> step = slice_bound(slice->step);
+  if (step == 0) throw py::value_error("slice step cannot be zero");
+  return view.slice(dim, slice_bound(slice->start), slice_bound(slice->stop), step.value_or(1));
+}
+
+/// `view` indexed by the integer `item` on axis `dim` (axis `axis` of the original array).
+DeviceArray apply_integer(const DeviceArray& view, int dim, int axis, py::handle item) {
+  const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(item.ptr()));
+  if (!index) throw py::error_already_set();
+  const auto i = index.cast<std::int64_t>();
+  const std::int64_t extent = view.shape()[static_cast<std::size_t>(dim)];
+  if (i < -extent || i >= extent) {
+    throw py::index_error(
+        fmt::format("index {} is out of bounds for axis {} with size {}", i, axis, extent));
+  }
+  return view.index(dim, i);
+}
+
+struct Selection {
+  DeviceArray view;
+  bool element;  // every axis was selected by an integer: the key names one element
+};
+
+/// The view that `key` (an int, a slice, Ellipsis or a tuple of them) selects.
+Selection select(const DeviceArray& array, const py::object& key) {
+  const py::tuple items =
+      py::isinstance<py::tuple>(key) ? py::reinterpret_borrow<py::tuple>(key) : py::make_tuple(key);
+  const int ndim = array.ndim();
+  const int explicit_axes = explicit_axes_of(items, ndim);
   DeviceArray view = array;
   int dim = 0;  // the axis of `view` the next item applies to
   int integers = 0;
@@ -60,28 +98,9 @@ std::pair<DeviceArray, bool> select(const DeviceArray& array, const py::object& 
     if (item.ptr() == Py_Ellipsis) {
       dim += ndim - explicit_axes;
     } else if (PySlice_Check(item.ptr()) != 0) {
-      // The slice's fields directly: attribute lookups by name cost more than the slicing.
-      const auto* const slice = reinterpret_cast<const PySliceObject*>(item.ptr());
-      const auto bound = [](PyObject* value) -> std::optional<std::int64_t> {
-        if (value == Py_None) return std::nullopt;
-        const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(value));
-        if (!index) throw py::error_already_set();
-        return index.cast<std::int64_t>();
-      };
-      const std::optional<std::int64_t> step = bound(slice->step);
-      if (step == 0) throw py::value_error("slice step cannot be zero");
-      view = view.slice(dim, bound(slice->start), bound(slice->stop), step.value_or(1));
-      ++dim;
+      view = apply_slice(view, dim++, item);
     } else if (PyIndex_Check(item.ptr()) != 0 && PyBool_Check(item.ptr()) == 0) {
-      const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(item.ptr()));
-      if (!index) throw py::error_already_set();
-      const auto i = index.cast<std::int64_t>();
-      const std::int64_t extent = view.shape()[static_cast<std::size_t>(dim)];
-      if (i < -extent || i >= extent) {
-        throw py::index_error(fmt::format("index {} is out of bounds for axis {} with size {}", i,
-                                          dim + integers, extent));
-      }
-      view = view.index(dim, i);
+      view = apply_integer(view, dim, dim + integers, item);
       ++integers;
     } else {
       throw py::index_error(fmt::format(
@@ -94,10 +113,12 @@ std::pair<DeviceArray, bool> select(const DeviceArray& array, const py::object& 
 }
 
 py::object getitem(const DeviceNDArray& self, const py::object& key, const py::object& stream) {
-  auto [view, element] = select(self.array, key);
+  Selection selection = select(self.array, key);
+  DeviceArray view = std::move(selection.view);
   const Stream s = to_stream(stream);
   if (s.is_specified()) view = view.bind(s);
-  if (!element || py::detail::array_descriptor_proxy(self.dtype.ptr())->names != nullptr) {
+  if (!selection.element ||
+      py::detail::array_descriptor_proxy(self.dtype.ptr())->names != nullptr) {
     // A record element stays on the device, as Numba's DeviceRecord.
     return py::cast(DeviceNDArray{std::move(view), self.dtype});
   }
@@ -112,7 +133,7 @@ py::object getitem(const DeviceNDArray& self, const py::object& key, const py::o
 
 void setitem(const DeviceNDArray& self, const py::object& key, const py::object& value,
              const py::object& stream) {
-  const DeviceArray target = select(self.array, key).first;
+  const DeviceArray target = select(self.array, key).view;
   const Stream s = to_stream(stream);
   if (py::isinstance<DeviceNDArray>(value)) {
     const auto& source = value.cast<const DeviceNDArray&>();
@@ -168,6 +189,66 @@ py::object to_device_impl(const py::object& obj, const py::object& stream, bool 
   return py::cast(DeviceNDArray{std::move(array), host.dtype()});
 }
 
+py::object copy_to_host(const DeviceNDArray& a, const py::object& ary, const py::object& stream) {
+  const Stream s = to_stream(stream);
+  if (ary.is_none()) {
+    const HostArray host = without_gil([&] { return a.array.copy_to_host(s); });
+    return to_numpy(host, a.dtype);
+  }
+  if (!py::isinstance<py::array>(ary)) {
+    throw py::type_error(fmt::format("copy_to_host: ary must be a NumPy array, got {}",
+                                     py::repr(py::type::of(ary)).cast<std::string>()));
+  }
+  const auto destination_array = py::reinterpret_borrow<py::array>(ary);
+  check_same_dtype(a.dtype, destination_array.dtype());
+  const HostArray destination = host_view(destination_array, true);
+  without_gil([&] { a.array.copy_to_host(destination, s); });
+  return ary;
+}
+
+void copy_to_device(const DeviceNDArray& a, const py::object& ary, const py::object& stream) {
+  const Stream s = to_stream(stream);
+  if (py::isinstance<DeviceNDArray>(ary)) {
+    const auto& source = ary.cast<const DeviceNDArray&>();
+    check_same_dtype(a.dtype, source.dtype);
+    without_gil([&] { a.array.copy_to_device(source.array, s); });
+    return;
+  }
+  const py::array host = as_numpy_array(ary);
+  check_same_dtype(a.dtype, host.dtype());
+  const HostArray source = host_view(host, false);
+  without_gil([&] { a.array.copy_to_device(source, s); });
+}
+
+DeviceNDArray reshape(const DeviceNDArray& a, const py::args& args, const py::kwargs& kwargs) {
+  Order order = Order::C;
+  for (const auto& [key, value] : kwargs) {
+    if (key.cast<std::string>() != "order") {
+      throw py::type_error(fmt::format("unknown keyword arguments {}",
+                                       py::repr(kwargs.attr("keys")()).cast<std::string>()));
+    }
+    order = to_order(value, true);
+  }
+  const py::object shape = (args.size() == 1 && !PyIndex_Check(args[0].ptr()))
+                               ? py::reinterpret_borrow<py::object>(args[0])
+                               : py::object(args);
+  Shape new_shape = to_shape(shape);
+  return with_array(a, without_gil([&] { return a.array.reshape(new_shape, order); }));
+}
+
+DeviceNDArray squeeze(const DeviceNDArray& a, const py::object& axis, const py::object& stream) {
+  DeviceArray view = a.array;
+  if (axis.is_none()) {
+    view = view.squeeze();
+  } else {
+    for (const std::int64_t axis_index : squeezable_axes(view, axis)) {
+      view = view.squeeze(static_cast<int>(axis_index));
+    }
+  }
+  const Stream s = to_stream(stream);
+  return with_array(a, s.is_specified() ? view.bind(s) : view);
+}
+
 }  // namespace
 
 void bind_device_ndarray(py::module_& m) {
@@ -203,63 +284,12 @@ void bind_device_ndarray(py::module_& m) {
              if (a.array.ndim() == 0) throw py::type_error("len() of unsized object");
              return a.array.shape().front();
            })
-      .def(
-          "copy_to_host",
-          [](const DeviceNDArray& a, const py::object& ary,
-             const py::object& stream) -> py::object {
-            const Stream s = to_stream(stream);
-            if (ary.is_none()) {
-              const HostArray host = without_gil([&] { return a.array.copy_to_host(s); });
-              return to_numpy(host, a.dtype);
-            }
-            if (!py::isinstance<py::array>(ary)) {
-              throw py::type_error(fmt::format("copy_to_host: ary must be a NumPy array, got {}",
-                                               py::repr(py::type::of(ary)).cast<std::string>()));
-            }
-            const auto destination_array = py::reinterpret_borrow<py::array>(ary);
-            check_same_dtype(a.dtype, destination_array.dtype());
-            const HostArray destination = host_view(destination_array, true);
-            without_gil([&] { a.array.copy_to_host(destination, s); });
-            return ary;
-          },
-          py::arg("ary") = py::none(), py::arg("stream") = 0,
-          "Copies to a new NumPy array, or into `ary` (same dtype and shape); returns it.")
-      .def(
-          "copy_to_device",
-          [](const DeviceNDArray& a, const py::object& ary, const py::object& stream) {
-            const Stream s = to_stream(stream);
-            if (py::isinstance<DeviceNDArray>(ary)) {
-              const auto& source = ary.cast<const DeviceNDArray&>();
-              check_same_dtype(a.dtype, source.dtype);
-              without_gil([&] { a.array.copy_to_device(source.array, s); });
-              return;
-            }
-            const py::array host = as_numpy_array(ary);
-            check_same_dtype(a.dtype, host.dtype());
-            const HostArray source = host_view(host, false);
-            without_gil([&] { a.array.copy_to_device(source, s); });
-          },
-          py::arg("ary"), py::arg("stream") = 0,
-          "Copies from a NumPy array (or anything np.asarray takes) or another DeviceNDArray.")
-      .def(
-          "reshape",
-          [](const DeviceNDArray& a, const py::args& args, const py::kwargs& kwargs) {
-            Order order = Order::C;
-            for (const auto& [key, value] : kwargs) {
-              if (key.cast<std::string>() != "order") {
-                throw py::type_error(
-                    fmt::format("unknown keyword arguments {}",
-                                py::repr(kwargs.attr("keys")()).cast<std::string>()));
-              }
-              order = to_order(value, true);
-            }
-            const py::object shape = (args.size() == 1 && !PyIndex_Check(args[0].ptr()))
-                                         ? py::reinterpret_borrow<py::object>(args[0])
-                                         : py::object(args);
-            Shape new_shape = to_shape(shape);
-            return with_array(a, without_gil([&] { return a.array.reshape(new_shape, order); }));
-          },
-          "A view with a new shape (a copy when no view can give NumPy's result).")
+      .def("copy_to_host", &copy_to_host, py::arg("ary") = py::none(), py::arg("stream") = 0,
+           "Copies to a new NumPy array, or into `ary` (same dtype and shape); returns it.")
+      .def("copy_to_device", &copy_to_device, py::arg("ary"), py::arg("stream") = 0,
+           "Copies from a NumPy array (or anything np.asarray takes) or another DeviceNDArray.")
+      .def("reshape", &reshape,
+           "A view with a new shape (a copy when no view can give NumPy's result).")
       .def(
           "ravel",
           [](const DeviceNDArray& a, const py::object& order, const py::object& stream) {
@@ -298,21 +328,7 @@ void bind_device_ndarray(py::module_& m) {
             return DeviceNDArray{a.array.view(to_devmem_dtype(type)), type};
           },
           py::arg("dtype"), "The same bytes as another dtype (NumPy's rules).")
-      .def(
-          "squeeze",
-          [](const DeviceNDArray& a, const py::object& axis, const py::object& stream) {
-            DeviceArray view = a.array;
-            if (axis.is_none()) {
-              view = view.squeeze();
-            } else {
-              for (const std::int64_t axis_index : squeezable_axes(view, axis)) {
-                view = view.squeeze(static_cast<int>(axis_index));
-              }
-            }
-            const Stream s = to_stream(stream);
-            return with_array(a, s.is_specified() ? view.bind(s) : view);
-          },
-          py::arg("axis") = py::none(), py::arg("stream") = 0)
+      .def("squeeze", &squeeze, py::arg("axis") = py::none(), py::arg("stream") = 0)
       .def(
           "bind",
           [](const DeviceNDArray& a, const py::object& stream) {

@@ -48,6 +48,8 @@ void bind_errors(py::module_& module) {
   no_device_type = define(module, "NoDevice", py::make_tuple(py::handle(error_type)),
                           "The backend found no device.");
 
+  // pybind11's translator type takes the pointer by value.
+  // NOLINTNEXTLINE(performance-unnecessary-value-param)
   py::register_exception_translator([](std::exception_ptr pointer) {
     if (!pointer) return;
     try {
@@ -55,13 +57,13 @@ void bind_errors(py::module_& module) {
     } catch (const InvalidArgument& error) {
       raise(invalid_argument_type, error);
     } catch (const OutOfMemory& error) {
-      const py::object instance = py::reinterpret_steal<py::object>(
+      const auto instance = py::reinterpret_steal<py::object>(
           PyObject_CallFunction(out_of_memory_type, "s", error.what()));
       if (!instance) throw py::error_already_set();
       instance.attr("requested_bytes") = error.requested_bytes();
       PyErr_SetObject(out_of_memory_type, instance.ptr());
     } catch (const BackendError& error) {
-      const py::object instance = py::reinterpret_steal<py::object>(
+      const auto instance = py::reinterpret_steal<py::object>(
           PyObject_CallFunction(backend_error_type, "s", error.what()));
       if (!instance) throw py::error_already_set();
       instance.attr("backend") = error.backend();

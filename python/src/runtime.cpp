@@ -23,7 +23,7 @@ namespace {
 class AutoSynchronizeContext {
  public:
   explicit AutoSynchronizeContext(Stream stream) : stream_(std::move(stream)) {}
-  Stream enter() const { return stream_; }
+  [[nodiscard]] Stream enter() const { return stream_; }
   void exit(const py::object& type) const {
     if (type.is_none()) {
       without_gil([&] { stream_.synchronize(); });
