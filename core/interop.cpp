@@ -18,7 +18,9 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -491,9 +493,41 @@ std::byte* dlpack_element0(const DLTensor& t, const char* op) {
 
 // The host backend's device is the CPU, so a kDLCPU tensor (a NumPy array, say) is memory its
 // device can use; but its copies only touch memory it knows (allocations and registered host
-// memory). Unknown memory is registered as mapped host memory for the life of the view, then
-// unregistered before the producer's deleter runs. Memory the backend already knows (its own
-// allocations, pinned or registered host memory) is left as it is.
+// memory). Unknown memory is registered as mapped host memory while views of it live, then
+// unregistered before the producer's deleter runs. Tensors over memory that an earlier tensor's
+// registration covers share that registration (views of one NumPy array, say). Memory the backend
+// already knows otherwise (its own allocations, pinned or registered host memory) is left as it is.
+struct CpuRegistration {
+  std::uintptr_t begin = 0;
+  std::uintptr_t end = 0;
+  std::optional<MappedScope> scope;
+  ~CpuRegistration();
+};
+
+// Recursive: a registration may die while its thread holds the lock (a weak_ptr locked and dropped
+// in covering_registration, the one made by a failed attempt).
+std::recursive_mutex cpu_registrations_mutex;
+// Live registrations by first byte; entries expire with their last tensor.
+std::map<std::uintptr_t, std::weak_ptr<CpuRegistration>> cpu_registrations;
+
+CpuRegistration::~CpuRegistration() {
+  // Unregistered under the lock, so that a new tensor over the same bytes never finds them still
+  // registered by a registration on its way out.
+  const std::lock_guard lock(cpu_registrations_mutex);
+  scope.reset();
+  const auto it = cpu_registrations.find(begin);
+  if (it != cpu_registrations.end() && it->second.expired()) cpu_registrations.erase(it);
+}
+
+// The live registration covering [begin, end), or null. Called with the mutex held.
+std::shared_ptr<CpuRegistration> covering_registration(std::uintptr_t begin, std::uintptr_t end) {
+  auto it = cpu_registrations.upper_bound(begin);
+  if (it == cpu_registrations.begin()) return nullptr;
+  --it;
+  std::shared_ptr<CpuRegistration> found = it->second.lock();
+  return found && found->end >= end ? found : nullptr;
+}
+
 std::shared_ptr<const void> register_cpu_tensor(std::byte* element0, const Layout& layout,
                                                 std::shared_ptr<const void> tensor,
                                                 std::byte*& device_element0) {
@@ -502,20 +536,33 @@ std::shared_ptr<const void> register_cpu_tensor(std::byte* element0, const Layou
   if (backend.name() != "host" || backend.pointer_device(element0) >= 0) return tensor;
   const Extent extent = layout.extent();
   std::byte* const begin = element0 - (layout.offset - extent.begin);
+  const auto first = reinterpret_cast<std::uintptr_t>(begin);
+  const auto last = first + static_cast<std::uintptr_t>(extent.bytes());
   struct Registered {
-    std::shared_ptr<const void> tensor;  // declared first: released after the scope below
-    std::optional<MappedScope> scope;
+    std::shared_ptr<const void> tensor;  // declared first: released after the registration
+    std::shared_ptr<CpuRegistration> registration;
   };
   auto registered = std::make_shared<Registered>();
   registered->tensor = std::move(tensor);
-  try {
-    registered->scope.emplace(mapped({HostArray::view(
-        static_cast<void*>(begin), Shape{extent.bytes()}, dtype_of<std::uint8_t>())}));
-  } catch (const BackendError& error) {
-    if (error.code_name() != "HostMemoryAlreadyRegistered") throw;
-    return std::move(registered->tensor);
+  const std::lock_guard lock(cpu_registrations_mutex);
+  registered->registration = covering_registration(first, last);
+  if (!registered->registration) {
+    auto registration = std::make_shared<CpuRegistration>();
+    registration->begin = first;
+    registration->end = last;
+    try {
+      registration->scope.emplace(mapped({HostArray::view(
+          static_cast<void*>(begin), Shape{extent.bytes()}, dtype_of<std::uint8_t>())}));
+    } catch (const BackendError& error) {
+      if (error.code_name() != "HostMemoryAlreadyRegistered") throw;
+      return std::move(registered->tensor);
+    }
+    cpu_registrations[first] = registration;
+    registered->registration = std::move(registration);
   }
-  device_element0 = static_cast<std::byte*>((*registered->scope)[0].data()) + (element0 - begin);
+  const CpuRegistration& r = *registered->registration;
+  device_element0 = static_cast<std::byte*>((*r.scope)[0].data()) +
+                    (reinterpret_cast<std::uintptr_t>(element0) - r.begin);
   return registered;
 }
 

@@ -382,6 +382,45 @@ TEST_CASE("from_dlpack: tensors made by another library", "[interop][dlpack]") {
   }
 }
 
+TEST_CASE("from_dlpack: CPU memory on the host backend is registered while views live",
+          "[interop][dlpack][host-memory]") {
+  if (!on_host_backend()) {
+    SUCCEED("kDLCPU tensors are device memory only on the host backend");
+    return;
+  }
+  std::vector<double> values(12);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i);
+  std::atomic<int> deleted{0};
+  TensorSpec whole;
+  whole.shape = {3, 4};
+  whole.data = values.data();
+  {
+    DeviceArray view = devmem::from_dlpack(make_tensor(whole, &deleted));
+    CHECK(device_values(view) == iota_vec(12));
+    view.slice(1, 0, 4, 2).fill(-1.0);  // writes through devmem land in the vector
+    CHECK(values[0] == -1.0);
+    CHECK(values[1] == 1.0);
+    CHECK(values[10] == -1.0);
+    // A second tensor over part of the same memory shares the first one's registration, and
+    // keeps it when the first view dies.
+    TensorSpec column;
+    column.shape = {3};
+    column.strides = {4};
+    column.data = values.data() + 3;
+    const DeviceArray last = devmem::from_dlpack(make_tensor(column, &deleted));
+    view = DeviceArray();
+    CHECK(deleted == 1);
+    CHECK(device_values(last) == std::vector<double>{3, 7, 11});
+    last.fill(5.0);
+    CHECK(values[11] == 5.0);
+  }
+  CHECK(deleted == 2);
+  // Unregistered with the last view: the memory can be pinned (registered) again at once.
+  const HostArray host = HostArray::view(std::span<double>(values));
+  auto pins = devmem::pinned(host);
+  pins.close();
+}
+
 TEST_CASE("from_dlpack: the deleter runs exactly once, when the last view dies",
           "[interop][dlpack][lifetime]") {
   const DeviceArray memory = iota_device({6});
