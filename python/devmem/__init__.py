@@ -48,6 +48,7 @@ from ._devmem import (  # noqa: F401  (re-exported)
     from_dlpack,
     get_current_device,
     ipc_handle,
+    ipc_supported,
     is_device_array,
     mapped,
     memory_info,

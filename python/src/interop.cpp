@@ -241,6 +241,9 @@ void bind_interop(py::module_& m) {
   m.def(
       "ipc_handle", [](const DeviceNDArray& a) { return ipc_handle(a.array); }, py::arg("ary"));
   m.def(
+      "ipc_supported", [](int device) { return ipc_supported(device); }, py::arg("device") = 0,
+      "Whether arrays on `device` can be shared with other processes (ipc_handle).");
+  m.def(
       "open_ipc_array",
       [](const py::object& handle, std::optional<int> device) {
         DeviceArray array;
