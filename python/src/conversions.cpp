@@ -26,7 +26,8 @@ bool is_integer(py::handle obj) {
   // Python ints and NumPy integer scalars, never bools posing as 0 and 1 or floats.
   if (PyBool_Check(obj.ptr())) return false;
   if (PyLong_Check(obj.ptr())) return true;
-  return py::isinstance(obj, numpy().attr("integer"));
+  static const py::handle numpy_integer = py::object(numpy().attr("integer")).release();
+  return PyObject_IsInstance(obj.ptr(), numpy_integer.ptr()) == 1;
 }
 
 // References whose last devmem holder died on a thread without the GIL.
@@ -40,17 +41,20 @@ std::vector<PyObject*>& queued_objects() {
 }  // namespace
 
 DType to_devmem_dtype(const py::dtype& dtype) {
-  const char kind = dtype.kind();
+  // NumPy's descriptor fields directly: this runs on every call that takes an array, and
+  // attribute lookups by name would cost more than the rest of the conversion.
+  const auto* const descr = py::detail::array_descriptor_proxy(dtype.ptr());
+  const char kind = descr->kind;
   if (kind == 'O') {
     throw py::type_error("devmem arrays cannot hold Python objects (dtype object)");
   }
-  if (dtype.attr("subdtype").ptr() != Py_None) {
+  if (descr->subarray != nullptr) {
     throw py::type_error(fmt::format(
         "sub-array dtype {} is not supported: give its shape as extra axes of the array instead",
         repr_of(dtype)));
   }
-  const auto itemsize = static_cast<std::int64_t>(dtype.itemsize());
-  const auto alignment = dtype.attr("alignment").cast<std::int64_t>();
+  const auto itemsize = static_cast<std::int64_t>(descr->elsize);
+  const auto alignment = static_cast<std::int64_t>(descr->alignment);
   switch (kind) {
     case 'b':
     case 'i':

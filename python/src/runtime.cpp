@@ -212,7 +212,11 @@ py::object memory_info_type() {
 void bind_runtime(py::module_& m) {
   py::class_<Stream>(m, "Stream", "A device command queue (Numba's cuda.stream()).")
       .def(
-          "synchronize", [](const Stream& s) { without_gil([&] { s.synchronize(); }); },
+          "synchronize",
+          [](const Stream& s) {
+            without_gil([&] { s.synchronize(); });
+            release_queued_python_objects();
+          },
           "Waits until every operation queued on the stream is done.")
       .def("query", &Stream::query, "True when every queued operation is done.")
       .def(
@@ -286,7 +290,11 @@ void bind_runtime(py::module_& m) {
       [](const Event& start, const Event& end) { return elapsed_ms(start, end); },
       py::arg("evtstart"), py::arg("evtend"));
   m.def(
-      "synchronize", [] { without_gil([] { synchronize(); }); },
+      "synchronize",
+      [] {
+        without_gil([] { synchronize(); });
+        release_queued_python_objects();
+      },
       "Waits for all work on the current device.");
 
   py::class_<DeferCleanupContext>(m, "_DeferCleanup")
@@ -364,8 +372,10 @@ void bind_runtime(py::module_& m) {
         return out;
       },
       "The pool manager's counters (an empty dict under another manager).");
-  m.def("flush_deallocations",
-        [] { without_gil([] { current_context()->flush_deallocations(); }); });
+  m.def("flush_deallocations", [] {
+    without_gil([] { current_context()->flush_deallocations(); });
+    release_queued_python_objects();
+  });
   m.def("pending_deallocations", [] { return current_context()->pending_deallocations(); });
   m.def(
       "device_statistics",

@@ -161,3 +161,34 @@ def test_errors_are_python_exceptions_of_the_matching_kind():
     assert issubclass(devmem.Error, RuntimeError)
     with pytest.raises(devmem.InvalidArgument, match=r"reshape.*\(5, 5\)"):
         devmem.device_array((4, 6)).reshape(5, 5)
+
+
+def test_no_references_or_device_memory_leak():
+    import gc
+    import sys
+
+    host = np.arange(256.0)
+    out = np.empty_like(host)
+    s = devmem.stream()
+    devmem.flush_deallocations()
+    gc.collect()
+    refs_before = sys.getrefcount(host), sys.getrefcount(out)
+    bytes_before = devmem.device_statistics()["current_bytes"]
+    for _ in range(200):
+        d = devmem.to_device(host)
+        d.copy_to_host(out)
+        d.copy_to_device(host, stream=s)
+        d.copy_to_host(out, stream=s)
+        d[::2] = host[::2]
+        view = devmem.from_dlpack(d)
+        del view
+        with devmem.pinned(host):
+            pass
+        with devmem.mapped(out) as mapped_view:
+            mapped_view.copy_to_device(d)
+        del d, mapped_view
+    s.synchronize()
+    devmem.flush_deallocations()  # also drops references released on other threads
+    gc.collect()
+    assert (sys.getrefcount(host), sys.getrefcount(out)) == refs_before
+    assert devmem.device_statistics()["current_bytes"] == bytes_before
