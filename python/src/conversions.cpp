@@ -120,7 +120,9 @@ Order to_order(py::handle obj, bool allow_any) {
 Stream to_stream(py::handle obj) {
   // Nearly every call passes here with the GIL held: the place to drop what other threads queued.
   release_queued_python_objects();
+  // The common cases first, without a type lookup: no stream at all.
   if (obj.is_none()) return {};
+  if (PyLong_CheckExact(obj.ptr()) != 0 && PyLong_AsLong(obj.ptr()) == 0) return {};
   if (py::isinstance<Stream>(obj)) return obj.cast<Stream>();
   if ((PyLong_Check(obj.ptr()) || PyBool_Check(obj.ptr())) && obj.cast<long long>() == 0) {
     return {};
