@@ -500,6 +500,7 @@ std::byte* dlpack_element0(const DLTensor& t, const char* op) {
 struct CpuRegistration {
   std::uintptr_t begin = 0;
   std::uintptr_t end = 0;
+  std::byte* device_begin = nullptr;  // the device address of byte `begin`
   std::optional<MappedScope> scope;
   ~CpuRegistration();
 };
@@ -551,8 +552,9 @@ std::shared_ptr<const void> register_cpu_tensor(std::byte* element0, const Layou
     registration->begin = first;
     registration->end = last;
     try {
-      registration->scope.emplace(mapped({HostArray::view(
+      MappedScope& scope = registration->scope.emplace(mapped({HostArray::view(
           static_cast<void*>(begin), Shape{extent.bytes()}, dtype_of<std::uint8_t>())}));
+      registration->device_begin = static_cast<std::byte*>(scope[0].data());
     } catch (const BackendError& error) {
       if (error.code_name() != "HostMemoryAlreadyRegistered") throw;
       return std::move(registered->tensor);
@@ -561,8 +563,7 @@ std::shared_ptr<const void> register_cpu_tensor(std::byte* element0, const Layou
     registered->registration = std::move(registration);
   }
   const CpuRegistration& r = *registered->registration;
-  device_element0 = static_cast<std::byte*>((*r.scope)[0].data()) +
-                    (reinterpret_cast<std::uintptr_t>(element0) - r.begin);
+  device_element0 = r.device_begin + (reinterpret_cast<std::uintptr_t>(element0) - r.begin);
   return registered;
 }
 
