@@ -212,8 +212,12 @@ def measure(kit, statements, repeat, min_time, keys=None):
 
 def run_simulator_child(args):
     """Measures the simulator in this (child) process; NUMBA_ENABLE_CUDASIM is already set."""
-    from numba import config, cuda
-    import numba
+    try:
+        from numba import config, cuda
+        import numba
+    except ImportError as error:
+        print(f"python_overhead: cannot import Numba for its simulator ({error})", file=sys.stderr)
+        return 2
 
     if not config.ENABLE_CUDASIM or "simulator" not in type(cuda.device_array(1)).__module__:
         print("python_overhead: Numba's CUDA simulator is not active", file=sys.stderr)
@@ -223,8 +227,13 @@ def run_simulator_child(args):
     except WrongResult as error:
         print(f"python_overhead: wrong result in Numba's simulator: {error}", file=sys.stderr)
         return 1
-    json.dump({"numba_version": numba.__version__, "results": results}, sys.stdout)
+    # One line, last on stdout: whatever Numba may print before it does not break the parent.
+    print(json.dumps({"numba_version": numba.__version__, "results": results}))
     return 0
+
+
+class ChildFailed(Exception):
+    """The simulator's child process failed; its exit status is the argument."""
 
 
 def simulator_results(args):
@@ -242,11 +251,13 @@ def simulator_results(args):
     if child.returncode != 0:
         sys.stderr.write(child.stderr)
         raise ChildFailed(child.returncode)
-    return json.loads(child.stdout)
-
-
-class ChildFailed(Exception):
-    """The simulator's child process failed; its exit status is the argument."""
+    lines = child.stdout.strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, ValueError) as error:
+        sys.stderr.write(f"python_overhead: no result from the simulator's process ({error}):\n"
+                         f"{child.stdout}{child.stderr}")
+        raise ChildFailed(2) from error
 
 
 def machine_facts(devmem_module):
