@@ -7,9 +7,9 @@ Measures, on whatever backend devmem selects (the host backend on a machine with
   copy_to_host(out)  copy_to_host of 1 KiB into a preallocated array  NumPy: np.copyto(out, d)
   copy_to_host()     copy_to_host of 1 KiB into a new array           NumPy: d.copy()
   slice 2-D          d2[1:-1, ::2] of a (64, 64) float64 array (view) NumPy: d2[1:-1, ::2]
-
-(h is a host float64[128]; d and d2 are device arrays, or host copies for the NumPy baselines.)
   device_array       device_array of 1 KiB (devmem: from the pool)    NumPy: np.empty(128)
+
+(h is a host float64[128]; d and d2 are device arrays, or host copies for the NumPy baselines)
 
 for devmem (with the 'pool' memory manager), Numba's CUDA simulator and NumPy, and prints a
 markdown table with the goals of the benchmark: each devmem call within 3x of the matching NumPy
