@@ -143,13 +143,14 @@ def verify(key, statement, kit, ns):
     elif key == "copy_to_host_out":
         out.fill(np.nan)
         result = eval(statement, ns)
-        check(np.array_equal(out, h), f"{statement}: the preallocated array does not hold the values")
+        check(np.array_equal(out, h), f"{statement}: the preallocated array lacks the values")
         if kit.returns_out():
             check(result is out, f"{statement}: did not return the array it was given")
     elif key == "copy_to_host_new":
         result = eval(statement, ns)
         check(isinstance(result, np.ndarray), f"{statement}: returned {type(result).__name__}")
-        check(result is not out and not np.shares_memory(result, h), f"{statement}: not a new array")
+        fresh = result is not out and not np.shares_memory(result, h)
+        check(fresh, f"{statement}: not a new array")
         check(np.array_equal(result, h), f"{statement}: values differ from the source")
     elif key == "slice_2d":
         result = eval(statement, ns)
