@@ -131,6 +131,17 @@ Stream to_stream(py::handle obj) {
       "stream must be a devmem.Stream, or 0 or None for no stream, got {}", repr_of(obj)));
 }
 
+AllocationArguments allocation_arguments(const py::object& shape, const py::object& dtype,
+                                         const py::object& strides, const py::object& order) {
+  AllocationArguments out;
+  out.dtype = as_numpy_dtype(dtype);
+  out.element = to_devmem_dtype(out.dtype);
+  out.shape = to_shape(shape);
+  if (!strides.is_none()) out.strides = to_shape(strides, "strides");
+  out.order = to_order(order);
+  return out;
+}
+
 py::tuple to_tuple(std::span<const std::int64_t> values) {
   py::tuple out(values.size());
   for (std::size_t i = 0; i < values.size(); ++i) {

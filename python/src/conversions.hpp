@@ -36,6 +36,20 @@ struct DeviceNDArray {
 /// An int or a sequence of ints (Python or NumPy integers) as a shape; TypeError otherwise, as
 /// numba-cuda: "shape must be an integer or tuple of integers".
 [[nodiscard]] Shape to_shape(py::handle obj, const char* what = "shape");
+/// The arguments every allocation function takes (Numba's shape, dtype, strides and order),
+/// converted and checked.
+struct AllocationArguments {
+  py::dtype dtype;
+  DType element;
+  Shape shape;
+  Strides strides;
+  Order order = Order::C;
+};
+[[nodiscard]] AllocationArguments allocation_arguments(const py::object& shape,
+                                                       const py::object& dtype,
+                                                       const py::object& strides,
+                                                       const py::object& order);
+
 /// `order` as Numba spells it: 'C' or 'F' (and 'A' where `allow_any`); ValueError otherwise.
 [[nodiscard]] Order to_order(py::handle obj, bool allow_any = false);
 /// Numba's stream argument: 0, None or False mean "no stream" (the array's own or the default);

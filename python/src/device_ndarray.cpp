@@ -379,15 +379,13 @@ void bind_device_ndarray(py::module_& m) {
       "device_array",
       [](const py::object& shape, const py::object& dtype, const py::object& strides,
          const py::object& order, const py::object& stream) {
-        const py::dtype type = as_numpy_dtype(dtype);
-        Shape sh = to_shape(shape);
-        Strides st = strides.is_none() ? Strides{} : to_shape(strides, "strides");
-        const Order o = to_order(order);
+        AllocationArguments args = allocation_arguments(shape, dtype, strides, order);
         const Stream s = to_stream(stream);
-        const DType element = to_devmem_dtype(type);
-        DeviceArray array =
-            without_gil([&] { return device_array(std::move(sh), element, std::move(st), o, s); });
-        return DeviceNDArray{std::move(array), type};
+        DeviceArray array = without_gil([&] {
+          return device_array(std::move(args.shape), args.element, std::move(args.strides),
+                              args.order, s);
+        });
+        return DeviceNDArray{std::move(array), args.dtype};
       },
       py::arg("shape"), py::arg("dtype") = py::dtype("float64"), py::arg("strides") = py::none(),
       py::arg("order") = "C", py::arg("stream") = 0, "An uninitialised device array.");

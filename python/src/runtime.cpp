@@ -440,32 +440,27 @@ void bind_runtime(py::module_& m) {
       "pinned_array",
       [](const py::object& shape, const py::object& dtype, const py::object& strides,
          const py::object& order) {
-        const py::dtype type = as_numpy_dtype(dtype);
-        Shape sh = to_shape(shape);
-        Strides st = strides.is_none() ? Strides{} : to_shape(strides, "strides");
-        const Order o = to_order(order);
-        const DType element = to_devmem_dtype(type);
-        HostArray host =
-            without_gil([&] { return pinned_array(std::move(sh), element, std::move(st), o); });
-        return to_numpy(host, type);
+        AllocationArguments args = allocation_arguments(shape, dtype, strides, order);
+        HostArray host = without_gil([&] {
+          return pinned_array(std::move(args.shape), args.element, std::move(args.strides),
+                              args.order);
+        });
+        return to_numpy(host, args.dtype);
       },
       py::arg("shape"), py::arg("dtype") = py::dtype("float64"), py::arg("strides") = py::none(),
       py::arg("order") = "C", "A NumPy array in page-locked host memory.");
 
-  m.def("_mapped_array",
-        [](const py::object& shape, const py::object& dtype, const py::object& strides,
-           const py::object& order, const py::object& stream, bool portable, bool wc) {
-          const py::dtype type = as_numpy_dtype(dtype);
-          Shape sh = to_shape(shape);
-          Strides st = strides.is_none() ? Strides{} : to_shape(strides, "strides");
-          const Order o = to_order(order);
-          const Stream s = to_stream(stream);
-          const DType element = to_devmem_dtype(type);
-          const MappedArray host = without_gil([&] {
-            return mapped_array(std::move(sh), element, std::move(st), o, s, portable, wc);
-          });
-          return py::make_tuple(to_numpy(host, type), DeviceNDArray{host.device(), type});
-        });
+  m.def("_mapped_array", [](const py::object& shape, const py::object& dtype,
+                            const py::object& strides, const py::object& order,
+                            const py::object& stream, bool portable, bool wc) {
+    AllocationArguments args = allocation_arguments(shape, dtype, strides, order);
+    const Stream s = to_stream(stream);
+    const MappedArray host = without_gil([&] {
+      return mapped_array(std::move(args.shape), args.element, std::move(args.strides), args.order,
+                          s, portable, wc);
+    });
+    return py::make_tuple(to_numpy(host, args.dtype), DeviceNDArray{host.device(), args.dtype});
+  });
 }
 
 }  // namespace devmem::python
