@@ -18,6 +18,11 @@ py::handle numpy() {
 
 namespace {
 
+py::handle numpy_asarray() {
+  static const py::handle asarray = py::object(numpy().attr("asarray")).release();
+  return asarray;
+}
+
 std::string repr_of(py::handle obj) {
   return py::repr(obj).cast<std::string>();
 }
@@ -205,8 +210,11 @@ py::array to_numpy(const HostArray& host, const py::dtype& dtype) {
 
 py::array as_numpy_array(py::handle obj) {
   if (py::isinstance<py::array>(obj)) return py::reinterpret_borrow<py::array>(obj);
-  static const py::handle asarray = py::object(numpy().attr("asarray")).release();
-  return asarray(obj);
+  return numpy_asarray()(obj);
+}
+
+py::array as_numpy_array(py::handle obj, const py::dtype& dtype) {
+  return numpy_asarray()(obj, dtype);
 }
 
 }  // namespace devmem::python

@@ -72,6 +72,8 @@ void release_queued_python_objects();
 
 /// np.asarray(obj) without a copy when obj already is an ndarray.
 [[nodiscard]] py::array as_numpy_array(py::handle obj);
+/// np.asarray(obj, dtype): converted to `dtype` where it differs.
+[[nodiscard]] py::array as_numpy_array(py::handle obj, const py::dtype& dtype);
 
 /// Runs `fn` with the GIL released: every devmem call that may wait for a stream goes through
 /// here, so that other Python threads, and keep-alives dropped on other threads, never stall.

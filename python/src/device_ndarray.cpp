@@ -147,7 +147,7 @@ void setitem(const DeviceNDArray& self, const py::object& key, const py::object&
     without_gil([&] { target.assign(staged, s); });
     return;
   }
-  const py::array host = numpy().attr("asarray")(value, self.dtype);
+  const py::array host = as_numpy_array(value, self.dtype);
   const HostArray source = host_view(host, false);
   without_gil([&] { target.assign(source, s); });
 }

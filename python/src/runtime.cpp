@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <pybind11/stl.h>
 
+#include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,13 +27,10 @@ class AutoSynchronizeContext {
   explicit AutoSynchronizeContext(Stream stream) : stream_(std::move(stream)) {}
   [[nodiscard]] Stream enter() const { return stream_; }
   void exit(const py::object& type) const {
-    if (type.is_none()) {
-      without_gil([&] { stream_.synchronize(); });
-      return;
-    }
     try {
       without_gil([&] { stream_.synchronize(); });
     } catch (const std::exception& error) {
+      if (type.is_none()) throw;
       PyErr_WarnEx(PyExc_RuntimeWarning,
                    fmt::format("auto_synchronize: synchronizing the stream while leaving the "
                                "block by an exception failed: {}",
@@ -199,6 +198,13 @@ class HostRegistration {
   std::optional<PinnedScope> pins_;
 };
 
+/// A dict of named counters (the statistics structs as Python sees them).
+py::dict counters(std::initializer_list<std::pair<const char*, std::int64_t>> fields) {
+  py::dict out;
+  for (const auto& [name, value] : fields) out[name] = value;
+  return out;
+}
+
 py::object memory_info_type() {
   static const py::handle type =
       py::module_::import("collections")
@@ -362,14 +368,13 @@ void bind_runtime(py::module_& m) {
             std::dynamic_pointer_cast<PoolMemoryManager>(current_context()->memory_manager());
         if (!pool) return out;
         const PoolStatistics s = pool->statistics();
-        out["hits"] = s.hits;
-        out["misses"] = s.misses;
-        out["cached_bytes"] = s.cached_bytes;
-        out["cached_blocks"] = s.cached_blocks;
-        out["cached_host_bytes"] = s.cached_host_bytes;
-        out["backend_bytes"] = s.backend_bytes;
-        out["trims"] = s.trims;
-        return out;
+        return counters({{"hits", s.hits},
+                         {"misses", s.misses},
+                         {"cached_bytes", s.cached_bytes},
+                         {"cached_blocks", s.cached_blocks},
+                         {"cached_host_bytes", s.cached_host_bytes},
+                         {"backend_bytes", s.backend_bytes},
+                         {"trims", s.trims}});
       },
       "The pool manager's counters (an empty dict under another manager).");
   m.def("flush_deallocations", [] {
@@ -381,14 +386,12 @@ void bind_runtime(py::module_& m) {
       "device_statistics",
       [] {
         const MemoryStatistics s = current_context()->device_statistics();
-        py::dict out;
-        out["current_bytes"] = s.current_bytes;
-        out["peak_bytes"] = s.peak_bytes;
-        out["total_bytes"] = s.total_bytes;
-        out["current_count"] = s.current_count;
-        out["peak_count"] = s.peak_count;
-        out["total_count"] = s.total_count;
-        return out;
+        return counters({{"current_bytes", s.current_bytes},
+                         {"peak_bytes", s.peak_bytes},
+                         {"total_bytes", s.total_bytes},
+                         {"current_count", s.current_count},
+                         {"peak_count", s.peak_count},
+                         {"total_count", s.total_count}});
       },
       "Counters of the current device's allocations (bytes and counts: current, peak, total).");
 
