@@ -252,4 +252,4 @@ if ((with_python && python_tests)); then
   rm -rf "$copy"
   ((rc == 0)) || die "the bundle's Python module failed its pytest suite under NumPy 2 (exit $rc)"
 fi
-say "done: $out_dir ($(du -sh "$out_dir" | cut -f1)); prove it on a GPU machine with: bash gpu-proof.sh --bundle . --out \$OUT"
+say "done: $out_dir ($(du -sh "$out_dir" | cut -f1)); prove it on a GPU machine, in the copied folder, with: bash gpu-proof.sh --bundle . --out ../proof"
