@@ -166,33 +166,35 @@ int main() {
     };
     const auto read_flat = [&flat] { return flat.copy_to_host().to_vector<float>(); };
     std::vector<Operation> operations;
-    operations.push_back({"device-to-device strided (transpose)",
-                          [&](const devmem::Stream& s) { transposed.copy_to_device(matrix.T(), s); },
-                          zero_device(transposed), [&](int) {
-                            return compare(transposed.copy_to_host().to_vector<float>(),
-                                           expected_transpose);
-                          }});
     operations.push_back(
-        {"host-to-device from pinned memory",
-         [&](const devmem::Stream& s) { flat.copy_to_device(pinned, s); },
-         [&](const devmem::Stream& s) {
-           flat.fill(0.0f, s);
-           for (std::int64_t i = 0; i < kCount; ++i) pinned.at<float>(i) = static_cast<float>(i);
-         },
-         [&](int) { return compare(read_flat(), iota_values(0.0f)); }});
-    operations.push_back(
-        {"host-to-device strided (pageable, every other element)",
-         [&](const devmem::Stream& s) {
-           flat.copy_to_device(devmem::HostArray::view(strided_host).slice(0, 0, std::nullopt, 2),
-                               s);
-         },
-         zero_device(flat), [&](int) {
-           std::vector<float> expected(kCount);
-           for (std::int64_t i = 0; i < kCount; ++i) {
-             expected[static_cast<std::size_t>(i)] = static_cast<float>(i) * 0.5f;
-           }
-           return compare(read_flat(), expected);
+        {"device-to-device strided (transpose)",
+         [&](const devmem::Stream& s) { transposed.copy_to_device(matrix.T(), s); },
+         zero_device(transposed),
+         [&](int) {
+           return compare(transposed.copy_to_host().to_vector<float>(), expected_transpose);
          }});
+    operations.push_back({"host-to-device from pinned memory",
+                          [&](const devmem::Stream& s) { flat.copy_to_device(pinned, s); },
+                          [&](const devmem::Stream& s) {
+                            flat.fill(0.0f, s);
+                            for (std::int64_t i = 0; i < kCount; ++i)
+                              pinned.at<float>(i) = static_cast<float>(i);
+                          },
+                          [&](int) { return compare(read_flat(), iota_values(0.0f)); }});
+    operations.push_back({"host-to-device strided (pageable, every other element)",
+                          [&](const devmem::Stream& s) {
+                            flat.copy_to_device(
+                                devmem::HostArray::view(strided_host).slice(0, 0, std::nullopt, 2),
+                                s);
+                          },
+                          zero_device(flat),
+                          [&](int) {
+                            std::vector<float> expected(kCount);
+                            for (std::int64_t i = 0; i < kCount; ++i) {
+                              expected[static_cast<std::size_t>(i)] = static_cast<float>(i) * 0.5f;
+                            }
+                            return compare(read_flat(), expected);
+                          }});
     operations.push_back(
         {"device-to-host into pageable memory",
          [&](const devmem::Stream& s) {
@@ -206,18 +208,19 @@ int main() {
       setup.synchronize();
     }
     devmem::DeviceArray captured_allocation;
-    operations.push_back(
-        {"allocation (pool manager)",
-         [&](const devmem::Stream& s) {
-           captured_allocation = devmem::device_array<float>({kCount}, devmem::Order::C, s);
-         },
-         [](const devmem::Stream&) {},
-         [&](int) -> std::string {
-           if (captured_allocation.size() != kCount) return "no array was allocated";
-           captured_allocation.fill(3.0f);
-           return compare(captured_allocation.copy_to_host().to_vector<float>(),
-                          std::vector<float>(kCount, 3.0f));
-         }});
+    operations.push_back({"allocation (pool manager)",
+                          [&](const devmem::Stream& s) {
+                            captured_allocation =
+                                devmem::device_array<float>({kCount}, devmem::Order::C, s);
+                          },
+                          [](const devmem::Stream&) {},
+                          [&](int) -> std::string {
+                            if (captured_allocation.size() != kCount)
+                              return "no array was allocated";
+                            captured_allocation.fill(3.0f);
+                            return compare(captured_allocation.copy_to_host().to_vector<float>(),
+                                           std::vector<float>(kCount, 3.0f));
+                          }});
     operations.push_back(
         {"launch",
          [&](const devmem::Stream& s) {

@@ -1,9 +1,9 @@
-// The GPU proof's fault step (scripts/gpu-proof.sh): a kernel writes far outside its allocation on a
-// devmem stream; the next synchronize must throw devmem::BackendError (CUDA's illegal address is a
-// sticky error: the context is lost). The program prints what it saw on stdout and returns 0 when
-// the error surfaced as BackendError; the proof runs it in a child process with a timeout and counts
-// the lines the process writes to stderr on its way out (the goal is at most one). Exit codes: 0 the
-// fault surfaced as BackendError, 1 it did not, 77 no device.
+// The GPU proof's fault step (scripts/gpu-proof.sh): a kernel writes far outside its allocation on
+// a devmem stream; the next synchronize must throw devmem::BackendError (CUDA's illegal address is
+// a sticky error: the context is lost). The program prints what it saw on stdout and returns 0 when
+// the error surfaced as BackendError; the proof runs it in a child process with a timeout and
+// counts the lines the process writes to stderr on its way out (the goal is at most one). Exit
+// codes: 0 the fault surfaced as BackendError, 1 it did not, 77 no device.
 #include <devmem/devmem.hpp>
 
 #include <cuda_runtime.h>

@@ -48,7 +48,7 @@ int main() {
 
     const devmem::Event a_start = a.record();
     spin<<<1, 1, 0, static_cast<cudaStream_t>(a.native_handle())>>>(kSpinNanoseconds,
-                                                                     static_cast<int*>(flag.data()));
+                                                                    static_cast<int*>(flag.data()));
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
       std::printf("proof_overlap: spin launch failed: %s\n", cudaGetErrorString(e));
       return 1;
@@ -63,10 +63,11 @@ int main() {
     a_done.synchronize();
     const float spin_ms = devmem::elapsed_ms(a_start, a_done);
     const float b_ms = devmem::elapsed_ms(b_start, b_done);
-    std::printf("overlap: manager %s; stream A spun %.1f ms; stream B allocated and filled 4 MiB in "
-                "%.3f ms; A was %s when B finished\n",
-                manager.c_str(), static_cast<double>(spin_ms), static_cast<double>(b_ms),
-                a_still_running ? "still running (B overlapped A)" : "already done (B waited)");
+    std::printf(
+        "overlap: manager %s; stream A spun %.1f ms; stream B allocated and filled 4 MiB in "
+        "%.3f ms; A was %s when B finished\n",
+        manager.c_str(), static_cast<double>(spin_ms), static_cast<double>(b_ms),
+        a_still_running ? "still running (B overlapped A)" : "already done (B waited)");
 
     // Time per allocation, stream-ordered: allocate, free, synchronize, kRounds times.
     filled = devmem::DeviceArray();
@@ -85,13 +86,15 @@ int main() {
     std::sort(per_round_us.begin(), per_round_us.end());
     const double median = per_round_us[per_round_us.size() / 2];
     const double p90 = per_round_us[per_round_us.size() * 9 / 10];
-    std::printf("overlap: %d rounds of allocate 1 MiB / free / synchronize on B: median %.2f us, "
-                "p90 %.2f us\n",
-                kRounds, median, p90);
-    std::printf("{\"manager\": \"%s\", \"spin_ms\": %.3f, \"b_ms\": %.3f, \"overlapped\": %s, "
-                "\"alloc_free_sync_median_us\": %.3f, \"alloc_free_sync_p90_us\": %.3f}\n",
-                manager.c_str(), static_cast<double>(spin_ms), static_cast<double>(b_ms),
-                a_still_running ? "true" : "false", median, p90);
+    std::printf(
+        "overlap: %d rounds of allocate 1 MiB / free / synchronize on B: median %.2f us, "
+        "p90 %.2f us\n",
+        kRounds, median, p90);
+    std::printf(
+        "{\"manager\": \"%s\", \"spin_ms\": %.3f, \"b_ms\": %.3f, \"overlapped\": %s, "
+        "\"alloc_free_sync_median_us\": %.3f, \"alloc_free_sync_p90_us\": %.3f}\n",
+        manager.c_str(), static_cast<double>(spin_ms), static_cast<double>(b_ms),
+        a_still_running ? "true" : "false", median, p90);
     return a_still_running ? 0 : 1;
   } catch (const devmem::NoDevice& e) {
     std::printf("proof_overlap: no device: %s\n", e.what());
