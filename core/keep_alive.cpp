@@ -105,6 +105,8 @@ void InFlightWork::retire_after(StreamState& stream,
 
 void InFlightWork::collect_retired() noexcept {
   if (pending_count_.load(std::memory_order_acquire) == 0) return;
+  // At process exit the runtime may be gone: what is still pending stays held (review 2, N5).
+  if (backend().exiting()) return;
   std::vector<std::vector<std::shared_ptr<const void>>> done;
   std::vector<NativeEvent> surplus;
   std::string failure;
@@ -160,6 +162,7 @@ void InFlightWork::collect_retired() noexcept {
 
 void InFlightWork::wait_for_host_uses(std::span<const HostSpan> spans,
                                       std::span<const void* const> objects) {
+  if (backend().exiting()) return;  // nothing can be waited for once the runtime may be gone
   std::vector<NativeEvent> waits;
   {
     std::lock_guard lock(mutex_);

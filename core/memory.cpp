@@ -113,8 +113,11 @@ class RegisteredRanges {
 };
 
 RegisteredRanges& registered_ranges() {
-  static RegisteredRanges ranges;  // never destroyed before the scopes that use it
-  return ranges;
+  // Never destroyed, like owners() and mappings(): a scope kept in a global or static object is
+  // destroyed after main() returns, and a function-local static made at the first registration
+  // would be destroyed before any such object constructed earlier (review 2, N1).
+  static auto* const ranges = new RegisteredRanges;
+  return *ranges;
 }
 
 }  // namespace

@@ -353,6 +353,8 @@ class RuntimeBackend : public Backend {
 
   // ---- Streams --------------------------------------------------------------------------------
 
+  [[nodiscard]] bool exiting() const noexcept override { return ProcessExit::begun(); }
+
   [[nodiscard]] NativeStream create_stream(int device) override {
     use_device("create_stream", device);
     VendorStream stream{};
@@ -367,13 +369,17 @@ class RuntimeBackend : public Backend {
             fmt::ptr(stream), device);
   }
 
+  // Once the process is exiting (ProcessExit), waits and queries call nothing: the runtime may be
+  // gone, and it finishes or abandons the work with the process anyway (review 2, N5).
   void synchronize_stream(int device, NativeStream stream) override {
+    if (ProcessExit::begun()) return;
     use_device("synchronize_stream", device);
     check(Api::streamSynchronize(native(stream)), "synchronizing {} of device {}", describe(stream),
           device);
   }
 
   [[nodiscard]] bool query_stream(int device, NativeStream stream) override {
+    if (ProcessExit::begun()) return true;
     use_device("query_stream", device);
     return ready(Api::streamQuery(native(stream)), "querying {} of device {}", describe(stream),
                  device);
@@ -413,11 +419,13 @@ class RuntimeBackend : public Backend {
   }
 
   void synchronize_event(int device, NativeEvent event) override {
+    if (ProcessExit::begun()) return;
     use_device("synchronize_event", device);
     check(Api::eventSynchronize(native_event(event)), "synchronizing event {}", fmt::ptr(event));
   }
 
   [[nodiscard]] bool query_event(int device, NativeEvent event) override {
+    if (ProcessExit::begun()) return true;
     use_device("query_event", device);
     return ready(Api::eventQuery(native_event(event)), "querying event {}", fmt::ptr(event));
   }

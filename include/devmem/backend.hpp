@@ -119,6 +119,12 @@ class DEVMEM_API Backend {
   [[nodiscard]] virtual std::string_view name() const noexcept = 0;
   /// Number of usable devices; 0 (not an exception) when the runtime reports none.
   [[nodiscard]] virtual int device_count() = 0;
+  /// True once the process has begun to exit and the vendor runtime may already be torn down
+  /// (the GPU backends: an std::atexit handler registered right after the runtime initialised).
+  /// From then on devmem's destructors make no more vendor calls: queries and waits on behalf of
+  /// objects with static storage duration are skipped, and memory they hold is left to the
+  /// process's end. False by default (the host backend has no runtime to lose). Thread-safe.
+  [[nodiscard]] virtual bool exiting() const noexcept { return false; }
   /// Why device_count() is 0, in the vendor's words (empty when there are devices).
   [[nodiscard]] virtual std::string no_device_reason() { return {}; }
   /// Name, architecture, memory and launch limits of `device`.
