@@ -369,20 +369,21 @@ class RuntimeBackend : public Backend {
             fmt::ptr(stream), device);
   }
 
-  // Once the process is exiting (ProcessExit), waits and queries call nothing: the runtime may be
-  // gone, and it finishes or abandons the work with the process anyway (review 2, N5).
+  // Once the process is exiting (ProcessExit, or the runtime answers that it is torn down), waits
+  // and queries call nothing and the work counts as done: the runtime finishes or abandons it
+  // with the process anyway (review 2, N5). See use_device_to_wait.
   void synchronize_stream(int device, NativeStream stream) override {
-    if (ProcessExit::begun()) return;
-    use_device("synchronize_stream", device);
-    check(Api::streamSynchronize(native(stream)), "synchronizing {} of device {}", describe(stream),
-          device);
+    if (!use_device_to_wait("synchronize_stream", device)) return;
+    const ApiStatus status = Api::streamSynchronize(native(stream));
+    if (runtime_unloaded(status)) return;
+    check(status, "synchronizing {} of device {}", describe(stream), device);
   }
 
   [[nodiscard]] bool query_stream(int device, NativeStream stream) override {
-    if (ProcessExit::begun()) return true;
-    use_device("query_stream", device);
-    return ready(Api::streamQuery(native(stream)), "querying {} of device {}", describe(stream),
-                 device);
+    if (!use_device_to_wait("query_stream", device)) return true;
+    const ApiStatus status = Api::streamQuery(native(stream));
+    if (runtime_unloaded(status)) return true;
+    return ready(status, "querying {} of device {}", describe(stream), device);
   }
 
   // ---- Events ---------------------------------------------------------------------------------
@@ -419,15 +420,17 @@ class RuntimeBackend : public Backend {
   }
 
   void synchronize_event(int device, NativeEvent event) override {
-    if (ProcessExit::begun()) return;
-    use_device("synchronize_event", device);
-    check(Api::eventSynchronize(native_event(event)), "synchronizing event {}", fmt::ptr(event));
+    if (!use_device_to_wait("synchronize_event", device)) return;
+    const ApiStatus status = Api::eventSynchronize(native_event(event));
+    if (runtime_unloaded(status)) return;
+    check(status, "synchronizing event {}", fmt::ptr(event));
   }
 
   [[nodiscard]] bool query_event(int device, NativeEvent event) override {
-    if (ProcessExit::begun()) return true;
-    use_device("query_event", device);
-    return ready(Api::eventQuery(native_event(event)), "querying event {}", fmt::ptr(event));
+    if (!use_device_to_wait("query_event", device)) return true;
+    const ApiStatus status = Api::eventQuery(native_event(event));
+    if (runtime_unloaded(status)) return true;
+    return ready(status, "querying event {}", fmt::ptr(event));
   }
 
   [[nodiscard]] float elapsed_ms(int device, NativeEvent start, NativeEvent end) override {
@@ -788,6 +791,14 @@ class RuntimeBackend : public Backend {
     std::optional<int> previous_;
   };
 
+  /// For waits and queries, which destructors reach at points the caller did not choose: makes
+  /// `device` current, or returns false (call nothing, the work counts as done) once the process
+  /// is exiting or the runtime answers that it has been torn down.
+  [[nodiscard]] bool use_device_to_wait(const char* operation, int device) {
+    if (ProcessExit::begun()) return false;
+    return select_device(operation, device, /*releasing=*/true);
+  }
+
   /// A ReleaseDevice for `device` (see there).
   [[nodiscard]] ReleaseDevice use_device_to_release(const char* operation, int device) {
     return ReleaseDevice(*this, operation, device);
@@ -809,6 +820,9 @@ class RuntimeBackend : public Backend {
   [[nodiscard]] static bool runtime_unloaded(ApiStatus status) noexcept {
     if (status.code != Api::kErrorRuntimeUnloading) return false;
     clear_last_error();
+    // The runtime tore itself down before ProcessExit's handler ran (HIP-CPU, for one, makes
+    // parts of itself after the device census): the process is exiting all the same.
+    ProcessExit::mark();
     return true;
   }
 
