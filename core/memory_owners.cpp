@@ -15,7 +15,8 @@ class MemoryOwners {
  public:
   void add(const std::shared_ptr<DeviceMemory>& memory) {
     const std::lock_guard lock(mutex_);
-    entries_.emplace(memory->ptr, Entry{memory->ptr + memory->bytes, memory.get(), memory});
+    entries_.emplace(memory->ptr,
+                     Entry{memory->ptr + memory->bytes, memory.get(), memory, memory->owned});
   }
 
   void remove(const DeviceMemory& memory) noexcept {
@@ -32,24 +33,39 @@ class MemoryOwners {
   [[nodiscard]] std::shared_ptr<const void> owner_of(const void* address) const {
     const auto* byte = static_cast<const std::byte*>(address);
     const std::lock_guard lock(mutex_);
-    // Allocations devmem owns never overlap; views of foreign memory may lie inside them, so a
-    // few entries starting before the address are looked at, nearest first.
-    auto it = entries_.upper_bound(byte);
-    for (int looked = 0; it != entries_.begin() && looked < kMaxLookBack; ++looked) {
+    // Allocations devmem owns never overlap, but views of foreign memory may lie inside them,
+    // including devmem memory re-imported through an array interface without an owner: such a
+    // view holds nothing, so the owning allocation is preferred (review 2, N14). Walking back
+    // from the address, the first owned entry decides whether an owned allocation contains it
+    // (no earlier one can); otherwise the nearest foreign entry that contains it is the answer.
+    // The walk is bounded: a launch asks this for every view argument.
+    std::shared_ptr<DeviceMemory> foreign;
+    bool owned_decided = false;
+    int looked = 0;
+    for (auto it = entries_.upper_bound(byte); it != entries_.begin() && looked < kMaxLookBack;
+         ++looked) {
       --it;
-      if (byte < it->second.end) {
-        if (auto owner = it->second.weak.lock()) return owner;
+      const Entry& entry = it->second;
+      if (entry.owned) {
+        if (!owned_decided && byte < entry.end) {
+          if (auto owner = entry.weak.lock()) return owner;
+        }
+        owned_decided = true;
+      } else if (!foreign && byte < entry.end) {
+        foreign = entry.weak.lock();
       }
+      if (owned_decided && foreign) break;
     }
-    return nullptr;
+    return foreign;
   }
 
  private:
-  static constexpr int kMaxLookBack = 8;
+  static constexpr int kMaxLookBack = 64;
   struct Entry {
     const std::byte* end;
     const DeviceMemory* memory;
     std::weak_ptr<DeviceMemory> weak;
+    bool owned;  // allocated by devmem (DeviceMemory::owned), not a view of foreign memory
   };
   mutable std::mutex mutex_;
   std::multimap<const std::byte*, Entry> entries_;  // by the memory's first byte

@@ -5,6 +5,8 @@
 #include "interop_test_support.hpp"
 #include "support.hpp"
 
+#include <devmem/kernel.hpp>  // detail::launch_view_owner
+
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -495,4 +497,33 @@ TEST_CASE("as_device_array: foreign memory is bound to the device that owns it",
   twin.copy_to_device(view);
   CHECK(twin.to_vector<int>() == std::vector<int>{1, 2, 3, 4});
   devmem::select_device(original);
+}
+
+TEST_CASE(
+    "as_device_array: a re-import of devmem memory does not hide the allocation from launches",
+    "[interop][cai][lifetime]") {
+  // What a kernel launch keeps alive for an ArrayView argument (launch_view_owner) is the
+  // allocation the address lies in, even when views re-imported through the array interface
+  // without an owner start nearer to it (review 2, N14). Before, the nearest entry won: the launch
+  // kept only a view that owns nothing, and the pool handed the block out while the kernel ran.
+  const MemoryStateGuard mem;
+  mem.context()->set_memory_manager(devmem::make_memory_manager("pool", *mem.context()));
+  DeviceArray array = devmem::device_array<float>({1024});
+  auto* const base = static_cast<std::byte*>(array.data());
+  const DeviceArray whole = devmem::as_device_array(array.array_interface());
+  const DeviceArray inner = devmem::as_device_array(array.slice(0, 16, 64).array_interface());
+  std::shared_ptr<const void> owner = devmem::detail::launch_view_owner(base + 100 * sizeof(float));
+  REQUIRE(owner != nullptr);
+  array = DeviceArray();  // the only owning handle goes; `owner` stands for a launch in flight
+  mem.context()->synchronize();
+  mem.context()->flush_deallocations();
+  const DeviceArray next = devmem::device_array<float>({1024});
+  CHECK(static_cast<std::byte*>(next.data()) != base);  // still held by the launch's owner
+  const DeviceArray reused = [&] {
+    owner.reset();  // the launch completed: the block goes back to the pool
+    mem.context()->synchronize();
+    mem.context()->flush_deallocations();
+    return devmem::device_array<float>({1024});
+  }();
+  CHECK(static_cast<std::byte*>(reused.data()) == base);
 }
