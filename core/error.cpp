@@ -16,12 +16,14 @@ OutOfMemory::OutOfMemory(const std::string& message, std::int64_t requested_byte
 OutOfMemory::~OutOfMemory() = default;
 
 BackendError::BackendError(std::string backend, std::string function, int code,
-                           std::string code_name, const std::string& message)
+                           std::string code_name, const std::string& message,
+                           ErrorPersistence persistence)
     : Error(message),
       backend_(std::move(backend)),
       function_(std::move(function)),
       code_(code),
-      code_name_(std::move(code_name)) {}
+      code_name_(std::move(code_name)),
+      persistence_(persistence) {}
 BackendError::~BackendError() = default;
 
 NoDevice::~NoDevice() = default;

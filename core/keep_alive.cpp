@@ -105,8 +105,9 @@ void InFlightWork::retire_after(StreamState& stream,
 
 void InFlightWork::collect_retired() noexcept {
   if (pending_count_.load(std::memory_order_acquire) == 0) return;
-  // At process exit the runtime may be gone: what is still pending stays held (review 2, N5).
-  if (backend().exiting()) return;
+  // At process exit the runtime may be gone (review 2, N5), and after a sticky error every query
+  // fails the same way (N11): what is still pending stays held, and nothing is reported again.
+  if (backend().exiting() || backend().device_lost()) return;
   std::vector<std::vector<std::shared_ptr<const void>>> done;
   std::vector<NativeEvent> surplus;
   std::string failure;

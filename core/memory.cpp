@@ -252,7 +252,8 @@ void PinnedScope::close() {
 PinnedScope::~PinnedScope() {
   if (registered_.empty()) return;
   try {
-    wait_for_uses(*context_, arrays_);
+    // After a sticky error nothing can be waited for, and the program has been told once.
+    if (!context_->backend().device_lost()) wait_for_uses(*context_, arrays_);
   } catch (const std::exception& e) {
     detail::report_error(fmt::format(
         "{} scope exit: waiting for work that uses the memory failed ({}); unregistering anyway",
@@ -332,7 +333,10 @@ void MappedScope::close() {
 
 MappedScope::~MappedScope() {
   try {
-    wait_for_views();
+    // After a sticky error nothing can be waited for, and the program has been told once.
+    const bool lost = !views_.empty() &&
+                      detail::ArrayAccess::memory(views_.front())->context->backend().device_lost();
+    if (!lost) wait_for_views();
   } catch (const std::exception& e) {
     detail::report_error(fmt::format(
         "mapped scope exit: waiting for work that uses the memory failed ({}); unmapping anyway",

@@ -260,6 +260,25 @@ struct CudaApi {
   // ---- Errors ----
   static Error getLastError() noexcept { return cudaGetLastError(); }
   static const char* errorName(Error code) noexcept { return cudaGetErrorName(code); }
+  /// The errors after which the process's CUDA context is unusable (CUDA's documentation of each:
+  /// "the process must be terminated and relaunched").
+  static constexpr bool isSticky(Error code) noexcept {
+    switch (code) {
+      case cudaErrorIllegalAddress:
+      case cudaErrorLaunchFailure:
+      case cudaErrorMisalignedAddress:
+      case cudaErrorHardwareStackError:
+      case cudaErrorIllegalInstruction:
+      case cudaErrorInvalidAddressSpace:
+      case cudaErrorInvalidPc:
+      case cudaErrorAssert:
+      case cudaErrorECCUncorrectable:
+      case cudaErrorLaunchTimeout:
+        return true;
+      default:
+        return false;
+    }
+  }
   static const char* errorString(Error code) noexcept { return cudaGetErrorString(code); }
 };
 

@@ -148,6 +148,50 @@ class ProcessExit {
   }
 };
 
+/// The first sticky error of the process (ErrorPersistence::Sticky: illegal address, launch
+/// failure, ...), after which the vendor runtime fails every call of the process with that same
+/// error. Once latched, every backend call throws it again without calling the runtime, releases
+/// call nothing (and report nothing), and devmem's destructors stop waiting and querying: the error
+/// reaches the program once, from the call that met it and then from each later call it makes,
+/// never as a line per destructor (review 2, N11).
+class DeviceLost {
+ public:
+  [[nodiscard]] static bool latched() noexcept {
+    return state().latched.load(std::memory_order_acquire);
+  }
+  /// Keeps the first sticky error (later ones are the same context loss again).
+  static void latch(const BackendError& error) {
+    State& s = state();
+    const std::lock_guard lock(s.mutex);
+    if (!s.error) s.error = error;
+    s.latched.store(true, std::memory_order_release);
+  }
+  /// Throws the latched error (a copy).
+  [[noreturn]] static void rethrow() {
+    State& s = state();
+    const std::lock_guard lock(s.mutex);
+    throw BackendError(*s.error);
+  }
+  /// For tests that inject a sticky error into a fake runtime.
+  static void reset_for_testing() noexcept {
+    State& s = state();
+    const std::lock_guard lock(s.mutex);
+    s.error.reset();
+    s.latched.store(false, std::memory_order_release);
+  }
+
+ private:
+  struct State {
+    std::mutex mutex;
+    std::optional<BackendError> error;
+    std::atomic<bool> latched{false};
+  };
+  static State& state() noexcept {
+    static auto* const instance = new State;  // never destroyed: read by releases at exit
+    return *instance;
+  }
+};
+
 template <class Api>
 class RuntimeBackend : public Backend {
  public:
@@ -354,6 +398,7 @@ class RuntimeBackend : public Backend {
   // ---- Streams --------------------------------------------------------------------------------
 
   [[nodiscard]] bool exiting() const noexcept override { return ProcessExit::begun(); }
+  [[nodiscard]] bool device_lost() const noexcept override { return DeviceLost::latched(); }
 
   [[nodiscard]] NativeStream create_stream(int device) override {
     use_device("create_stream", device);
@@ -793,9 +838,11 @@ class RuntimeBackend : public Backend {
 
   /// For waits and queries, which destructors reach at points the caller did not choose: makes
   /// `device` current, or returns false (call nothing, the work counts as done) once the process
-  /// is exiting or the runtime answers that it has been torn down.
+  /// is exiting or the runtime answers that it has been torn down. After a sticky error it throws
+  /// that error (see DeviceLost).
   [[nodiscard]] bool use_device_to_wait(const char* operation, int device) {
     if (ProcessExit::begun()) return false;
+    if (DeviceLost::latched()) DeviceLost::rethrow();  // fail fast: the work will never finish
     return select_device(operation, device, /*releasing=*/true);
   }
 
@@ -842,10 +889,17 @@ class RuntimeBackend : public Backend {
   }
 
   [[nodiscard]] static BackendError make_error(ApiStatus status, std::string_view context) {
-    return BackendError(std::string(Api::kBackend), status.function, static_cast<int>(status.code),
-                        code_name(status.code),
-                        fmt::format("{} {}: {}{}{}", Api::kBackend, status.function,
-                                    describe(status.code), context.empty() ? "" : "; ", context));
+    const bool sticky = Api::isSticky(status.code);
+    BackendError error(std::string(Api::kBackend), status.function, static_cast<int>(status.code),
+                       code_name(status.code),
+                       fmt::format("{} {}: {}{}{}{}", Api::kBackend, status.function,
+                                   describe(status.code), context.empty() ? "" : "; ", context,
+                                   sticky ? " (a sticky error: the device is lost to this "
+                                            "process, which must be restarted)"
+                                          : ""),
+                       sticky ? ErrorPersistence::Sticky : ErrorPersistence::Recoverable);
+    if (sticky) DeviceLost::latch(error);
+    return error;
   }
 
   /// "cudaErrorInvalidValue (1): invalid argument"; the description is left out when the runtime
@@ -913,6 +967,10 @@ class RuntimeBackend : public Backend {
   /// down.
   bool select_device(const char* operation, int device, bool releasing, int* previous = nullptr) {
     require_device(operation);
+    if (DeviceLost::latched()) {  // fail fast, release nothing (see DeviceLost)
+      if (releasing) return false;
+      DeviceLost::rethrow();
+    }
     int current = -1;
     const ApiStatus got = Api::getDevice(&current);
     if (releasing && runtime_unloaded(got)) return false;

@@ -318,6 +318,20 @@ struct HipApi {
   // ---- Errors ----
   static Error getLastError() noexcept { return hipGetLastError(); }
   static const char* errorName(Error code) noexcept { return hipGetErrorName(code); }
+  /// The errors after which the process's HIP context is unusable (as CUDA's sticky errors; HIP
+  /// names fewer of them).
+  static constexpr bool isSticky(Error code) noexcept {
+    switch (code) {
+      case hipErrorIllegalAddress:
+      case hipErrorLaunchFailure:
+      case hipErrorAssert:
+      case hipErrorECCNotCorrectable:
+      case hipErrorLaunchTimeOut:
+        return true;
+      default:
+        return false;
+    }
+  }
   static const char* errorString(Error code) noexcept { return hipGetErrorString(code); }
 
  private:

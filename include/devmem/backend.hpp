@@ -125,6 +125,11 @@ class DEVMEM_API Backend {
   /// objects with static storage duration are skipped, and memory they hold is left to the
   /// process's end. False by default (the host backend has no runtime to lose). Thread-safe.
   [[nodiscard]] virtual bool exiting() const noexcept { return false; }
+  /// True once a sticky vendor error (BackendError::sticky(), e.g. an illegal address in a kernel)
+  /// has made the device unusable for this process: every later call throws that error again,
+  /// releases do nothing, and devmem's destructors stop waiting for work. False by default.
+  /// Thread-safe.
+  [[nodiscard]] virtual bool device_lost() const noexcept { return false; }
   /// Why device_count() is 0, in the vendor's words (empty when there are devices).
   [[nodiscard]] virtual std::string no_device_reason() { return {}; }
   /// Name, architecture, memory and launch limits of `device`.

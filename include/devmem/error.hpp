@@ -40,13 +40,24 @@ class DEVMEM_API OutOfMemory : public Error {
   std::int64_t requested_bytes_;
 };
 
+/// Whether a vendor error leaves the device usable. Sticky errors (CUDA's and HIP's illegal
+/// address, launch failure, misaligned address, device-side assert, uncorrectable ECC, launch
+/// time-out, ...) corrupt the process's device context: every later call fails with the same
+/// error until the process ends.
+enum class ErrorPersistence {
+  Recoverable,  ///< the call failed; the device works on
+  Sticky,       ///< the device is lost to this process: restart it
+};
+
 /// A vendor call failed. Carries the backend ("host", "cuda", "roc"), the function that failed, the
-/// vendor's numeric error code and its name (e.g. "cudaErrorInvalidValue").
+/// vendor's numeric error code and its name (e.g. "cudaErrorInvalidValue"), and whether the error
+/// is sticky.
 class DEVMEM_API BackendError : public Error {
  public:
   /// `message` is what what() returns; the other values are kept for programs to inspect.
   BackendError(std::string backend, std::string function, int code, std::string code_name,
-               const std::string& message);
+               const std::string& message,
+               ErrorPersistence persistence = ErrorPersistence::Recoverable);
   ~BackendError() override;
   /// "host", "cuda" or "roc".
   [[nodiscard]] const std::string& backend() const noexcept { return backend_; }
@@ -56,12 +67,17 @@ class DEVMEM_API BackendError : public Error {
   [[nodiscard]] int code() const noexcept { return code_; }
   /// The code's name, e.g. "cudaErrorInvalidValue" (the host backend: "InvalidValue").
   [[nodiscard]] const std::string& code_name() const noexcept { return code_name_; }
+  /// Whether the error is sticky (ErrorPersistence): after one, the GPU backends fail every later
+  /// call fast with this same error and release nothing.
+  [[nodiscard]] ErrorPersistence persistence() const noexcept { return persistence_; }
+  [[nodiscard]] bool sticky() const noexcept { return persistence_ == ErrorPersistence::Sticky; }
 
  private:
   std::string backend_;
   std::string function_;
   int code_;
   std::string code_name_;
+  ErrorPersistence persistence_;
 };
 
 /// The selected backend has no usable device (or the requested device index does not exist).

@@ -60,6 +60,7 @@ enum FakeError : int {
   kPeerUnsupported = 217,
   kPeerAlreadyEnabled = 704,
   kPeerNotEnabled = 705,
+  kIllegalAddress = 700,  // sticky (isSticky)
 };
 
 enum FakeKind : int { kH2H = 0, kH2D = 1, kD2H = 2, kD2D = 3, kDefault = 4 };
@@ -603,9 +604,12 @@ struct FakeApi {
         return "fakeErrorPeerAccessAlreadyEnabled";
       case kPeerNotEnabled:
         return "fakeErrorPeerAccessNotEnabled";
+      case kIllegalAddress:
+        return "fakeErrorIllegalAddress";
     }
     return nullptr;
   }
+  static constexpr bool isSticky(Error code) noexcept { return code == kIllegalAddress; }
   static const char* errorString(Error code) noexcept {
     switch (code) {
       case kInvalidValue:
@@ -651,10 +655,19 @@ struct Fixture {
   /// Installs the fake runtime's state for the fixture's lifetime, the backend's destructor (which
   /// frees the temporaries it keeps) included.
   struct Installed {
-    explicit Installed(FakeState* state) { g_state = state; }
+    explicit Installed(FakeState* state) {
+      g_state = state;
+      // A test may inject a sticky error or the runtime's teardown, which latch process state.
+      devmem::gpu_runtime::DeviceLost::reset_for_testing();
+      devmem::gpu_runtime::ProcessExit::reset_for_testing();
+    }
     Installed(const Installed&) = delete;
     Installed& operator=(const Installed&) = delete;
-    ~Installed() { g_state = nullptr; }
+    ~Installed() {
+      g_state = nullptr;
+      devmem::gpu_runtime::DeviceLost::reset_for_testing();
+      devmem::gpu_runtime::ProcessExit::reset_for_testing();
+    }
   };
   FakeState state;
   Installed installed{&state};

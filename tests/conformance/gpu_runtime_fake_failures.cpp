@@ -297,3 +297,63 @@ TEST_CASE("gpu_runtime: once the process has begun to exit, releases call nothin
   CHECK(f.state.live_streams == 0);
   CHECK(f.state.live_events == 0);
 }
+
+TEST_CASE(
+    "gpu_runtime: after a sticky error every call fails fast with it and releases are silent") {
+  // A kernel's illegal address is sticky: the runtime fails every later call of the process with
+  // it. The backend latches it (review 2, N11): later calls throw the same error without calling
+  // the runtime, releases call nothing and print nothing, and the error says it is sticky.
+  Fixture f;
+  HeldOnDevice1 held(f.backend);
+  CHECK_FALSE(f.backend.device_lost());
+  f.state.fail["fakeStreamSynchronize"] = kIllegalAddress;
+  try {
+    f.backend.synchronize_stream(1, held.stream);
+    FAIL("the injected illegal address was not reported");
+  } catch (const devmem::BackendError& e) {
+    CHECK(e.sticky());
+    CHECK(e.persistence() == devmem::ErrorPersistence::Sticky);
+    CHECK(e.code() == kIllegalAddress);
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("sticky error"));
+  }
+  CHECK(f.backend.device_lost());
+  const std::size_t calls_before = f.state.calls.size();
+  // The fake itself would allocate: the latch answers first, with the original error.
+  try {
+    (void)f.backend.allocate(0, 64);
+    FAIL("an allocation after a sticky error succeeded");
+  } catch (const devmem::BackendError& e) {
+    CHECK(e.sticky());
+    CHECK(e.function() == "fakeStreamSynchronize");
+    CHECK(e.code() == kIllegalAddress);
+  }
+  CHECK_THROWS_AS((void)f.backend.query_event(1, held.event), devmem::BackendError);
+  {
+    test_support::StderrCapture stderr_capture;
+    held.release_all();
+    CHECK(stderr_capture.finish().empty());
+  }
+  CHECK(f.state.calls.size() == calls_before);  // not one vendor call since the error
+  // A healthy runtime again, for the test's own cleanup.
+  devmem::gpu_runtime::DeviceLost::reset_for_testing();
+  held.release_all();
+  CHECK(f.state.live_blocks == 0);
+  CHECK(f.state.live_streams == 0);
+  CHECK(f.state.live_events == 0);
+}
+
+TEST_CASE("gpu_runtime: errors that are not sticky leave the device usable") {
+  Fixture f;
+  f.state.fail["fakeMalloc"] = kInvalidValue;
+  try {
+    (void)f.backend.allocate(0, 64);
+    FAIL("the injected failure was not reported");
+  } catch (const devmem::BackendError& e) {
+    CHECK_FALSE(e.sticky());
+    CHECK(e.persistence() == devmem::ErrorPersistence::Recoverable);
+  }
+  CHECK_FALSE(f.backend.device_lost());
+  void* const block = f.backend.allocate(0, 64);
+  CHECK(block != nullptr);
+  f.backend.deallocate(0, block);
+}

@@ -42,6 +42,18 @@ inline constexpr cudaError_t cudaErrorHostMemoryAlreadyRegistered =
 inline constexpr cudaError_t cudaErrorHostMemoryNotRegistered = hipErrorHostMemoryNotRegistered;
 inline constexpr cudaError_t cudaErrorPeerAccessAlreadyEnabled = hipErrorPeerAccessAlreadyEnabled;
 inline constexpr cudaError_t cudaErrorPeerAccessNotEnabled = hipErrorPeerAccessNotEnabled;
+// The sticky errors (CudaApi::isSticky): HIP's twins where HIP has one; CUDA's own values for the
+// five HIP does not name (HIP-CPU never returns them).
+inline constexpr cudaError_t cudaErrorIllegalAddress = hipErrorIllegalAddress;
+inline constexpr cudaError_t cudaErrorLaunchFailure = hipErrorLaunchFailure;
+inline constexpr cudaError_t cudaErrorAssert = hipErrorAssert;
+inline constexpr cudaError_t cudaErrorECCUncorrectable = hipErrorECCNotCorrectable;
+inline constexpr cudaError_t cudaErrorLaunchTimeout = hipErrorLaunchTimeOut;
+inline constexpr cudaError_t cudaErrorHardwareStackError = static_cast<cudaError_t>(714);
+inline constexpr cudaError_t cudaErrorIllegalInstruction = static_cast<cudaError_t>(715);
+inline constexpr cudaError_t cudaErrorMisalignedAddress = static_cast<cudaError_t>(716);
+inline constexpr cudaError_t cudaErrorInvalidAddressSpace = static_cast<cudaError_t>(717);
+inline constexpr cudaError_t cudaErrorInvalidPc = static_cast<cudaError_t>(718);
 
 inline constexpr cudaMemcpyKind cudaMemcpyHostToHost = hipMemcpyHostToHost;
 inline constexpr cudaMemcpyKind cudaMemcpyHostToDevice = hipMemcpyHostToDevice;
