@@ -263,21 +263,16 @@ struct CudaApi {
   /// The errors after which the process's CUDA context is unusable (CUDA's documentation of each:
   /// "the process must be terminated and relaunched").
   static constexpr bool isSticky(Error code) noexcept {
-    switch (code) {
-      case cudaErrorIllegalAddress:
-      case cudaErrorLaunchFailure:
-      case cudaErrorMisalignedAddress:
-      case cudaErrorHardwareStackError:
-      case cudaErrorIllegalInstruction:
-      case cudaErrorInvalidAddressSpace:
-      case cudaErrorInvalidPc:
-      case cudaErrorAssert:
-      case cudaErrorECCUncorrectable:
-      case cudaErrorLaunchTimeout:
-        return true;
-      default:
-        return false;
+    // A list, not a switch: on HIP-CPU five of these are CUDA's numbers outside hipError_t.
+    constexpr Error kSticky[] = {cudaErrorIllegalAddress,     cudaErrorLaunchFailure,
+                                 cudaErrorMisalignedAddress,  cudaErrorHardwareStackError,
+                                 cudaErrorIllegalInstruction, cudaErrorInvalidAddressSpace,
+                                 cudaErrorInvalidPc,          cudaErrorAssert,
+                                 cudaErrorECCUncorrectable,   cudaErrorLaunchTimeout};
+    for (const Error sticky : kSticky) {
+      if (code == sticky) return true;
     }
+    return false;
   }
   static const char* errorString(Error code) noexcept { return cudaGetErrorString(code); }
 };
