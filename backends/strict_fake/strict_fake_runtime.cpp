@@ -22,6 +22,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,7 @@ struct Capture {
 struct Op {
   std::function<void()> run;
   bool under_lock = false;  // trivial bookkeeping (event records, pool returns): run locked
+  bool host_function = false;  // runs on the runtime's host-function thread, like CUDA's
   std::vector<std::pair<std::shared_ptr<StreamState>, std::uint64_t>> stream_deps;
   std::vector<std::pair<std::shared_ptr<EventState>, std::uint64_t>> event_deps;
 };
@@ -109,6 +111,10 @@ struct Runtime {
   std::deque<std::pair<char*, std::size_t>> quarantine;  // freed pinned memory, poisoned
   std::size_t quarantine_bytes = 0;
   std::set<std::pair<int, int>> peers_enabled;
+  // Host functions run on a thread of the runtime (as CUDA runs them), never on the thread that
+  // synchronizes: a host function that blocks blocks its stream, not the caller.
+  std::deque<std::pair<std::shared_ptr<StreamState>, Op>> host_functions;
+  std::condition_variable host_function_cv;
 
   Runtime() {
     bool found = false;
@@ -144,6 +150,29 @@ struct Runtime {
       legacy[d]->device = d;
       legacy[d]->legacy = true;
     }
+    std::thread([this] { run_host_functions(); }).detach();  // the runtime is never destroyed
+  }
+
+  [[noreturn]] void run_host_functions() {
+    std::unique_lock lock(mu);
+    for (;;) {
+      host_function_cv.wait(lock, [this] { return !host_functions.empty(); });
+      auto [s, op] = std::move(host_functions.front());
+      host_functions.pop_front();
+      lock.unlock();
+      op.run();
+      op = Op{};
+      lock.lock();
+      finish(s);
+    }
+  }
+  void finish(const std::shared_ptr<StreamState>& s) {
+    s->busy = false;
+    ++s->completed;
+    std::erase_if(draining, [](const std::shared_ptr<StreamState>& d) {
+      return d->queue.empty() && !d->busy;
+    });
+    cv.notify_all();
   }
 
   bool in_arena(const void* p) const {
@@ -242,9 +271,10 @@ struct Runtime {
   }
 
   /// Runs queued work until `done()` holds (or nothing can run): a random runnable stream's
-  /// first operation at a time when deferred, else the first runnable.
+  /// first operation at a time when deferred, else the first runnable. `block`: wait for work
+  /// running elsewhere (a synchronisation); else return when only that is left (a query).
   template <class Pred>
-  void run_until(std::unique_lock<std::mutex>& lock, Pred done) {
+  void run_until(std::unique_lock<std::mutex>& lock, Pred done, bool block = true) {
     std::vector<std::shared_ptr<StreamState>> runnable;
     while (!done()) {
       runnable.clear();
@@ -254,7 +284,7 @@ struct Runtime {
         if (!s->busy && !s->queue.empty() && deps_met(s->queue.front())) runnable.push_back(s);
       });
       if (runnable.empty()) {
-        if (!busy) return;  // nothing can ever run (work waiting on a capture's records)
+        if (!busy || !block) return;  // nothing can ever run, or the caller does not wait
         cv.wait(lock);
         continue;
       }
@@ -262,30 +292,34 @@ struct Runtime {
       const std::shared_ptr<StreamState> s = runnable[pick];
       Op op = std::move(s->queue.front());
       s->queue.pop_front();
+      s->busy = true;
+      if (op.host_function) {
+        host_functions.emplace_back(s, std::move(op));
+        host_function_cv.notify_one();
+        continue;
+      }
       if (op.under_lock) {
         op.run();
       } else {
-        s->busy = true;
         lock.unlock();
         op.run();
         op = Op{};  // the function's captures are released outside the lock too
         lock.lock();
-        s->busy = false;
       }
-      ++s->completed;
-      std::erase_if(draining,
-                    [](const std::shared_ptr<StreamState>& d) { return d->queue.empty(); });
-      cv.notify_all();
+      finish(s);
     }
   }
-  void run_all(std::unique_lock<std::mutex>& lock) {
-    run_until(lock, [this] {
-      bool idle = true;
-      for_each_stream([&](const std::shared_ptr<StreamState>& s) {
-        idle = idle && s->queue.empty() && !s->busy;
-      });
-      return idle;
-    });
+  void run_all(std::unique_lock<std::mutex>& lock, bool block = true) {
+    run_until(
+        lock,
+        [this] {
+          bool idle = true;
+          for_each_stream([&](const std::shared_ptr<StreamState>& s) {
+            idle = idle && s->queue.empty() && !s->busy;
+          });
+          return idle;
+        },
+        block);
   }
   /// Everything enqueued so far on the blocking streams of `device` (what legacy-stream work
   /// waits for), as dependencies.
@@ -374,7 +408,7 @@ std::uint64_t enqueue(Runtime& r, std::unique_lock<std::mutex>& lock,
   }
   s->queue.push_back(std::move(op));
   const std::uint64_t seq = ++s->enqueued;
-  if (!r.deferred) r.run_all(lock);
+  if (!r.deferred) r.run_all(lock, /*block=*/false);
   return seq;
 }
 
@@ -683,7 +717,9 @@ S StrictFakeApi::streamQuery(Stream stream) {
   }
   const std::uint64_t target = s->enqueued;
   // A query is a chance for the device to make progress: sometimes all of it, sometimes none.
-  if (r.rng() % 2 == 0) r.run_until(lock, [&] { return s->completed >= target; });
+  if (r.rng() % 2 == 0) {
+    r.run_until(lock, [&] { return s->completed >= target; }, /*block=*/false);
+  }
   return s->completed >= target ? S{kOk, kFn} : S{kNotReady, kFn};
 }
 S StrictFakeApi::streamWaitEvent(Stream stream, Event event, unsigned) {
@@ -840,7 +876,9 @@ S StrictFakeApi::eventQuery(Event event) {
     return fail(kStreamCaptureUnsupported, kFn);
   }
   const std::uint64_t target = e->recorded;
-  if (r.rng() % 2 == 0) r.run_until(lock, [&] { return e->completed >= target; });
+  if (r.rng() % 2 == 0) {
+    r.run_until(lock, [&] { return e->completed >= target; }, /*block=*/false);
+  }
   return e->completed >= target ? S{kOk, kFn} : S{kNotReady, kFn};
 }
 S StrictFakeApi::eventElapsedTime(float* ms, Event start, Event end) {
@@ -870,6 +908,7 @@ S StrictFakeApi::launch_host_function(Stream stream, void (*fn)(void*), void* us
   if (S a = admit(r, s, kFn, &captured); a.code != kOk || captured) return a;
   Op op;
   op.run = [fn, user] { fn(user); };
+  op.host_function = true;
   enqueue(r, lock, s, std::move(op));
   return {kOk, kFn};
 }
