@@ -37,7 +37,7 @@ struct Capture {
 
 struct Op {
   std::function<void()> run;
-  bool under_lock = false;  // trivial bookkeeping (event records, pool returns): run locked
+  bool under_lock = false;     // trivial bookkeeping (event records, pool returns): run locked
   bool host_function = false;  // runs on the runtime's host-function thread, like CUDA's
   std::vector<std::pair<std::shared_ptr<StreamState>, std::uint64_t>> stream_deps;
   std::vector<std::pair<std::shared_ptr<EventState>, std::uint64_t>> event_deps;
@@ -106,8 +106,8 @@ struct Runtime {
   std::size_t used[kDevices] = {};
   std::map<const char*, Block> blocks;  // live device allocations by start
 
-  std::map<const char*, std::size_t> pinned;      // hostAlloc: start -> bytes (mmap'd)
-  std::map<const char*, std::size_t> registered;  // hostRegister: start -> bytes
+  std::map<const char*, std::size_t> pinned;             // hostAlloc: start -> bytes (mmap'd)
+  std::map<const char*, std::size_t> registered;         // hostRegister: start -> bytes
   std::deque<std::pair<char*, std::size_t>> quarantine;  // freed pinned memory, poisoned
   std::size_t quarantine_bytes = 0;
   std::set<std::pair<int, int>> peers_enabled;
@@ -123,11 +123,12 @@ struct Runtime {
     rng.seed(seed);
     bool deferred_set = false;
     deferred = env_u64("DEVMEM_STRICT_FAKE_DEFERRED", &deferred_set) != 0 || !deferred_set;
-    std::fprintf(stderr,
-                 "devmem strict-fake: %s execution, seed %llu (replay: DEVMEM_STRICT_FAKE_SEED=%llu)"
-                 "\n",
-                 deferred ? "deferred" : "immediate", static_cast<unsigned long long>(seed),
-                 static_cast<unsigned long long>(seed));
+    std::fprintf(
+        stderr,
+        "devmem strict-fake: %s execution, seed %llu (replay: DEVMEM_STRICT_FAKE_SEED=%llu)"
+        "\n",
+        deferred ? "deferred" : "immediate", static_cast<unsigned long long>(seed),
+        static_cast<unsigned long long>(seed));
     arena_bytes = kDeviceBytes * kDevices;
     const int fd = memfd_create("devmem-strict-fake", 0);
     if (fd < 0 || ftruncate(fd, static_cast<off_t>(arena_bytes)) != 0) {
@@ -373,7 +374,7 @@ bool sticky(const char* function, S* out) {
   return true;
 }
 
-#define STRICT_FAKE_PROLOGUE(name)  \
+#define STRICT_FAKE_PROLOGUE(name)         \
   static constexpr const char* kFn = name; \
   if (S sticky_status{}; sticky(kFn, &sticky_status)) return sticky_status
 
@@ -611,8 +612,7 @@ S StrictFakeApi::hostRegister(void* ptr, std::size_t bytes, unsigned) {
   const auto* c = static_cast<const char*>(ptr);
   auto it = r.registered.lower_bound(c);
   const bool overlaps_next = it != r.registered.end() && it->first < c + bytes;
-  const bool overlaps_prev =
-      it != r.registered.begin() && (--it, it->first + it->second > c);
+  const bool overlaps_prev = it != r.registered.begin() && (--it, it->first + it->second > c);
   if (overlaps_next || overlaps_prev) return fail(kHostMemoryAlreadyRegistered, kFn);
   r.registered.emplace(c, bytes);
   return {kOk, kFn};
@@ -718,7 +718,8 @@ S StrictFakeApi::streamQuery(Stream stream) {
   const std::uint64_t target = s->enqueued;
   // A query is a chance for the device to make progress: sometimes all of it, sometimes none.
   if (r.rng() % 2 == 0) {
-    r.run_until(lock, [&] { return s->completed >= target; }, /*block=*/false);
+    r.run_until(
+        lock, [&] { return s->completed >= target; }, /*block=*/false);
   }
   return s->completed >= target ? S{kOk, kFn} : S{kNotReady, kFn};
 }
@@ -877,7 +878,8 @@ S StrictFakeApi::eventQuery(Event event) {
   }
   const std::uint64_t target = e->recorded;
   if (r.rng() % 2 == 0) {
-    r.run_until(lock, [&] { return e->completed >= target; }, /*block=*/false);
+    r.run_until(
+        lock, [&] { return e->completed >= target; }, /*block=*/false);
   }
   return e->completed >= target ? S{kOk, kFn} : S{kNotReady, kFn};
 }
@@ -953,9 +955,8 @@ S StrictFakeApi::memcpyPeerAsync(void* dst, int dst_device, const void* src, int
       return fail(kInvalidValue, kFn);
     }
   }
-  return enqueue_transfer(kFn, dst, src, bytes, stream, [bytes](char* out, const char* in) {
-    std::memmove(out, in, bytes);
-  });
+  return enqueue_transfer(kFn, dst, src, bytes, stream,
+                          [bytes](char* out, const char* in) { std::memmove(out, in, bytes); });
 }
 
 // ---- Copies ----
@@ -968,9 +969,8 @@ S StrictFakeApi::memcpyAsync(void* dst, const void* src, std::size_t bytes, Memc
     const std::lock_guard lock(r.mu);
     if (!valid_side(r, dst, bytes) || !valid_side(r, src, bytes)) return fail(kInvalidValue, kFn);
   }
-  return enqueue_transfer(kFn, dst, src, bytes, stream, [bytes](char* out, const char* in) {
-    std::memmove(out, in, bytes);
-  });
+  return enqueue_transfer(kFn, dst, src, bytes, stream,
+                          [bytes](char* out, const char* in) { std::memmove(out, in, bytes); });
 }
 S StrictFakeApi::memcpy2DAsync(void* dst, std::size_t dst_pitch, const void* src,
                                std::size_t src_pitch, std::size_t width, std::size_t height,
@@ -995,8 +995,8 @@ S StrictFakeApi::memcpy2DAsync(void* dst, std::size_t dst_pitch, const void* src
 }
 S StrictFakeApi::memcpy3DAsync(void* dst, std::size_t dst_pitch, std::size_t dst_height,
                                const void* src, std::size_t src_pitch, std::size_t src_height,
-                               std::size_t width, std::size_t height, std::size_t depth,
-                               MemcpyKind, Stream stream) {
+                               std::size_t width, std::size_t height, std::size_t depth, MemcpyKind,
+                               Stream stream) {
   STRICT_FAKE_PROLOGUE("strictFakeMemcpy3DAsync");
   if (dst_pitch < width || src_pitch < width || dst_height < height || src_height < height) {
     return fail(kInvalidValue, kFn);
@@ -1029,8 +1029,9 @@ S StrictFakeApi::memsetAsync(void* dst, int value, std::size_t bytes, Stream str
       return fail(kInvalidValue, kFn);
     }
   }
-  return enqueue_transfer(kFn, dst, dst, 0, stream,
-                          [value, bytes](char* out, const char*) { std::memset(out, value, bytes); });
+  return enqueue_transfer(kFn, dst, dst, 0, stream, [value, bytes](char* out, const char*) {
+    std::memset(out, value, bytes);
+  });
 }
 S StrictFakeApi::launchCopyStrided(const gpu_runtime::StridedCopyArgs& args, Stream stream) {
   STRICT_FAKE_PROLOGUE("strictFakeLaunchKernel");
@@ -1054,21 +1055,20 @@ S StrictFakeApi::launchCopyStrided(const gpu_runtime::StridedCopyArgs& args, Str
     // Kernels read and write device memory (or mapped host memory), never pageable memory.
     if (r.pageable(args.dst) || r.pageable(args.src)) return fail(kIllegalAddress, kFn);
   }
-  return enqueue_transfer(kFn, args.dst, args.src, 0, stream,
-                          [args](char* dst, const char* src) {
-                            for (std::int64_t i = 0; i < args.count; ++i) {
-                              std::int64_t rest = i;
-                              std::int64_t so = 0;
-                              std::int64_t d = 0;
-                              for (int k = args.rank - 1; k >= 0; --k) {
-                                const std::int64_t c = rest % args.shape[k];
-                                rest /= args.shape[k];
-                                so += c * args.src_strides[k];
-                                d += c * args.dst_strides[k];
-                              }
-                              std::memcpy(dst + d, src + so, static_cast<std::size_t>(args.unit));
-                            }
-                          });
+  return enqueue_transfer(kFn, args.dst, args.src, 0, stream, [args](char* dst, const char* src) {
+    for (std::int64_t i = 0; i < args.count; ++i) {
+      std::int64_t rest = i;
+      std::int64_t so = 0;
+      std::int64_t d = 0;
+      for (int k = args.rank - 1; k >= 0; --k) {
+        const std::int64_t c = rest % args.shape[k];
+        rest /= args.shape[k];
+        so += c * args.src_strides[k];
+        d += c * args.dst_strides[k];
+      }
+      std::memcpy(dst + d, src + so, static_cast<std::size_t>(args.unit));
+    }
+  });
 }
 
 // ---- Errors ----

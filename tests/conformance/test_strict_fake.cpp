@@ -133,8 +133,10 @@ TEST_CASE("strict fake: deferred work runs out of order across streams unless an
   Backend& b = backend();
   constexpr std::size_t kBytes = 1024;
   void* const device = b.allocate(0, kBytes);
-  auto* const source = static_cast<unsigned char*>(b.host_allocate(0, kBytes, HostAllocFlags::None));
-  auto* const result = static_cast<unsigned char*>(b.host_allocate(0, kBytes, HostAllocFlags::None));
+  auto* const source =
+      static_cast<unsigned char*>(b.host_allocate(0, kBytes, HostAllocFlags::None));
+  auto* const result =
+      static_cast<unsigned char*>(b.host_allocate(0, kBytes, HostAllocFlags::None));
   const devmem::NativeStream producer = b.create_stream(0);
   const devmem::NativeStream consumer = b.create_stream(0);
   const devmem::NativeEvent produced = b.create_event(0);
@@ -210,7 +212,8 @@ TEST_CASE("strict fake: freed device, pool and page-locked memory read back as 0
 
   // Page-locked host memory: poisoned when freed (the fake keeps it mapped for a while, so a
   // late reader sees the poison rather than the old data).
-  auto* const pinned = static_cast<unsigned char*>(b.host_allocate(0, kBytes, HostAllocFlags::None));
+  auto* const pinned =
+      static_cast<unsigned char*>(b.host_allocate(0, kBytes, HostAllocFlags::None));
   std::memset(pinned, 0x33, kBytes);
   b.host_deallocate(0, pinned);
   const auto* const freed = static_cast<const volatile unsigned char*>(pinned);
@@ -348,7 +351,8 @@ TEST_CASE("strict fake: page-locked, mapped and registered host memory stay host
   b.host_unregister(0, registered.data());
 
   // Mapped page-locked memory, through its host and its device address.
-  auto* const mapped = static_cast<unsigned char*>(b.host_allocate(0, kBytes, HostAllocFlags::Mapped));
+  auto* const mapped =
+      static_cast<unsigned char*>(b.host_allocate(0, kBytes, HostAllocFlags::Mapped));
   CHECK_FALSE(fake::is_device_address(mapped));
   auto* const mapped_device = static_cast<unsigned char*>(b.mapped_device_pointer(0, mapped));
   b.copy(0, mapped_device, device, kBytes, CopyKind::DeviceToDevice, nullptr);
