@@ -227,7 +227,7 @@ struct Runtime {
     std::memset(host_view(ptr), kPoison, block.bytes);
     used[block.device] -= size;
     auto& ranges = free_ranges[block.device];
-    std::size_t offset = static_cast<std::size_t>(ptr - device_base);
+    auto offset = static_cast<std::size_t>(ptr - device_base);
     std::size_t length = size;
     auto next = ranges.lower_bound(offset);
     if (next != ranges.end() && next->first == offset + length) {
@@ -261,7 +261,7 @@ struct Runtime {
     for (auto& [handle, s] : streams) fn(s);
     for (auto& s : draining) fn(s);
   }
-  bool deps_met(const Op& op) const {
+  [[nodiscard]] bool deps_met(const Op& op) const {
     for (const auto& [s, n] : op.stream_deps) {
       if (s->completed < n) return false;
     }
@@ -1142,7 +1142,7 @@ const char* StrictFakeApi::errorString(Error code) noexcept {
     case kStreamCaptureInvalidated:
       return "operation failed due to a previous error during capture";
     case kStreamCaptureIsolation:
-      return "operation would make the legacy stream depend on a capturing blocking stream";
+      return "dependency created on uncaptured work in another stream";
     case kStreamCaptureImplicit:
       return "operation would make the legacy stream depend on a capturing blocking stream";
     default:
