@@ -3,6 +3,15 @@
 # devmem_add_conformance), plus test_strict_fake.cpp. CTest label `strict-fake`.
 devmem_add_conformance(strict-fake)
 
+# The seed of the out-of-order execution is printed at start, and replays it: the deferred-order
+# test run twice with one seed takes the same order (the same number of stale rounds).
+set(_deferred_test "strict fake: deferred work runs out of order across streams unless an event orders it")
+add_test(NAME strict-fake:seed-is-printed-and-replays
+  COMMAND sh -c "a=$(DEVMEM_STRICT_FAKE_SEED=4242 \"$0\" \"$1\" 2>&1) && b=$(DEVMEM_STRICT_FAKE_SEED=4242 \"$0\" \"$1\" 2>&1) && printf '%s\\n' \"$a\" | grep -q '^devmem strict-fake: deferred execution, seed 4242 ' && x=$(printf '%s\\n' \"$a\" | grep 'unordered rounds') && y=$(printf '%s\\n' \"$b\" | grep 'unordered rounds') && echo \"$x / $y\" && test -n \"$x\" && test \"$x\" = \"$y\""
+          $<TARGET_FILE:conformance_strict-fake> "${_deferred_test}")
+set_tests_properties(strict-fake:seed-is-printed-and-replays PROPERTIES
+  LABELS "conformance;strict-fake" ENVIRONMENT "DEVMEM_BACKEND=strict-fake")
+
 # Tests that fail on the strict fake because of defects of the GPU layer that the review
 # (gpu-layer-review-2, findings N1-N16) names and a separate change fixes. They are disabled here,
 # by name, each with the finding it waits for ("Not Run (Disabled)" in CTest, never "Passed");
