@@ -346,6 +346,17 @@ struct Runtime {
     }
     return any;
   }
+  /// Ends capture `c`: its streams and events leave it.
+  void end(const std::shared_ptr<Capture>& c) {
+    c->ended = true;
+    for_each_stream([&](const std::shared_ptr<StreamState>& x) {
+      if (x->capture == c) x->capture.reset();
+    });
+    for (auto& [handle, e] : events) {
+      if (e->captured == c) e->captured.reset();
+    }
+    std::erase(captures, c);
+  }
   /// The active capture of a stream of `device` (legacy-stream work would join it implicitly).
   std::shared_ptr<Capture> capture_on_device(int device) {
     std::shared_ptr<Capture> found;
@@ -372,6 +383,12 @@ bool sticky(const char* function, S* out) {
   if (code == kOk) return false;
   *out = fail(static_cast<Error>(code), function);
   return true;
+}
+
+/// What a call that ran queued work returns: the sticky error if that work faulted.
+S after_work(const char* function, S status) {
+  S sticky_status{};
+  return sticky(function, &sticky_status) ? sticky_status : status;
 }
 
 #define STRICT_FAKE_PROLOGUE(name)         \
@@ -675,6 +692,13 @@ S StrictFakeApi::streamDestroy(Stream stream) {
   const std::lock_guard lock(r.mu);
   const auto it = r.streams.find(stream);
   if (it == r.streams.end()) return fail(kInvalidResourceHandle, kFn);
+  // A capture the stream began ends with it (invalidated), so that it does not forbid
+  // allocations for the rest of the process.
+  if (const std::shared_ptr<Capture> c = it->second->capture; c && c->origin == stream) {
+    c->invalidated = true;
+    r.end(c);
+  }
+  it->second->capture.reset();
   // Like CUDA: queued work still runs; the stream's resources go when it has.
   if (!it->second->queue.empty() || it->second->busy) r.draining.push_back(it->second);
   r.streams.erase(it);
@@ -699,11 +723,11 @@ S StrictFakeApi::streamSynchronize(Stream stream) {
     Op marker;
     r.device_marker(s->device, marker, nullptr);
     r.run_until(lock, [&] { return r.deps_met(marker); });
-    return {kOk, kFn};
+    return after_work(kFn, {kOk, kFn});
   }
   const std::uint64_t target = s->enqueued;
   r.run_until(lock, [&] { return s->completed >= target; });
-  return {kOk, kFn};
+  return after_work(kFn, {kOk, kFn});
 }
 S StrictFakeApi::streamQuery(Stream stream) {
   STRICT_FAKE_PROLOGUE("strictFakeStreamQuery");
@@ -721,7 +745,7 @@ S StrictFakeApi::streamQuery(Stream stream) {
     r.run_until(
         lock, [&] { return s->completed >= target; }, /*block=*/false);
   }
-  return s->completed >= target ? S{kOk, kFn} : S{kNotReady, kFn};
+  return after_work(kFn, s->completed >= target ? S{kOk, kFn} : S{kNotReady, kFn});
 }
 S StrictFakeApi::streamWaitEvent(Stream stream, Event event, unsigned) {
   STRICT_FAKE_PROLOGUE("strictFakeStreamWaitEvent");
@@ -791,14 +815,7 @@ S StrictFakeApi::streamEndCapture(Stream stream, std::size_t* nodes) {
   if (!s) return fail(kInvalidResourceHandle, kFn);
   if (!s->capture || s->capture->origin != s.get()) return fail(kIllegalState, kFn);
   const std::shared_ptr<Capture> c = s->capture;
-  c->ended = true;
-  r.for_each_stream([&](const std::shared_ptr<StreamState>& x) {
-    if (x->capture == c) x->capture.reset();
-  });
-  for (auto& [handle, e] : r.events) {
-    if (e->captured == c) e->captured.reset();
-  }
-  std::erase(r.captures, c);
+  r.end(c);
   *nodes = c->nodes;
   return c->invalidated ? fail(kStreamCaptureInvalidated, kFn) : S{kOk, kFn};
 }
@@ -864,7 +881,7 @@ S StrictFakeApi::eventSynchronize(Event event) {
   }
   const std::uint64_t target = e->recorded;
   r.run_until(lock, [&] { return e->completed >= target; });
-  return {kOk, kFn};
+  return after_work(kFn, {kOk, kFn});
 }
 S StrictFakeApi::eventQuery(Event event) {
   STRICT_FAKE_PROLOGUE("strictFakeEventQuery");
@@ -881,7 +898,7 @@ S StrictFakeApi::eventQuery(Event event) {
     r.run_until(
         lock, [&] { return e->completed >= target; }, /*block=*/false);
   }
-  return e->completed >= target ? S{kOk, kFn} : S{kNotReady, kFn};
+  return after_work(kFn, e->completed >= target ? S{kOk, kFn} : S{kNotReady, kFn});
 }
 S StrictFakeApi::eventElapsedTime(float* ms, Event start, Event end) {
   STRICT_FAKE_PROLOGUE("strictFakeEventElapsedTime");
@@ -1045,6 +1062,7 @@ S StrictFakeApi::launchCopyStrided(const gpu_runtime::StridedCopyArgs& args, Str
     count *= args.shape[k];
   }
   if (!aligned || count != args.count) return fail(kInvalidValue, kFn);
+  bool faults = false;
   {
     Runtime& r = rt();
     const std::lock_guard lock(r.mu);
@@ -1052,23 +1070,29 @@ S StrictFakeApi::launchCopyStrided(const gpu_runtime::StridedCopyArgs& args, Str
     if (!s) return fail(kInvalidResourceHandle, kFn);
     // CUDA: a kernel launch fails on a stream that does not belong to the current device.
     if (s->device != t_current) return fail(kInvalidResourceHandle, kFn);
-    // Kernels read and write device memory (or mapped host memory), never pageable memory.
-    if (r.pageable(args.dst) || r.pageable(args.src)) return fail(kIllegalAddress, kFn);
+    // Kernels read and write device memory (or mapped host memory), never pageable memory:
+    // such a kernel faults when it runs, and the illegal address is sticky, as on a GPU.
+    faults = r.pageable(args.dst) || r.pageable(args.src);
   }
-  return enqueue_transfer(kFn, args.dst, args.src, 0, stream, [args](char* dst, const char* src) {
-    for (std::int64_t i = 0; i < args.count; ++i) {
-      std::int64_t rest = i;
-      std::int64_t so = 0;
-      std::int64_t d = 0;
-      for (int k = args.rank - 1; k >= 0; --k) {
-        const std::int64_t c = rest % args.shape[k];
-        rest /= args.shape[k];
-        so += c * args.src_strides[k];
-        d += c * args.dst_strides[k];
-      }
-      std::memcpy(dst + d, src + so, static_cast<std::size_t>(args.unit));
-    }
-  });
+  return enqueue_transfer(kFn, args.dst, args.src, 0, stream,
+                          [args, faults](char* dst, const char* src) {
+                            if (faults) {
+                              rt().sticky.store(kIllegalAddress, std::memory_order_release);
+                              return;
+                            }
+                            for (std::int64_t i = 0; i < args.count; ++i) {
+                              std::int64_t rest = i;
+                              std::int64_t so = 0;
+                              std::int64_t d = 0;
+                              for (int k = args.rank - 1; k >= 0; --k) {
+                                const std::int64_t c = rest % args.shape[k];
+                                rest /= args.shape[k];
+                                so += c * args.src_strides[k];
+                                d += c * args.dst_strides[k];
+                              }
+                              std::memcpy(dst + d, src + so, static_cast<std::size_t>(args.unit));
+                            }
+                          });
 }
 
 // ---- Errors ----

@@ -329,6 +329,19 @@ TEST_CASE("strict fake: after a sticky error every call fails with it", "[strict
     return failures;
   });
   CHECK(status == 0);
+  // A kernel that touches pageable host memory faults when it runs: the illegal address comes
+  // from the synchronisation that ran it, and stays.
+  const int fault_status = in_child([&] {
+    std::vector<unsigned char> pageable(256, 1);
+    int failures = 0;
+    failures += fake::raw_set_device(0) == 0 ? 0 : 1;
+    failures += fake::raw_launch_copy(device, pageable.data(), 256, stream) == 0 ? 0 : 1;
+    failures += fake::raw_stream_synchronize(stream) == kIllegalAddress ? 0 : 1;
+    failures +=
+        error_code([&] { static_cast<void>(b.allocate(0, 256)); }) == kIllegalAddress ? 0 : 1;
+    return failures == 0 ? 0 : 1;
+  });
+  CHECK(fault_status == 0);
   // The parent is unaffected.
   b.synchronize_stream(0, stream);
   b.destroy_stream(0, stream);
