@@ -26,13 +26,15 @@ DEVMEM_API int begin_capture(NativeStream stream);
 DEVMEM_API int end_capture(NativeStream stream, std::size_t* nodes);
 /// The runtime's calls themselves, below the backend (no device selection by devmem):
 /// cudaEventRecord, cudaStreamWaitEvent, cudaMalloc, cudaStreamSynchronize, cudaSetDevice,
-/// cudaGetLastError, and one launch of the strided-copy kernel that copies `bytes` contiguous
-/// bytes.
+/// cudaGetDevice, cudaGetLastError, and one launch of the strided-copy kernel that copies `bytes`
+/// contiguous bytes.
 DEVMEM_API int raw_event_record(NativeEvent event, NativeStream stream);
 DEVMEM_API int raw_stream_wait_event(NativeStream stream, NativeEvent event);
 DEVMEM_API int raw_malloc(void** ptr, std::size_t bytes);
 DEVMEM_API int raw_stream_synchronize(NativeStream stream);
 DEVMEM_API int raw_set_device(int device);
+/// cudaGetDevice: the calling thread's current device in the runtime (-1 on failure).
+DEVMEM_API int raw_get_device();
 DEVMEM_API int raw_get_last_error();
 DEVMEM_API int raw_launch_copy(void* dst, const void* src, std::size_t bytes, NativeStream stream);
 

@@ -1215,6 +1215,10 @@ int raw_stream_synchronize(NativeStream stream) {
 int raw_set_device(int device) {
   return StrictFakeApi::setDevice(device).code;
 }
+int raw_get_device() {
+  int device = -1;
+  return StrictFakeApi::getDevice(&device).code == kOk ? device : -1;
+}
 int raw_get_last_error() {
   return StrictFakeApi::getLastError();
 }
