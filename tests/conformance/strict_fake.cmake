@@ -12,12 +12,13 @@ add_test(NAME strict-fake:seed-is-printed-and-replays
 set_tests_properties(strict-fake:seed-is-printed-and-replays PROPERTIES
   LABELS "conformance;strict-fake" ENVIRONMENT "DEVMEM_BACKEND=strict-fake")
 
-# Tests that fail on the strict fake because of defects of the GPU layer that the review
-# (gpu-layer-review-2, findings N1-N16) names and a separate change fixes. They are disabled here,
+# Tests that fail on the strict fake because of defects of the GPU layer that the GPU layer's review
+# names (findings N1-N16) and a separate change fixes (docs/strict-fake.md#disabled-tests). They are disabled here,
 # by name, each with the finding it waits for ("Not Run (Disabled)" in CTest, never "Passed");
 # remove a name when its finding is fixed. Prefixes: `strict-fake:` (the suite) and
 # `strict-fake-multi-device:` (its [multi-device] group).
 set(DEVMEM_STRICT_FAKE_DISABLED
+  # (none at present: the whole suite passes; the form is `"strict-fake:<test case>"  # N<k>: why`)
 )
 if(DEVMEM_STRICT_FAKE_DISABLED)
   set(_file "${CMAKE_CURRENT_BINARY_DIR}/strict_fake_disabled.cmake")
