@@ -145,6 +145,10 @@ constexpr std::array kCompiled {
 #if DEVMEM_HAS_ROC
       BackendEntry{"roc", &make_roc_backend},
 #endif
+#if DEVMEM_HAS_STRICT_FAKE
+      // Test-only (preset strict-fake): RuntimeBackend over the strict fake runtime.
+      BackendEntry{"strict-fake", &make_strict_fake_backend},
+#endif
       BackendEntry{"host", &make_host_backend},
 };
 

@@ -19,5 +19,9 @@ std::unique_ptr<Backend> make_cuda_backend();
 /// The HIP/HSA backend (backends/roc).
 std::unique_ptr<Backend> make_roc_backend();
 #endif
+#if DEVMEM_HAS_STRICT_FAKE
+/// The test-only strict fake GPU runtime (backends/strict_fake).
+std::unique_ptr<Backend> make_strict_fake_backend();
+#endif
 
 }  // namespace devmem

@@ -157,8 +157,10 @@ const char* dtype_code_name(int code) noexcept {
 }
 
 // Device types from_dlpack accepts on a backend, the first being the one to_dlpack produces.
+// The test-only strict fake (docs/strict-fake.md) models CUDA, whose device memory the host cannot
+// read: its memory is CUDA's kind, never kDLCPU.
 std::vector<DLDeviceType> device_types_of(std::string_view backend) {
-  if (backend == "cuda") return {kDLCUDA, kDLCUDAManaged};
+  if (backend == "cuda" || backend == "strict-fake") return {kDLCUDA, kDLCUDAManaged};
   if (backend == "roc") return {kDLROCM};
   return {kDLCPU};
 }
@@ -427,7 +429,7 @@ DLManagedTensor* to_dlpack(const HostArray& array) {
   const auto& memory = detail::ArrayAccess::memory(array);
   if (array.kind() != HostMemoryKind::Pageable && memory && memory->context) {
     const std::string_view backend = memory->context->backend_name();
-    if (backend == "cuda") type = kDLCUDAHost;
+    if (backend == "cuda" || backend == "strict-fake") type = kDLCUDAHost;
     if (backend == "roc") type = kDLROCMHost;
   }
   return make_export(array.layout(), array.dtype(), array.data(), DLDevice{type, 0},

@@ -14,7 +14,7 @@ using devmem::InvalidArgument;
 
 DLDeviceType active_device_type() {
   const std::string name = devmem::backend_name();
-  if (name == "cuda") return kDLCUDA;
+  if (name == "cuda" || name == "strict-fake") return kDLCUDA;
   if (name == "roc") return kDLROCM;
   return kDLCPU;
 }
@@ -163,7 +163,8 @@ TEST_CASE("bad input, interop: DLPack tensors", "[bad-input][interop]") {
     CHECK(deleted == 1);  // released exactly once although rejected
   };
   const std::string backend = devmem::backend_name();
-  const std::string expected_type = backend == "cuda"  ? "kDLCUDA or kDLCUDAManaged"
+  const std::string expected_type = backend == "cuda" || backend == "strict-fake"
+                                        ? "kDLCUDA or kDLCUDAManaged"
                                     : backend == "roc" ? "kDLROCM"
                                                        : "kDLCPU";
   rejects([](DLTensor& t) { t.device.device_type = kDLVulkan; },

@@ -27,13 +27,13 @@ namespace {
 // The DLPack device type of device memory on the backend under test.
 DLDeviceType expected_device_type() {
   const std::string name = devmem::backend_name();
-  if (name == "cuda") return kDLCUDA;
+  if (name == "cuda" || name == "strict-fake") return kDLCUDA;
   if (name == "roc") return kDLROCM;
   return kDLCPU;
 }
 std::string expected_device_types_text() {
   const std::string name = devmem::backend_name();
-  if (name == "cuda") return "kDLCUDA or kDLCUDAManaged";
+  if (name == "cuda" || name == "strict-fake") return "kDLCUDA or kDLCUDAManaged";
   if (name == "roc") return "kDLROCM";
   return "kDLCPU";
 }
@@ -207,9 +207,10 @@ TEST_CASE("to_dlpack: an array on a stream is synchronised first", "[interop][dl
 }
 
 TEST_CASE("to_dlpack: host arrays", "[interop][dlpack]") {
-  const DLDeviceType pinned_type = devmem::backend_name() == "cuda"  ? kDLCUDAHost
-                                   : devmem::backend_name() == "roc" ? kDLROCMHost
-                                                                     : kDLCPU;
+  const std::string backend = devmem::backend_name();
+  const DLDeviceType pinned_type = backend == "cuda" || backend == "strict-fake" ? kDLCUDAHost
+                                   : backend == "roc"                            ? kDLROCMHost
+                                                                                 : kDLCPU;
   SECTION("pageable: kDLCPU, values readable through the plain struct") {
     HostArray h = iota_host({2, 3});
     const std::weak_ptr<const void> watch = h.owner();

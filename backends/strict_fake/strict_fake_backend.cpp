@@ -1,0 +1,24 @@
+// The strict fake backend (test-only: DEVMEM_WITH_STRICT_FAKE, preset `strict-fake`,
+// docs/strict-fake.md): gpu_runtime::RuntimeBackend, the code of the CUDA and ROC backends,
+// instantiated with the strict fake runtime's call table (strict_fake_api.hpp), so that the GPU
+// conformance suite runs that code against a runtime as strict as a GPU where HIP-CPU is not.
+#include "backends/strict_fake/strict_fake_api.hpp"
+
+#include "core/backend_factories.hpp"
+
+#include <memory>
+
+namespace devmem {
+namespace strict_fake {
+namespace {
+
+class StrictFakeBackend final : public gpu_runtime::RuntimeBackend<StrictFakeApi> {};
+
+}  // namespace
+}  // namespace strict_fake
+
+std::unique_ptr<Backend> make_strict_fake_backend() {
+  return std::make_unique<strict_fake::StrictFakeBackend>();
+}
+
+}  // namespace devmem

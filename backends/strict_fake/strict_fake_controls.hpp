@@ -1,0 +1,41 @@
+// Test controls of the strict fake runtime (docs/strict-fake.md): exported from libdevmem only in
+// builds with DEVMEM_WITH_STRICT_FAKE, for tests/strict_fake. Not installed. Every function that
+// returns an int returns the fake's error code (CUDA's numbers, strict_fake_api.hpp), 0 on success.
+#pragma once
+
+#include <devmem/backend.hpp>
+#include <devmem/export.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace devmem::strict_fake {
+
+/// Whether queued work runs only at synchronisation points, in a seeded random order across
+/// streams (the default; DEVMEM_STRICT_FAKE_DEFERRED=0 runs work as it is enqueued).
+DEVMEM_API bool deferred_execution();
+/// The seed of the order (printed at start; DEVMEM_STRICT_FAKE_SEED sets it).
+DEVMEM_API std::uint64_t seed();
+/// Makes every later call fail with the illegal-address error, like a kernel's faulting access.
+DEVMEM_API void inject_sticky_error();
+/// Whether `ptr` lies in the fake's device memory (the inaccessible mapping).
+DEVMEM_API bool is_device_address(const void* ptr);
+/// cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) on a stream of the runtime.
+DEVMEM_API int begin_capture(NativeStream stream);
+/// cudaStreamEndCapture; `nodes` is the number of operations the graph would hold.
+DEVMEM_API int end_capture(NativeStream stream, std::size_t* nodes);
+/// The runtime's calls themselves, below the backend (no device selection by devmem):
+/// cudaEventRecord, cudaStreamWaitEvent, cudaMalloc, cudaStreamSynchronize, cudaSetDevice,
+/// cudaGetDevice, cudaGetLastError, and one launch of the strided-copy kernel that copies `bytes`
+/// contiguous bytes.
+DEVMEM_API int raw_event_record(NativeEvent event, NativeStream stream);
+DEVMEM_API int raw_stream_wait_event(NativeStream stream, NativeEvent event);
+DEVMEM_API int raw_malloc(void** ptr, std::size_t bytes);
+DEVMEM_API int raw_stream_synchronize(NativeStream stream);
+DEVMEM_API int raw_set_device(int device);
+/// cudaGetDevice: the calling thread's current device in the runtime (-1 on failure).
+DEVMEM_API int raw_get_device();
+DEVMEM_API int raw_get_last_error();
+DEVMEM_API int raw_launch_copy(void* dst, const void* src, std::size_t bytes, NativeStream stream);
+
+}  // namespace devmem::strict_fake
