@@ -185,6 +185,8 @@ struct StrictFakeApi {
   static Error getLastError() noexcept;
   static const char* errorName(Error code) noexcept;
   static const char* errorString(Error code) noexcept;
+  /// The fake's sticky error, as CUDA's illegal address: RuntimeBackend latches it (DeviceLost).
+  static constexpr bool isSticky(Error code) noexcept { return code == kIllegalAddress; }
 };
 
 }  // namespace devmem::strict_fake

@@ -2,6 +2,8 @@
 // process, never destroyed (like a vendor runtime, it outlives static objects that release into
 // it). One mutex guards its state; copies, memsets, kernels and host functions run without it, on
 // whichever thread drives the queues at a synchronisation point (or at enqueue when not deferred).
+// Over 800 lines on purpose: it is one vendor runtime (devices, streams, events, memory kinds,
+// capture, the deferred queues and their order), and its rules share that one state and mutex.
 #include "backends/strict_fake/strict_fake_api.hpp"
 #include "backends/strict_fake/strict_fake_controls.hpp"
 
