@@ -1264,6 +1264,12 @@ class RuntimeBackend : public Backend {
   /// already).
   void return_scratch(int device, ScratchBuffer buffer) noexcept {
     if (buffer.ptr == nullptr || buffer.bytes > kMaxCachedScratch) return;
+    // A test runtime may poison a buffer when it goes back to the cache (the strict fake fills it
+    // with 0xDB), so that a later copy that reads it before writing it is caught. No work uses it
+    // any more: BoundedTemporaries::finish synchronized the stream.
+    if constexpr (requires { Api::scratchReturned(buffer.ptr, buffer.bytes, buffer.host); }) {
+      Api::scratchReturned(buffer.ptr, buffer.bytes, buffer.host);
+    }
     try {
       const std::lock_guard lock(staging_mutex_);
       ScratchCache& cache = scratch_[device];

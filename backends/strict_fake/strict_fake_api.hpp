@@ -180,6 +180,9 @@ struct StrictFakeApi {
                          std::size_t height, std::size_t depth, MemcpyKind kind, Stream stream);
   static S memsetAsync(void* dst, int value, std::size_t bytes, Stream stream);
   static S launchCopyStrided(const gpu_runtime::StridedCopyArgs& args, Stream stream);
+  /// RuntimeBackend's optional hook: a strided copy's temporary went back to the backend's cache
+  /// with no work using it; the fake fills it with 0xDB (kPoison).
+  static void scratchReturned(void* ptr, std::size_t bytes, bool host) noexcept;
 
   // ---- Errors ----
   static Error getLastError() noexcept;

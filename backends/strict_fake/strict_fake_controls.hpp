@@ -38,4 +38,14 @@ DEVMEM_API int raw_get_device();
 DEVMEM_API int raw_get_last_error();
 DEVMEM_API int raw_launch_copy(void* dst, const void* src, std::size_t bytes, NativeStream stream);
 
+/// The last temporary of a strided copy that the backend put back in its cache (poisoned then),
+/// and how many have gone back so far.
+struct ReturnedScratch {
+  const void* ptr = nullptr;
+  std::size_t bytes = 0;
+  bool host = false;
+  std::size_t returns = 0;
+};
+DEVMEM_API ReturnedScratch last_returned_scratch();
+
 }  // namespace devmem::strict_fake

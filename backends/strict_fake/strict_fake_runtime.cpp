@@ -374,6 +374,9 @@ Runtime& rt() {
   return *runtime;
 }
 
+// Guarded by Runtime::mu: the last strided-copy temporary returned to the backend's cache.
+ReturnedScratch g_returned_scratch;
+
 S fail(Error code, const char* function) {
   t_last_error = code;
   return {code, function};
@@ -1052,6 +1055,12 @@ S StrictFakeApi::memsetAsync(void* dst, int value, std::size_t bytes, Stream str
     std::memset(out, value, bytes);
   });
 }
+void StrictFakeApi::scratchReturned(void* ptr, std::size_t bytes, bool host) noexcept {
+  Runtime& r = rt();
+  const std::lock_guard lock(r.mu);
+  std::memset(host ? static_cast<char*>(ptr) : r.host_view(ptr), kPoison, bytes);
+  g_returned_scratch = ReturnedScratch{ptr, bytes, host, g_returned_scratch.returns + 1};
+}
 S StrictFakeApi::launchCopyStrided(const gpu_runtime::StridedCopyArgs& args, Stream stream) {
   STRICT_FAKE_PROLOGUE("strictFakeLaunchKernel");
   const auto unit = static_cast<std::uintptr_t>(args.unit);
@@ -1223,6 +1232,11 @@ int raw_get_device() {
 }
 int raw_get_last_error() {
   return StrictFakeApi::getLastError();
+}
+ReturnedScratch last_returned_scratch() {
+  Runtime& r = rt();
+  const std::lock_guard lock(r.mu);
+  return g_returned_scratch;
 }
 int raw_launch_copy(void* dst, const void* src, std::size_t bytes, NativeStream stream) {
   gpu_runtime::StridedCopyArgs args{};

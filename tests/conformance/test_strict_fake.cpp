@@ -233,6 +233,33 @@ TEST_CASE("strict fake: freed device, pool and page-locked memory read back as 0
   CHECK(freed[kBytes - 1] == kPoison);
 }
 
+TEST_CASE("strict fake: a strided copy's temporaries read back as 0xDB once returned",
+          "[strict-fake]") {
+  // The bounded path of a strided copy keeps its temporaries for the next copy; when one goes
+  // back to the cache the fake poisons it, so a copy that read a kept temporary before writing it
+  // would copy 0xDB instead of stale data that happens to be right.
+  constexpr std::int64_t kN = 256;
+  std::vector<float> values(static_cast<std::size_t>(kN * kN));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  const devmem::HostArray host = devmem::HostArray::view(values).reshape({kN, kN});
+  const std::size_t returns_before = fake::last_returned_scratch().returns;
+  const devmem::DeviceArray device = devmem::device_array<float>({kN, kN});
+  device.copy_to_device(host.T());  // 4-byte rows: the bounded path, with a staging temporary
+  const fake::ReturnedScratch returned = fake::last_returned_scratch();
+  REQUIRE(returned.returns > returns_before);
+  REQUIRE(returned.ptr != nullptr);
+  const std::vector<unsigned char> bytes =
+      returned.host ? std::vector<unsigned char>(
+                          static_cast<const unsigned char*>(returned.ptr),
+                          static_cast<const unsigned char*>(returned.ptr) + returned.bytes)
+                    : read_device(0, returned.ptr, returned.bytes);
+  CHECK(all_equal(bytes, kPoison));
+  // The copy itself was right: the poison came after it.
+  const std::vector<float> back = device.to_vector<float>();
+  CHECK(back[1] == values[static_cast<std::size_t>(kN)]);
+  CHECK(back[static_cast<std::size_t>(kN)] == values[1]);
+}
+
 TEST_CASE("strict fake: a host dereference of device memory crashes", "[strict-fake]") {
   Backend& b = backend();
   constexpr std::size_t kBytes = 256;
