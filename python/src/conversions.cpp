@@ -45,30 +45,112 @@ std::vector<PyObject*>& queued_objects() {
 
 }  // namespace
 
-DType to_devmem_dtype(const py::dtype& dtype) {
+#define DEVMEM_PYTHON_STRINGIFY_(x) #x
+#define DEVMEM_PYTHON_STRINGIFY(x) DEVMEM_PYTHON_STRINGIFY_(x)
+
+std::string pybind11_version() {
+  return fmt::format("{}.{}.{}", PYBIND11_VERSION_MAJOR, PYBIND11_VERSION_MINOR,
+                     DEVMEM_PYTHON_STRINGIFY(PYBIND11_VERSION_PATCH));
+}
+
+std::string numpy_support_error(std::string_view numpy_version) {
+  if constexpr (kPybind11KnowsNumpy2) {
+    return {};
+  } else {
+    int major = 0;
+    for (const char c : numpy_version) {
+      if (c < '0' || c > '9') break;
+      major = major * 10 + (c - '0');
+    }
+    if (major < 2) return {};
+    return fmt::format(
+        "devmem's Python module was compiled with pybind11 {}, which reads NumPy's dtype "
+        "descriptors with NumPy 1's layout only, but this interpreter has NumPy {}, whose layout "
+        "differs (pybind11 >= 2.12 reads both). Rebuild the module with pybind11 >= 2.12 "
+        "(scripts/python-venv.sh and the python-numpy2 preset, docs/python.md) or run it with "
+        "NumPy < 2.",
+        pybind11_version(), numpy_version);
+  }
+}
+
+namespace {
+
+constexpr std::uint64_t kItemRefcount = 0x01;  // NPY_ITEM_REFCOUNT: the items hold references
+
+template <class Proxy>
+DescriptorFields legacy_fields(const Proxy* descr) {
+  DescriptorFields out;
+  out.kind = descr->kind;
+  out.holds_objects =
+      (static_cast<std::uint64_t>(static_cast<unsigned char>(descr->flags)) & kItemRefcount) != 0;
+  out.has_subarray = descr->subarray != nullptr;
+  out.has_fields = descr->names != nullptr;
+  out.itemsize = static_cast<std::int64_t>(descr->elsize);
+  out.alignment = static_cast<std::int64_t>(descr->alignment);
+  return out;
+}
+
+}  // namespace
+
+DescriptorFields descriptor_fields(const py::dtype& dtype) {
   // NumPy's descriptor fields directly: this runs on every call that takes an array, and
-  // attribute lookups by name would cost more than the rest of the conversion.
-  const auto* const descr = py::detail::array_descriptor_proxy(dtype.ptr());
-  const char kind = descr->kind;
-  if (kind == 'O') {
+  // attribute lookups by name would cost more than the rest of the conversion. NumPy 2 moved
+  // every field after type_num (docs/python.md#numpy2), so the layout is the running NumPy's.
+#if PYBIND11_VERSION_HEX >= 0x020C0000
+  // NPY_2_0_API_VERSION: NumPy 2's C-API feature version.
+  static const bool numpy2 = py::detail::npy_api::get().PyArray_RUNTIME_VERSION_ >= 0x12;
+  if (numpy2) {
+    const auto* const descr = py::detail::array_descriptor2_proxy(dtype.ptr());
+    DescriptorFields out;
+    out.kind = descr->kind;
+    // NumPy's PyDataType_ISLEGACY: only these have the fields from `subarray` on.
+    out.legacy = descr->type_num >= 0 && descr->type_num < 2056;
+    out.holds_objects = (descr->flags & kItemRefcount) != 0;
+    out.itemsize = static_cast<std::int64_t>(descr->elsize);
+    out.alignment = static_cast<std::int64_t>(descr->alignment);
+    if (out.legacy) {
+      out.has_subarray = descr->subarray != nullptr;
+      out.has_fields = descr->names != nullptr;
+    }
+    return out;
+  }
+  return legacy_fields(py::detail::array_descriptor1_proxy(dtype.ptr()));
+#else
+  // This pybind11 knows NumPy 1's layout only; the module refuses to import under NumPy 2
+  // (numpy_support_error, checked by module.cpp), so the layout here is NumPy 1's.
+  return legacy_fields(py::detail::array_descriptor_proxy(dtype.ptr()));
+#endif
+}
+
+DType to_devmem_dtype(const py::dtype& dtype) {
+  const DescriptorFields descr = descriptor_fields(dtype);
+  if (descr.kind == 'O') {
     throw py::type_error("devmem arrays cannot hold Python objects (dtype object)");
   }
-  if (descr->subarray != nullptr) {
+  if (!descr.legacy) {
+    throw py::type_error(
+        fmt::format("dtype {} is not supported: its elements are not plain bytes that devmem can "
+                    "copy (a NumPy 2 dtype of the new DType API)",
+                    repr_of(dtype)));
+  }
+  if (descr.holds_objects) {
+    throw py::type_error(fmt::format(
+        "devmem arrays cannot hold Python objects (dtype {} has object fields)", repr_of(dtype)));
+  }
+  if (descr.has_subarray) {
     throw py::type_error(fmt::format(
         "sub-array dtype {} is not supported: give its shape as extra axes of the array instead",
         repr_of(dtype)));
   }
-  const auto itemsize = static_cast<std::int64_t>(descr->elsize);
-  const auto alignment = static_cast<std::int64_t>(descr->alignment);
-  switch (kind) {
+  switch (descr.kind) {
     case 'b':
     case 'i':
     case 'u':
     case 'f':
     case 'c':
-      return DType(kind, itemsize, alignment);
+      return DType(descr.kind, descr.itemsize, descr.alignment);
     default:
-      return DType::record(itemsize, alignment);
+      return DType::record(descr.itemsize, descr.alignment);
   }
 }
 

@@ -7,8 +7,11 @@
 #include <pybind11/pybind11.h>
 #include <devmem/devmem.hpp>
 
+#include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
 
 namespace devmem::python {
 
@@ -23,6 +26,28 @@ struct DeviceNDArray {
 
 /// The numpy module (imported on first use).
 [[nodiscard]] py::handle numpy();
+
+/// Whether the pybind11 this module is compiled with reads NumPy's dtype descriptors with the
+/// layout of the NumPy that runs (NumPy 1 and 2 differ): pybind11 >= 2.12 chooses at run time,
+/// older releases know NumPy 1's layout only.
+inline constexpr bool kPybind11KnowsNumpy2 = PYBIND11_VERSION_HEX >= 0x020C0000;
+/// The pybind11 version this module is compiled with, e.g. "2.13.6".
+[[nodiscard]] std::string pybind11_version();
+/// Why this module cannot run with NumPy `numpy_version` (its `numpy.__version__`), naming both
+/// versions: NumPy >= 2 with a module compiled by pybind11 < 2.12. Empty when it can.
+[[nodiscard]] std::string numpy_support_error(std::string_view numpy_version);
+
+/// What devmem reads from a NumPy dtype's descriptor, through the layout of the NumPy that runs.
+struct DescriptorFields {
+  char kind = 0;
+  bool legacy = true;          // a NumPy 1 style dtype (NumPy 2's new DType API ones are not)
+  bool holds_objects = false;  // Python references inside (object dtype, or records with them)
+  bool has_subarray = false;
+  bool has_fields = false;  // a structured dtype
+  std::int64_t itemsize = 0;
+  std::int64_t alignment = 0;
+};
+[[nodiscard]] DescriptorFields descriptor_fields(const py::dtype& dtype);
 
 /// The devmem element type of a NumPy dtype. TypeError for object dtypes and sub-array dtypes.
 /// Kinds devmem has no name for (datetime, bytes, unicode) travel as opaque records of the same

@@ -117,8 +117,7 @@ py::object getitem(const DeviceNDArray& self, const py::object& key, const py::o
   DeviceArray view = std::move(selection.view);
   const Stream s = to_stream(stream);
   if (s.is_specified()) view = view.bind(s);
-  if (!selection.element ||
-      py::detail::array_descriptor_proxy(self.dtype.ptr())->names != nullptr) {
+  if (!selection.element || descriptor_fields(self.dtype).has_fields) {
     // A record element stays on the device, as Numba's DeviceRecord.
     return py::cast(DeviceNDArray{std::move(view), self.dtype});
   }
@@ -359,13 +358,21 @@ void bind_device_ndarray(py::module_& m) {
       .def("setitem", &setitem, py::arg("key"), py::arg("value"), py::arg("stream") = 0)
       .def(
           "__array__",
-          [](const DeviceNDArray& a, const py::object& dtype) -> py::object {
+          [](const DeviceNDArray& a, const py::object& dtype, const py::object& copy) {
+            // NumPy 2 passes copy= (np.array(d, copy=False), np.asarray(d, copy=False)): device
+            // memory reaches the host only as a copy, so "never copy" cannot be honoured.
+            if (!copy.is_none() && !py::bool_(copy)) {
+              throw py::value_error(
+                  "Unable to avoid copy while creating an array as requested: a DeviceNDArray "
+                  "reaches the host only as a copy (use copy=None or copy=True)");
+            }
             const HostArray host = without_gil([&] { return a.array.copy_to_host(); });
             py::object out = to_numpy(host, a.dtype);
-            if (!dtype.is_none()) out = out.attr("astype")(dtype);
+            if (!dtype.is_none()) out = out.attr("astype")(dtype, py::arg("copy") = false);
             return out;
           },
-          py::arg("dtype") = py::none())
+          py::arg("dtype") = py::none(), py::arg("copy") = py::none(),
+          "A NumPy array with a copy of the values (NumPy's protocol; copy=False is refused).")
       .def("__repr__", [](const DeviceNDArray& a) {
         return fmt::format("<devmem.DeviceNDArray shape={} dtype={} on {} device {}>",
                            layout::format_tuple(a.array.shape()), dtype_repr(a.dtype),

@@ -21,7 +21,8 @@ import pytest
 
 import devmem
 
-numba = pytest.importorskip("numba", reason="devmem.numba needs Numba (Debian python3-numba)")
+numba = pytest.importorskip(
+    "numba", reason="devmem.numba needs Numba (Debian python3-numba; no Numba in python-numpy2)")
 from numba import cuda  # noqa: E402
 from numba.cuda.cudadrv import devicearray, driver, drvapi  # noqa: E402
 
