@@ -143,7 +143,7 @@ if ((with_python)); then
   [[ -x $venv_python ]] || die "scripts/python-venv.sh did not make $venv_python"
   pybind11_dir=$("$venv_python" -m pybind11 --cmakedir)
   python_options=(-DDEVMEM_WITH_PYTHON=ON "-DPython3_EXECUTABLE=$venv_python"
-    "-Dpybind11_DIR=$pybind11_dir" -DDEVMEM_PYTHON_INSTALL_DIR=python)
+    "-Dpybind11_DIR=$pybind11_dir" -DDEVMEM_PYTHON_INSTALL_DIR:STRING=python)
 fi
 
 # ---------------------------------------------------------------------------------------------
