@@ -311,11 +311,18 @@ launch_prepare(const LaunchConfig& config, std::string_view compiled_for,
   if (at == std::string_view::npos) return {};
   std::string_view rest = signature.substr(at + key.size());
   if (rest.starts_with('&')) rest.remove_prefix(1);
-  // A kernel in an unnamed namespace: GCC and nvcc write "{anonymous}::", Clang
-  // "(anonymous namespace)::"; the name alone reads better.
+  // A kernel in an unnamed namespace: GCC writes "{anonymous}::", Clang "(anonymous
+  // namespace)::", and nvcc's front end, which gives unnamed namespaces a per-file name in the
+  // host code, "_GLOBAL__N__<hash>_<length>_<file>_<hash>::" (seen on an H100 with CUDA 13);
+  // the name alone reads better.
   for (const std::string_view unnamed :
        {std::string_view("{anonymous}::"), std::string_view("(anonymous namespace)::")}) {
     if (rest.starts_with(unnamed)) rest.remove_prefix(unnamed.size());
+  }
+  if (constexpr std::string_view nvcc_unnamed = "_GLOBAL__N__"; rest.starts_with(nvcc_unnamed)) {
+    if (const std::size_t end = rest.find("::"); end != std::string_view::npos) {
+      rest.remove_prefix(end + 2);
+    }
   }
   int depth = 0;  // inside <...> or (...), where ';' ',' ']' belong to the name
   for (std::size_t i = 0; i != rest.size(); ++i) {

@@ -29,16 +29,25 @@ __all__ = ["DevmemMemoryManager", "use_devmem_for_numba"]
 _EMM_INTERFACE_VERSION = 1
 
 
+def _uses_nv_binding():
+    """Whether Numba talks to CUDA through NVIDIA's cuda-python bindings.
+
+    Numba's own CUDA target chose with USE_NV_BINDING (ctypes by default); numba-cuda always uses
+    the bindings and no longer has the flag (seen with numba-cuda on an H100, CUDA 13).
+    """
+    return getattr(_driver, "USE_NV_BINDING", True)
+
+
 def _device_pointer_object(value):
     """The pointer object Numba's MemoryPointer expects for a device address."""
-    if _driver.USE_NV_BINDING:
+    if _uses_nv_binding():
         return _driver.binding.CUdeviceptr(value)
     return _drvapi.cu_device_ptr(value)
 
 
 def _host_pointer_object(value):
     """The pointer object Numba's PinnedMemory and MappedMemory expect for a host address."""
-    if _driver.USE_NV_BINDING:
+    if _uses_nv_binding():
         return value
     return ctypes.c_void_p(value)
 
@@ -281,7 +290,7 @@ class DevmemMemoryManager(_driver.HostOnlyCUDAMemoryManager):
         with self._device_scope():
             exported = _devmem.ipc_handle(array)
         vendor = bytes(exported.vendor_handle)
-        if _driver.USE_NV_BINDING:
+        if _uses_nv_binding():
             handle = _driver.binding.CUipcMemHandle()
             handle.reserved = vendor
         else:

@@ -215,6 +215,7 @@ TEST_CASE("IPC: memory from the pool manager and from a manager that carves allo
 TEST_CASE("IPC: the handle keeps the exported memory alive after the arrays are gone", "[ipc]") {
   IPC_OR_RETURN();
   MemoryStateGuard guard;
+  const std::int64_t held_before = guard.context()->device_statistics().current_count;
   std::optional<IpcHandle> handle;
   std::vector<double> expected(256);
   {
@@ -225,20 +226,24 @@ TEST_CASE("IPC: the handle keeps the exported memory alive after the arrays are 
   }
   guard.context()->flush_deallocations();
   CHECK(guard.context()->pending_deallocations() == 0);
+  CHECK(guard.context()->device_statistics().current_count == held_before + 1);
   // The child still finds the parent's values, and writes its own.
   const ChildResult child = run_child("rw", {handle->to_hex()});
   INFO(child.output);
   CHECK(child.status == 0);
-  // Once the handle goes, the memory is freed; a later open fails clearly.
+  // Once the handle goes, the memory is freed.
   const std::string hex = handle->to_hex();
   handle.reset();
   guard.context()->flush_deallocations();
-  // The host backend says what happened; a GPU runtime reports its own error.
-  const ChildResult late =
-      run_child("expect-error", {hex, devmem::backend_name() == "host" ? "freed" : ""});
-  INFO(late.output);
-  CHECK(late.status == 0);
-  if (devmem::backend_name() == "host") CHECK(exported_memfds() == 0);
+  CHECK(guard.context()->device_statistics().current_count == held_before);
+  // The host backend refuses a later open and says why. CUDA and HIP leave opening a handle of
+  // freed memory undefined (on an H100 the open succeeded), so there nothing is asserted.
+  if (devmem::backend_name() == "host") {
+    const ChildResult late = run_child("expect-error", {hex, "freed"});
+    INFO(late.output);
+    CHECK(late.status == 0);
+    CHECK(exported_memfds() == 0);
+  }
 }
 
 TEST_CASE("IPC: open and close follow Numba's IpcArrayHandle rules", "[ipc]") {

@@ -118,7 +118,7 @@ std::string prove(const Operation& op) {
   }
   std::string result = "ok (captured, replayed twice, data checked)";
   for (int round = 1; round <= 2; ++round) {
-    if (round > 1 || op.name != "launch") op.reset(stream);
+    if (round == 1 || op.name != "launch") op.reset(stream);
     cudaError_t e = cudaGraphLaunch(exec, native(stream));
     if (e == cudaSuccess) e = cudaStreamSynchronize(native(stream));
     if (e != cudaSuccess) {
