@@ -63,7 +63,7 @@ void InFlightWork::retire_after(StreamState& stream,
   if (objects.empty()) return;
   const auto hold_for_context = [&] {
     std::lock_guard lock(mutex_);
-    for (auto& object : objects) held_for_graphs_.push_back(std::move(object));
+    for (auto& object : objects) held_for_graphs_.push_back({stream.handle, std::move(object)});
   };
   NativeEvent event = nullptr;
   try {
@@ -184,6 +184,22 @@ void InFlightWork::wait_for_host_uses(std::span<const HostSpan> spans,
   // newer work then waits longer than needed, never less.
   for (NativeEvent event : waits) backend().synchronize_event(device(), event);
   collect_retired();
+}
+
+std::vector<std::shared_ptr<const void>> InFlightWork::take_held_for_graphs(NativeStream stream) {
+  std::vector<std::shared_ptr<const void>> taken;
+  std::lock_guard lock(mutex_);
+  std::erase_if(held_for_graphs_, [&](HeldForGraph& held) {
+    if (held.stream != stream) return false;
+    taken.push_back(std::move(held.object));
+    return true;
+  });
+  return taken;
+}
+
+std::size_t InFlightWork::held_for_graphs() const {
+  std::lock_guard lock(mutex_);
+  return held_for_graphs_.size();
 }
 
 std::size_t InFlightWork::pending_uses() const {

@@ -52,7 +52,8 @@ class InFlightWork {
   /// calls the backend. `host_spans` are the host byte ranges the work reads or writes (host
   /// arrays, mapped views), which wait_for_host_uses() looks for.
   /// On a stream being captured into a graph the work runs at each launch of the graph, whenever
-  /// that is: the objects are then held until the context is destroyed.
+  /// that is: the objects are then held for the context until take_held_for_graphs() hands them
+  /// to the application (Stream::take_graph_memory).
   void retire_after(StreamState& stream, std::vector<std::shared_ptr<const void>> objects,
                     std::vector<HostSpan> host_spans = {});
   /// Releases the keep-alives whose work has completed (one event query per pending operation,
@@ -62,6 +63,10 @@ class InFlightWork {
   /// overlapping one of `spans`: what a scope does before it unregisters host memory, which a
   /// copy or a kernel on another stream may still be using.
   void wait_for_host_uses(std::span<const HostSpan> spans, std::span<const void* const> objects);
+  /// What work captured on `stream` uses, held since the captures; the caller now keeps it.
+  [[nodiscard]] std::vector<std::shared_ptr<const void>> take_held_for_graphs(NativeStream stream);
+  /// Objects held for captured work of any stream (tests and diagnostics).
+  [[nodiscard]] std::size_t held_for_graphs() const;
   /// Operations whose keep-alives are still held (tests and diagnostics).
   [[nodiscard]] std::size_t pending_uses() const;
 
@@ -80,7 +85,11 @@ class InFlightWork {
   mutable std::mutex mutex_;  // guards the members below
   std::deque<PendingUse> pending_;
   std::vector<NativeEvent> idle_events_;
-  std::vector<std::shared_ptr<const void>> held_for_graphs_;
+  struct HeldForGraph {
+    NativeStream stream = nullptr;
+    std::shared_ptr<const void> object;
+  };
+  std::vector<HeldForGraph> held_for_graphs_;
   bool query_failure_reported_ = false;
   std::atomic<std::size_t> pending_count_{0};
 };

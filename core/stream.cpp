@@ -10,6 +10,7 @@
 #include <exception>
 #include <memory>
 #include <utility>
+#include <vector>
 
 namespace devmem {
 namespace detail {
@@ -82,6 +83,23 @@ bool Stream::query() const {
   std::shared_ptr<detail::StreamState> holder;
   const auto& s = state_or_default(state_, holder);
   return s->context->backend().query_stream(s->context->device(), s->handle);
+}
+
+GraphMemory Stream::take_graph_memory() const {
+  std::shared_ptr<detail::StreamState> holder;
+  const auto& s = state_or_default(state_, holder);
+  return GraphMemory(detail::ContextState::of(*s->context).in_flight.take_held_for_graphs(s->handle));
+}
+
+GraphMemory::GraphMemory() noexcept = default;
+GraphMemory::GraphMemory(std::vector<std::shared_ptr<const void>> objects) noexcept
+    : objects_(std::move(objects)) {}
+GraphMemory::GraphMemory(GraphMemory&&) noexcept = default;
+GraphMemory& GraphMemory::operator=(GraphMemory&&) noexcept = default;
+GraphMemory::~GraphMemory() = default;
+
+void GraphMemory::release() noexcept {
+  objects_.clear();
 }
 
 AutoSynchronize Stream::auto_synchronize() const {

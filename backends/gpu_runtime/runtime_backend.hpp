@@ -225,6 +225,16 @@ class RuntimeBackend : public Backend {
     staging_options_ = options;
     idle_staging_.clear();
   }
+  void release_idle_buffers() noexcept override {
+    std::map<int, std::vector<std::unique_ptr<StagingPipeline>>> staging;
+    std::map<int, ScratchCache> scratch;
+    {
+      const std::lock_guard lock(staging_mutex_);
+      staging.swap(idle_staging_);
+      scratch.swap(scratch_);
+    }
+    // Freed here, outside the lock, by their destructors.
+  }
   [[nodiscard]] StagingOptions staging_options() {
     const std::lock_guard lock(staging_mutex_);
     return staging_options_;
@@ -577,12 +587,30 @@ class RuntimeBackend : public Backend {
     if (plan.empty()) return;
     auto* const dst0 = static_cast<std::byte*>(dst);
     const auto* const src0 = static_cast<const std::byte*>(src);
-    if (!vendor_copies_suffice(plan) && kernel_args(plan, dst0, src0) &&
-        copy_bounded(device, dst0, src0, plan, kind, stream)) {
-      return;
+    if (!vendor_copies_suffice(plan) && kernel_args(plan, dst0, src0)) {
+      // During stream capture the bounded path cannot run between host and device (it allocates
+      // temporaries and waits for them); the vendor's copies can be captured, one graph node
+      // each, up to a bound (review 2, N2). The core refused pageable host memory already.
+      if (kind != CopyKind::DeviceToDevice && is_capturing(device, stream)) {
+        const std::int64_t calls = vendor_copy_calls(plan);
+        if (calls > kMaxCapturedCopies) {
+          throw InvalidArgument(fmt::format(
+              "{} copy_strided: a strided {} copy of {} separate rows cannot be captured into a "
+              "graph (at most {} copy nodes); capture a copy between contiguous arrays, or a "
+              "device-to-device copy, instead",
+              Api::kBackend, kind == CopyKind::HostToDevice ? "host-to-device" : "device-to-host",
+              calls, kMaxCapturedCopies));
+        }
+        copy_blocks(dst0, src0, plan, kind, stream);
+        return;
+      }
+      if (copy_bounded(device, dst0, src0, plan, kind, stream)) return;
     }
     copy_blocks(dst0, src0, plan, kind, stream);
   }
+
+  /// The most vendor copies (graph nodes) a strided host-device copy may become during capture.
+  static constexpr std::int64_t kMaxCapturedCopies = 1024;
 
   /// The most vendor copy calls a strided copy takes on the vendor path.
   static constexpr std::int64_t kMaxVendorCopies = 4;

@@ -125,12 +125,17 @@ struct Runtime {
     rng.seed(seed);
     bool deferred_set = false;
     deferred = env_u64("DEVMEM_STRICT_FAKE_DEFERRED", &deferred_set) != 0 || !deferred_set;
-    std::fprintf(
-        stderr,
-        "devmem strict-fake: %s execution, seed %llu (replay: DEVMEM_STRICT_FAKE_SEED=%llu)"
-        "\n",
-        deferred ? "deferred" : "immediate", static_cast<unsigned long long>(seed),
-        static_cast<unsigned long long>(seed));
+    // DEVMEM_STRICT_FAKE_QUIET=1: no line, for programs that must print nothing (the process-exit
+    // tests).
+    bool quiet_set = false;
+    if (env_u64("DEVMEM_STRICT_FAKE_QUIET", &quiet_set) == 0 || !quiet_set) {
+      std::fprintf(
+          stderr,
+          "devmem strict-fake: %s execution, seed %llu (replay: DEVMEM_STRICT_FAKE_SEED=%llu)"
+          "\n",
+          deferred ? "deferred" : "immediate", static_cast<unsigned long long>(seed),
+          static_cast<unsigned long long>(seed));
+    }
     arena_bytes = kDeviceBytes * kDevices;
     const int fd = memfd_create("devmem-strict-fake", 0);
     if (fd < 0 || ftruncate(fd, static_cast<off_t>(arena_bytes)) != 0) {

@@ -130,6 +130,11 @@ class DEVMEM_API Backend {
   /// releases do nothing, and devmem's destructors stop waiting for work. False by default.
   /// Thread-safe.
   [[nodiscard]] virtual bool device_lost() const noexcept { return false; }
+  /// Frees the buffers the backend keeps between calls for its own use (staging pipelines and
+  /// temporaries of strided copies); later calls make new ones. Called at exit while the runtime
+  /// is still alive, so that nothing of devmem's own is outstanding then. Thread-safe; no work
+  /// may still be using those buffers (they are idle by construction). Nothing by default.
+  virtual void release_idle_buffers() noexcept {}
   /// Why device_count() is 0, in the vendor's words (empty when there are devices).
   [[nodiscard]] virtual std::string no_device_reason() { return {}; }
   /// Name, architecture, memory and launch limits of `device`.

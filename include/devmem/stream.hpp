@@ -13,12 +13,14 @@
 #include <devmem/export.hpp>
 
 #include <memory>
+#include <vector>
 
 namespace devmem {
 
 class Context;
 class Event;
 class AutoSynchronize;
+class GraphMemory;
 
 namespace detail {
 struct StreamState;
@@ -54,6 +56,14 @@ class DEVMEM_API Stream {
   void wait(const Event& event) const;
   /// cudaStream_t / hipStream_t / the host backend's queue; nullptr for the default stream.
   [[nodiscard]] NativeStream native_handle() const noexcept;
+  /// The memory that work captured into a graph from this stream uses (the arrays of its copies
+  /// and launches, and their mapped host memory). devmem cannot see a graph's end, so from each
+  /// capture on it holds that memory for the context; this hands what is held so far to the
+  /// caller, who keeps the GraphMemory as long as the graph or an executable made from it may
+  /// run, and drops it after destroying them. Call it after cudaStreamEndCapture; without it the
+  /// memory stays held until the process ends (docs/streams.md#graphs). Takes no vendor call.
+  /// Thread-safe.
+  [[nodiscard]] GraphMemory take_graph_memory() const;
 
   /// Same queue (an unspecified stream equals the default stream of the current context).
   friend bool operator==(const Stream& a, const Stream& b) noexcept;
@@ -113,6 +123,28 @@ class [[nodiscard]] DEVMEM_API AutoSynchronize {
   Stream stream_;
   int uncaught_at_entry_;
   bool active_ = true;
+};
+
+/// What work captured into a graph uses (Stream::take_graph_memory): holds it until destroyed or
+/// release()d. Move-only; owns shared references, so dropping it frees memory only when nothing
+/// else (an array, a pending copy) still holds it, through the context's usual deferred release.
+class [[nodiscard]] DEVMEM_API GraphMemory {
+ public:
+  GraphMemory() noexcept;
+  GraphMemory(GraphMemory&&) noexcept;
+  GraphMemory& operator=(GraphMemory&&) noexcept;
+  GraphMemory(const GraphMemory&) = delete;
+  GraphMemory& operator=(const GraphMemory&) = delete;
+  ~GraphMemory();
+  /// Objects (allocations, mapped memory, registrations) held.
+  [[nodiscard]] std::size_t size() const noexcept { return objects_.size(); }
+  /// Stops holding them now (the graph and its executables must be gone).
+  void release() noexcept;
+
+ private:
+  friend class Stream;
+  explicit GraphMemory(std::vector<std::shared_ptr<const void>> objects) noexcept;
+  std::vector<std::shared_ptr<const void>> objects_;
 };
 
 /// A new stream on the current context.

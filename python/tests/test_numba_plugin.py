@@ -569,6 +569,17 @@ def _devmem_ipc_or_skip(array):
         pytest.skip(f"devmem cannot export this memory here: {error}")
 
 
+def _handle_bytes(handle):
+    """The 64 bytes of a Numba IPC handle: a ctypes array, or (numba-cuda, cuda-python bindings)
+    a CUipcMemHandle whose bytes are its `reserved` field."""
+    reserved = getattr(handle, "reserved", None)
+    if reserved is None:
+        return bytes(handle)
+    if isinstance(reserved, (bytes, bytearray)):
+        return bytes(reserved)
+    return bytes(value & 0xFF for value in reserved)
+
+
 def test_get_ipc_handle_carries_devmems_handle(manager):
     memory = manager.memalloc(4096)
     expected = _devmem_ipc_or_skip(manager.devmem_array(memory))
@@ -576,18 +587,18 @@ def test_get_ipc_handle_carries_devmems_handle(manager):
     assert isinstance(handle, cuda.IpcHandle)
     assert handle.base is memory
     assert handle.size == 4096
-    assert bytes(handle.handle) == bytes(expected.vendor_handle)
+    assert _handle_bytes(handle.handle) == bytes(expected.vendor_handle)
     assert handle.offset == expected.offset
 
     view = memory.view(512)
     view_handle = manager.get_ipc_handle(view)
-    assert bytes(view_handle.handle) == bytes(expected.vendor_handle)
+    assert _handle_bytes(view_handle.handle) == bytes(expected.vendor_handle)
     assert view_handle.offset == expected.offset + 512
     assert view_handle.size == 4096 - 512
 
     # Numba's serialisation keeps the bytes and the offset
     rebuilt = pickle.loads(pickle.dumps(view_handle))
-    assert bytes(rebuilt.handle) == bytes(expected.vendor_handle)
+    assert _handle_bytes(rebuilt.handle) == bytes(expected.vendor_handle)
     assert rebuilt.offset == view_handle.offset and rebuilt.size == view_handle.size
 
 

@@ -383,6 +383,10 @@ TEST_CASE("kernels: work captured into a CUDA graph keeps its memory for every r
     // No completion event was recorded into the graph; the memory is held for the context.
     CHECK(context->operations_in_flight() == in_flight);
   }  // `source` is released here, but the graph still reads it at every launch
+  // The application takes what the graph uses, and keeps it while the graph exists.
+  devmem::GraphMemory held = s.take_graph_memory();
+  CHECK(held.size() >= 2);  // `out` and `source`
+  CHECK(s.take_graph_memory().size() == 0);
   cudaGraphExec_t exec = nullptr;
   REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
   for (int replay = 0; replay < 3; ++replay) {
@@ -392,6 +396,11 @@ TEST_CASE("kernels: work captured into a CUDA graph keeps its memory for every r
   }
   CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
   CHECK(cudaGraphDestroy(graph) == cudaSuccess);
+  // Then `source` goes back to the context (compute-sanitizer's leak check saw it held at exit).
+  const std::int64_t before_release = context->device_statistics().current_count;
+  held.release();
+  context->flush_deallocations();
+  CHECK(context->device_statistics().current_count == before_release - 1);
 }
 #endif
 

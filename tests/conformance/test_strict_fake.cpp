@@ -442,14 +442,60 @@ bool capture_survives(const devmem::Stream& stream, const std::function<void()>&
 
 }  // namespace
 
-TEST_CASE("strict fake, known defect N2: capture-unsafe paths on a capturing stream",
-          "[.][strict-fake-known-defects]") {
+TEST_CASE("strict fake: capture-unsafe operations on a capturing stream are refused first",
+          "[strict-fake]") {
+  // Review 2, N2: each is an InvalidArgument naming the capture before any vendor call, and the
+  // capture stays valid.
   const devmem::Stream s = devmem::stream();
   const DeviceArray d = devmem::device_array<double>(Shape{64, 64});
   std::vector<double> pageable(64 * 64);
   s.synchronize();
   CHECK(capture_survives(s, [&] { d.copy_to_host(pageable, s); }));  // pageable D2H synchronizes
+  CHECK(capture_survives(s, [&] { d.copy_to_device(pageable, s); }));
   CHECK(capture_survives(s, [&] { static_cast<void>(d.transpose().copy(Order::C, s)); }));
+  CHECK(capture_survives(
+      s, [&] { static_cast<void>(devmem::device_array<double>(Shape{8}, Order::C, s)); }));
+  // The refusal says why and what to do.
+  std::string refused;
+  REQUIRE(fake::begin_capture(s.native_handle()) == 0);
+  try {
+    static_cast<void>(devmem::device_array<double>(Shape{8}, Order::C, s));
+  } catch (const devmem::InvalidArgument& e) {
+    refused = e.what();
+  }
+  std::size_t nodes = 0;
+  REQUIRE(fake::end_capture(s.native_handle(), &nodes) == 0);
+  CHECK_THAT(refused, Catch::Matchers::Contains("during stream capture") &&
+                          Catch::Matchers::Contains("allocate the arrays before"));
+}
+
+TEST_CASE("strict fake: memory used by captured work is held until the application takes it",
+          "[strict-fake]") {
+  const devmem::Stream s = devmem::stream();
+  const auto context = devmem::current_context();
+  const DeviceArray d = devmem::device_array<double>(Shape{64});
+  std::size_t nodes = 0;
+  {
+    const DeviceArray source = devmem::device_array<double>(Shape{64});
+    REQUIRE(fake::begin_capture(s.native_handle()) == 0);
+    d.copy_to_device(source, s);
+    REQUIRE(fake::end_capture(s.native_handle(), &nodes) == 0);
+  }
+  CHECK(nodes >= 1);
+  const std::int64_t held_count = context->device_statistics().current_count;
+  devmem::GraphMemory held = s.take_graph_memory();
+  CHECK(held.size() == 2);
+  CHECK(s.take_graph_memory().size() == 0);
+  held.release();
+  context->flush_deallocations();
+  CHECK(context->device_statistics().current_count == held_count - 1);
+}
+
+TEST_CASE("strict fake, known defect N2: default-stream work beside a capture",
+          "[.][strict-fake-known-defects]") {
+  const devmem::Stream s = devmem::stream();
+  const DeviceArray d = devmem::device_array<double>(Shape{64, 64});
+  s.synchronize();
   CHECK(capture_survives(s, [&] { d.memset(0); }));  // default-stream work beside the capture
 }
 
