@@ -61,8 +61,8 @@ class DEVMEM_API Stream {
   /// capture on it holds that memory for the context; this hands what is held so far to the
   /// caller, who keeps the GraphMemory as long as the graph or an executable made from it may
   /// run, and drops it after destroying them. Call it after cudaStreamEndCapture; without it the
-  /// memory stays held until the process ends (docs/streams.md#graphs). Takes no vendor call.
-  /// Thread-safe.
+  /// memory stays held until the process ends (docs/streams-and-events.md#graphs). Makes no
+  /// vendor call. Thread-safe.
   [[nodiscard]] GraphMemory take_graph_memory() const;
 
   /// Same queue (an unspecified stream equals the default stream of the current context).
