@@ -102,6 +102,24 @@ void finish_copy(StreamState& stream, const CopyEndpoint& src, const CopyEndpoin
   finish_enqueued(stream, std::move(keep), std::move(spans));
 }
 
+/// A copy to or from pageable host memory cannot be captured into a graph: the vendor stages it
+/// through its own buffers and devmem waits for it (finish_copy, the bounded path). Refused before
+/// any vendor call, so the capture stays valid (review 2, N2).
+void refuse_pageable_during_capture(const char* operation, Context& context,
+                                    const StreamState& stream, const CopyEndpoint& src,
+                                    const CopyEndpoint& dst) {
+  if (stream.is_default) return;  // the legacy default stream is never captured
+  for (const CopyEndpoint* side : {&src, &dst}) {
+    if (side->on_device || !side->pageable || host_range_registered(host_span(*side))) continue;
+    if (!context.backend().is_capturing(context.device(), stream.handle)) return;
+    throw InvalidArgument(fmt::format(
+        "{}: cannot copy {} pageable host memory during stream capture (a graph can only copy "
+        "between device memory and page-locked host memory); use a pinned array "
+        "(pinned_array) or a PinnedScope over the host buffer",
+        operation, side == &src ? "from" : "into"));
+  }
+}
+
 }  // namespace
 
 void copy_elements(const char* operation, Context& context, StreamState& stream,
@@ -128,20 +146,7 @@ void copy_elements(const char* operation, Context& context, StreamState& stream,
     }
   }
 
-  // A copy to or from pageable host memory cannot be captured into a graph: the vendor stages it
-  // through its own buffers and devmem waits for it (finish_copy, the bounded path). Refused
-  // before any vendor call, so the capture stays valid (review 2, N2).
-  if (!stream.is_default) {
-    for (const CopyEndpoint* side : {&src, &dst}) {
-      if (side->on_device || !side->pageable || host_range_registered(host_span(*side))) continue;
-      if (!context.backend().is_capturing(context.device(), stream.handle)) break;
-      throw InvalidArgument(fmt::format(
-          "{}: cannot copy {} pageable host memory during stream capture (a graph can only copy "
-          "between device memory and page-locked host memory); use a pinned array "
-          "(pinned_array) or a PinnedScope over the host buffer",
-          operation, side == &src ? "from" : "into"));
-    }
-  }
+  refuse_pageable_during_capture(operation, context, stream, src, dst);
   const bool overlap = ranges_overlap(src, dst);
   // Two arrays of the same shape, both C- or both F-contiguous, are one contiguous range each with
   // element k at the same offset: one plain copy, without squeezing, planning or a plan to carry.

@@ -88,7 +88,8 @@ bool Stream::query() const {
 GraphMemory Stream::take_graph_memory() const {
   std::shared_ptr<detail::StreamState> holder;
   const auto& s = state_or_default(state_, holder);
-  return GraphMemory(detail::ContextState::of(*s->context).in_flight.take_held_for_graphs(s->handle));
+  return GraphMemory(
+      detail::ContextState::of(*s->context).in_flight.take_held_for_graphs(s->handle));
 }
 
 GraphMemory::GraphMemory() noexcept = default;
