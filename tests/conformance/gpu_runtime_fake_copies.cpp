@@ -387,9 +387,9 @@ TEST_CASE("gpu_runtime: bounded strided copies: failures propagate, leak nothing
       CHECK(f.state.pending.empty());
     }
   }
-  // H2D (into a dense destination): staging, synchronize, copy; D2H (into a dense destination):
-  // temporary, launch, copy, synchronize; D2D: launch; H2H: synchronize.
-  CHECK(failures == 3 + 4 + 1 + 1);
+  // H2D (from a dense source): temporary, copy, launch, synchronize; D2H (into a dense
+  // destination): temporary, launch, copy, synchronize; D2D: launch; H2H: synchronize.
+  CHECK(failures == 4 + 4 + 1 + 1);
 }
 
 TEST_CASE("gpu_runtime: bounded strided copies without memory for temporaries use vendor copies") {
