@@ -162,10 +162,18 @@ struct CudaApi {
       return Entry{reinterpret_cast<Fn>(fn), cudaSuccess};
     }();
     if (entry.fn == nullptr) return {entry.status, "cudaGetDriverEntryPointByVersion"};
+    // A driver call needs a context bound to this thread, which cudaGetDevice/cudaSetDevice alone
+    // do not bind on a thread that has made no runtime call yet (review 2, N10): cudaFree(nullptr)
+    // makes the runtime bind the current device's primary context first.
+    if (const cudaError_t bound = cudaFree(nullptr); bound != cudaSuccess) {
+      return {bound, "cudaFree(nullptr) before cuMemGetAddressRange"};
+    }
     unsigned long long first = 0;
     const int result = entry.fn(&first, bytes, reinterpret_cast<std::uintptr_t>(ptr));
     *base = reinterpret_cast<void*>(static_cast<std::uintptr_t>(first));
-    return {result == 0 ? cudaSuccess : cudaErrorInvalidValue, "cuMemGetAddressRange"};
+    // The driver's CUresult as it is: the runtime's codes share its numbers for these errors
+    // (1 invalid value, 201 invalid context, ...).
+    return {static_cast<cudaError_t>(result), "cuMemGetAddressRange"};
   }
 #else
   // HIP-CPU (preset cuda-hipcpu) has no IPC.

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string_view>
+#include <thread>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -244,6 +245,30 @@ TEST_CASE("IPC: the handle keeps the exported memory alive after the arrays are 
     CHECK(late.status == 0);
     CHECK(exported_memfds() == 0);
   }
+}
+
+TEST_CASE("IPC: a thread that never used the device exports an array", "[ipc]") {
+  // Review 2, N10: on CUDA, the driver call behind the export needs the device's context bound to
+  // the calling thread, which cudaGetDevice alone does not do.
+  IPC_OR_RETURN();
+  MemoryStateGuard guard;
+  const DeviceArray array = devmem::device_array<double>({64});
+  fill_parent_values(array);
+  std::string hex;
+  std::string error;
+  std::thread exporter([&] {
+    try {
+      hex = array.ipc_handle().to_hex();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  exporter.join();
+  INFO(error);
+  REQUIRE(error.empty());
+  const ChildResult child = run_child("rw", {hex});
+  INFO(child.output);
+  CHECK(child.status == 0);
 }
 
 TEST_CASE("IPC: open and close follow Numba's IpcArrayHandle rules", "[ipc]") {
