@@ -251,7 +251,20 @@ void Context::synchronize() {
 
 namespace {
 
-thread_local int g_current_device = 0;
+// -1 until the thread's first use: then the runtime's current device of the thread (review 2, N9;
+// the application may have chosen it with cudaSetDevice before calling devmem).
+thread_local int g_current_device = -1;
+
+int thread_device() noexcept {
+  if (g_current_device < 0) {
+    try {
+      g_current_device = active_backend().runtime_current_device();
+    } catch (...) {  // no backend can be made: device 0, whose use then reports why
+      g_current_device = 0;
+    }
+  }
+  return g_current_device;
+}
 
 struct ContextTable {
   std::mutex mutex;
@@ -311,7 +324,7 @@ void select_device(int index) {
 }
 
 int current_device() noexcept {
-  return g_current_device;
+  return thread_device();
 }
 
 std::shared_ptr<Context> context_for_device(int index) {
@@ -389,7 +402,7 @@ DeviceInfo get_current_device() {
   return describe_device(current_context()->device());
 }
 
-DeviceScope::DeviceScope(int device) : device_(device), previous_(g_current_device) {
+DeviceScope::DeviceScope(int device) : device_(device), previous_(thread_device()) {
   select_device(device);
 }
 
@@ -407,8 +420,9 @@ std::shared_ptr<Context> current_context() {
   // Contexts live until exit, so a per-thread copy of the pointer stays valid: the hot path
   // (every allocation without a stream) then takes no lock.
   thread_local std::shared_ptr<Context> cached;
-  if (cached && cached->device() == g_current_device) return cached;
-  cached = context_for_device(g_current_device);
+  const int device = thread_device();
+  if (cached && cached->device() == device) return cached;
+  cached = context_for_device(device);
   return cached;
 }
 

@@ -503,6 +503,21 @@ class RuntimeBackend : public Backend {
           describe(stream), fmt::ptr(event));
   }
 
+  [[nodiscard]] int runtime_current_device() noexcept override {
+    try {
+      const int count = census().count;
+      if (count <= 0 || ProcessExit::begun()) return 0;
+      int current = 0;
+      if (Api::getDevice(&current).code != Api::kSuccess) {
+        clear_last_error();
+        return 0;
+      }
+      return current >= 0 && current < count ? current : 0;
+    } catch (...) {  // the census could not be taken: device 0, whose use reports why
+      return 0;
+    }
+  }
+
   [[nodiscard]] bool is_capturing(int device, NativeStream stream) override {
     // The legacy default stream cannot be captured, and asking about it while another stream
     // captures in global mode is itself an error.

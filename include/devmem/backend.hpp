@@ -135,6 +135,11 @@ class DEVMEM_API Backend {
   /// is still alive, so that nothing of devmem's own is outstanding then. Thread-safe; no work
   /// may still be using those buffers (they are idle by construction). Nothing by default.
   virtual void release_idle_buffers() noexcept {}
+  /// The vendor runtime's current device of the calling thread (cudaGetDevice), which the
+  /// application may have set (cudaSetDevice, torch.cuda.set_device, an MPI rank's binding):
+  /// devmem starts each thread's current device from it. 0 when the runtime cannot say (no
+  /// device) and on backends without a runtime. Never throws.
+  [[nodiscard]] virtual int runtime_current_device() noexcept { return 0; }
   /// Why device_count() is 0, in the vendor's words (empty when there are devices).
   [[nodiscard]] virtual std::string no_device_reason() { return {}; }
   /// Name, architecture, memory and launch limits of `device`.

@@ -417,7 +417,7 @@ TEST_CASE("strict fake: page-locked, mapped and registered host memory stay host
 
 // ---- Known defects of the GPU layer that the strict fake reproduces
 // ------------------------------- Hidden ([.]): they assert the behaviour the review of the GPU
-// layer (findings N2, N3, N9) asks for, and fail until those are fixed. Run them by tag:
+// layer (findings N2, N3) asks for, and fail until those are fixed. Run them by tag:
 //   DEVMEM_BACKEND=strict-fake conformance_strict-fake '[strict-fake-known-defects]'
 // When a finding is fixed, drop the [.] so the test runs in CTest.
 
@@ -514,8 +514,9 @@ TEST_CASE("strict fake, known defect N3: the async manager allocates on the lega
   unsetenv("DEVMEM_MEMORY_MANAGER");
 }
 
-TEST_CASE("strict fake, known defect N9: devmem keeps the application's current device",
-          "[.][strict-fake-known-defects]") {
+TEST_CASE("strict fake: a thread's devmem device starts from the application's current device",
+          "[strict-fake]") {
+  // Review 2, N9.
   // The application makes device 1 current (cudaSetDevice) on a thread devmem has not used; a
   // devmem call must leave the runtime's device as the application set it.
   int after = -1;
@@ -526,4 +527,12 @@ TEST_CASE("strict fake, known defect N9: devmem keeps the application's current 
   });
   worker.join();
   CHECK(after == 1);
+  // And devmem's own idea of the thread's device is the application's.
+  int seen = -1;
+  std::thread second([&seen] {
+    if (fake::raw_set_device(1) != 0) return;
+    seen = devmem::current_device();
+  });
+  second.join();
+  CHECK(seen == 1);
 }
