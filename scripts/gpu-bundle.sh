@@ -25,7 +25,7 @@ readonly MAX_BYTES=$((48 * 1024 * 1024))
 usage() {
   cat <<'EOF'
 usage: scripts/gpu-bundle.sh [--out DIR] [--build-dir DIR] [--no-python] [--skip-python-tests]
-                             [--check DIR]
+                             [--all-targets] [--check DIR]
 
 Builds the GPU bundle (default build/gpu-bundle) that scripts/gpu-proof.sh --bundle runs from.
 
@@ -34,6 +34,8 @@ options:
   --build-dir DIR       the build tree (default build/gpu-bundle-build; reused when present)
   --no-python           leave the Python package out (no virtual environment needed)
   --skip-python-tests   do not run the bundle's pytest suite here
+  --all-targets         build every target of the cuda preset, tests included (CI then runs the
+                        preset's CTest suite in the build tree instead of building the preset twice)
   --check DIR           only check an existing bundle: RUNPATHs, libraries resolved from a copy,
                         size; exit 1 on a failure
   -h, --help            this text
@@ -54,6 +56,7 @@ build_dir=$root/build/gpu-bundle-build
 with_python=1
 python_tests=1
 check_only=""
+all_targets=0
 while (($# > 0)); do
   case $1 in
     -h | --help) usage; exit 0 ;;
@@ -61,6 +64,7 @@ while (($# > 0)); do
     --build-dir) build_dir=${2:?--build-dir: missing directory}; shift 2 ;;
     --no-python) with_python=0; shift ;;
     --skip-python-tests) python_tests=0; shift ;;
+    --all-targets) all_targets=1; shift ;;
     --check) check_only=${2:?--check: missing directory}; shift 2 ;;
     *) printf '%s: unknown option %s (see --help)\n' "$PROG" "$1" >&2; exit 2 ;;
   esac
@@ -164,6 +168,7 @@ targets=(devmem "${programs[@]}")
 ((with_python)) && targets+=(devmem_python)
 # CTest discovery runs the test programs after linking: in the build tree they find libdevmem
 # through LD_LIBRARY_PATH, not their (bundle-relative) RUNPATH.
+((all_targets)) && targets=(all)
 LD_LIBRARY_PATH="$build_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" cmake --build "$build_dir" -j "${DEVMEM_BUNDLE_JOBS:-$(nproc)}" --target "${targets[@]}"
 
 # ---------------------------------------------------------------------------------------------

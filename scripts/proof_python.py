@@ -135,28 +135,15 @@ _numba_alone = []
 
 
 def numba_compiles_kernels():
-    """Raises Skip when Numba cannot run a kernel on its own memory here (a Numba/NumPy mismatch,
-    such as numba-cuda registering np.row_stack under a NumPy that has none): then devmem's Numba
-    checks would only repeat Numba's own failure."""
+    """Raises Skip when Numba cannot run a kernel on its own memory here (devmem.numba's
+    numba_kernel_problem: a Numba/NumPy mismatch): then devmem's Numba checks would only repeat
+    Numba's own failure."""
     if not _numba_alone:
-        from numba import cuda
+        import devmem.numba
 
-        try:
-
-            @cuda.jit
-            def plus_one(a):
-                i = cuda.grid(1)
-                if i < a.size:
-                    a[i] += 1
-
-            a = cuda.to_device(np.zeros(4, dtype=np.int32))
-            plus_one[1, 4](a)
-            got = a.copy_to_host().tolist()
-            _numba_alone.append(None if got == [1, 1, 1, 1] else f"Numba alone computed {got}")
-        except Exception as error:  # noqa: BLE001 - any failure of Numba alone
-            _numba_alone.append(f"{type(error).__name__}: {error}")
+        _numba_alone.append(devmem.numba.numba_kernel_problem())
     if _numba_alone[0] is not None:
-        raise Skip(f"Numba cannot run a kernel here even without devmem ({_numba_alone[0]})")
+        raise Skip(_numba_alone[0])
 
 
 @check("numba: a kernel on a devmem array (numba.cuda.as_cuda_array)", needs=["numba.cuda"])

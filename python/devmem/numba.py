@@ -23,7 +23,7 @@ from numba.cuda.cudadrv import drvapi as _drvapi
 
 import devmem as _devmem
 
-__all__ = ["DevmemMemoryManager", "use_devmem_for_numba"]
+__all__ = ["DevmemMemoryManager", "numba_kernel_problem", "use_devmem_for_numba"]
 
 # Numba's EMM interface version this plugin implements.
 _EMM_INTERFACE_VERSION = 1
@@ -354,3 +354,31 @@ def use_devmem_for_numba():
 
 # NUMBA_CUDA_MEMORY_MANAGER=devmem.numba makes Numba load the plugin from this name.
 _numba_memory_manager = DevmemMemoryManager
+
+
+def numba_kernel_problem():
+    """Why Numba cannot run a kernel on this machine by itself (a string), or None when it can.
+
+    Compiles and runs a four-element kernel on memory Numba allocates itself (through whatever
+    memory manager its current context has). Some numba-cuda releases register ``np.row_stack``
+    at their first compilation, and under a NumPy without it (NumPy 2.5) no kernel compiles, with
+    or without devmem; the GPU proof and the package's tests use this to report such a machine as
+    skipped instead of blaming devmem. Needs a CUDA GPU that Numba sees.
+    """
+    try:
+
+        @_cuda.jit
+        def plus_one(a):
+            i = _cuda.grid(1)
+            if i < a.size:
+                a[i] += 1
+
+        a = _cuda.to_device(np.zeros(4, dtype=np.int32))
+        plus_one[1, 4](a)
+        got = a.copy_to_host().tolist()
+    except Exception as error:  # noqa: BLE001 - any failure of Numba alone is the answer
+        reason = f"{type(error).__name__}: {error}"
+        return f"Numba cannot run a kernel here even without devmem: {reason}"
+    if got != [1, 1, 1, 1]:
+        return f"a Numba kernel on Numba's own memory computed {got}, not [1, 1, 1, 1]"
+    return None

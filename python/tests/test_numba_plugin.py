@@ -613,33 +613,10 @@ def test_get_ipc_handle_of_foreign_memory_is_refused(manager):
 # -- with Numba's CUDA target (GPU only) ---------------------------------------------------------
 
 
-def _numba_compiles_kernels():
-    """None when Numba can compile and run a kernel on its own memory here, else why not.
-
-    Some numba-cuda releases register np.row_stack when they first compile, and a NumPy without
-    it (NumPy 2.5 on the GPU machine) makes every kernel compilation fail, with or without devmem.
-    """
-    try:
-
-        @cuda.jit
-        def plus_one(a):
-            i = cuda.grid(1)
-            if i < a.size:
-                a[i] += 1
-
-        a = cuda.to_device(np.zeros(4, dtype=np.int32))
-        plus_one[1, 4](a)
-        if a.copy_to_host().tolist() != [1, 1, 1, 1]:
-            return "a Numba kernel on Numba's own memory gave a wrong result"
-    except Exception as error:  # any failure of Numba alone means no kernel tests here
-        return f"Numba cannot compile a kernel here, without devmem: {type(error).__name__}: {error}"
-    return None
-
-
 @pytest.fixture
 def numba_kernels():
     """Skips a kernel test where Numba cannot compile kernels at all (not devmem's failure)."""
-    reason = _numba_compiles_kernels()
+    reason = devmem_numba.numba_kernel_problem()
     if reason is not None:
         pytest.skip(reason)
 
