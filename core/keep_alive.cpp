@@ -74,7 +74,13 @@ void InFlightWork::retire_after(StreamState& stream,
     event = take_event();
     backend().record_event(device(), event, stream.handle);
   } catch (...) {
+    bool waited_on = false;  // a thread may be waiting on this (reused) event: see waiters_
     if (event != nullptr) {
+      std::lock_guard lock(mutex_);
+      waited_on = waiters_ > 0;
+      if (waited_on) idle_events_.push_back(event);
+    }
+    if (event != nullptr && !waited_on) {
       try {
         backend().destroy_event(device(), event);
       } catch (const std::exception& e) {
@@ -140,12 +146,17 @@ void InFlightWork::collect_retired() noexcept {
         continue;
       }
       done.push_back(std::move(it->objects));
-      if (idle_events_.size() < kIdleEventLimit) {
+      if (idle_events_.size() < kIdleEventLimit || waiters_ > 0) {
         idle_events_.push_back(it->event);
       } else {
         surplus.push_back(it->event);
       }
       it = pending_.erase(it);
+    }
+    // Idle events kept beyond the limit while a thread waited go once no thread waits.
+    while (waiters_ == 0 && idle_events_.size() > kIdleEventLimit) {
+      surplus.push_back(idle_events_.back());
+      idle_events_.pop_back();
     }
     pending_count_.store(pending_.size(), std::memory_order_release);
   }
@@ -167,6 +178,7 @@ void InFlightWork::wait_for_host_uses(std::span<const HostSpan> spans,
   std::vector<NativeEvent> waits;
   {
     std::lock_guard lock(mutex_);
+    ++waiters_;
     for (const PendingUse& use : pending_) {
       const bool touches_span =
           std::any_of(use.host_spans.begin(), use.host_spans.end(), [&](const HostSpan& used) {
@@ -181,7 +193,14 @@ void InFlightWork::wait_for_host_uses(std::span<const HostSpan> spans,
     }
   }
   // An event may be collected and recorded again by another thread meanwhile: waiting for its
-  // newer work then waits longer than needed, never less.
+  // newer work then waits longer than needed, never less; it is not destroyed while waiters_ > 0.
+  struct Waiting {
+    InFlightWork& work;
+    ~Waiting() {
+      std::lock_guard lock(work.mutex_);
+      --work.waiters_;
+    }
+  } waiting{*this};
   for (NativeEvent event : waits) backend().synchronize_event(device(), event);
   collect_retired();
 }

@@ -90,6 +90,11 @@ class InFlightWork {
     std::shared_ptr<const void> object;
   };
   std::vector<HeldForGraph> held_for_graphs_;
+  // Threads inside wait_for_host_uses, which waits on events outside the lock: while any waits,
+  // retired events are kept (idle) instead of destroyed, so none is destroyed under a wait
+  // (review 2, N8). An idle event may be recorded again meanwhile: the wait is then longer than
+  // needed, never shorter, and never on a destroyed event.
+  std::size_t waiters_ = 0;
   bool query_failure_reported_ = false;
   std::atomic<std::size_t> pending_count_{0};
 };
