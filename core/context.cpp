@@ -112,15 +112,6 @@ std::shared_ptr<DeviceMemory> ContextState::allocate_device(
   memory->context = shared();
   memory->bytes = bytes;
   if (bytes == 0) return memory;
-  // Stream capture forbids allocating device memory (cudaMalloc and cudaHostAlloc are
-  // capture-unsafe calls, and the pool may have to make them): refused before any vendor call, so
-  // the capture stays valid (review 2, N2).
-  if (stream && !stream->is_default && backend().is_capturing(device(), stream->handle)) {
-    throw InvalidArgument(fmt::format(
-        "{}: cannot allocate {} on a stream during stream capture (the vendor forbids allocating "
-        "while a graph is captured); allocate the arrays before beginning the capture",
-        operation, format_bytes(bytes)));
-  }
   in_flight.collect_retired();
   DeallocationQueue::Allocation allocation =
       deallocations.allocate_device(bytes, StreamState::wrap(stream), operation);

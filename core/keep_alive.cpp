@@ -216,11 +216,6 @@ std::vector<std::shared_ptr<const void>> InFlightWork::take_held_for_graphs(Nati
   return taken;
 }
 
-std::size_t InFlightWork::held_for_graphs() const {
-  std::lock_guard lock(mutex_);
-  return held_for_graphs_.size();
-}
-
 std::size_t InFlightWork::pending_uses() const {
   std::lock_guard lock(mutex_);
   return pending_.size();

@@ -65,8 +65,6 @@ class InFlightWork {
   void wait_for_host_uses(std::span<const HostSpan> spans, std::span<const void* const> objects);
   /// What work captured on `stream` uses, held since the captures; the caller now keeps it.
   [[nodiscard]] std::vector<std::shared_ptr<const void>> take_held_for_graphs(NativeStream stream);
-  /// Objects held for captured work of any stream (tests and diagnostics).
-  [[nodiscard]] std::size_t held_for_graphs() const;
   /// Operations whose keep-alives are still held (tests and diagnostics).
   [[nodiscard]] std::size_t pending_uses() const;
 

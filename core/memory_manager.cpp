@@ -26,7 +26,28 @@ MemoryManager::~MemoryManager() = default;
 
 DirectMemoryManager::~DirectMemoryManager() = default;
 
-void* DirectMemoryManager::allocate(std::size_t bytes, const Stream& /*stream*/) {
+namespace {
+
+/// Stream capture forbids allocating device memory (cudaMalloc is a capture-unsafe call, and
+/// cudaMallocAsync on the legacy stream joins the capture implicitly): refused before the vendor
+/// call, so the capture stays valid (review 2, N2). Only the managers' calls into the vendor ask
+/// (one query, on a path that costs microseconds anyway); a pool hit needs no vendor call and
+/// stays capture-safe.
+void refuse_during_capture(Context& context, std::string_view manager, std::size_t bytes,
+                           const Stream& stream) {
+  if (stream.is_default()) return;  // the legacy default stream is never captured
+  if (!context.backend().is_capturing(context.device(), stream.native_handle())) return;
+  throw InvalidArgument(fmt::format(
+      "memory manager '{}': cannot allocate {} on a stream during stream capture (the vendor "
+      "forbids allocating while a graph is captured); allocate the arrays before beginning the "
+      "capture",
+      manager, format_bytes(static_cast<std::uint64_t>(bytes))));
+}
+
+}  // namespace
+
+void* DirectMemoryManager::allocate(std::size_t bytes, const Stream& stream) {
+  refuse_during_capture(context(), name(), bytes, stream);
   return context().backend().allocate(context().device(), bytes);
 }
 void DirectMemoryManager::deallocate(void* ptr, std::size_t /*bytes*/, const Stream& /*stream*/) {
@@ -59,7 +80,8 @@ AsyncMemoryManager::~AsyncMemoryManager() = default;
 // On the legacy default stream, whatever stream asked: an allocation ordered on one devmem stream
 // would not be ordered before another stream's use of the array, while every blocking stream's
 // later work waits for the legacy stream's earlier work.
-void* AsyncMemoryManager::allocate(std::size_t bytes, const Stream& /*stream*/) {
+void* AsyncMemoryManager::allocate(std::size_t bytes, const Stream& stream) {
+  refuse_during_capture(context(), name(), bytes, stream);
   return context().backend().allocate_async(context().device(), bytes, nullptr);
 }
 void AsyncMemoryManager::deallocate(void* ptr, std::size_t /*bytes*/, const Stream& /*stream*/) {
