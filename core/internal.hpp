@@ -97,9 +97,11 @@ struct StreamState {
   std::shared_ptr<Context> context;
   NativeStream handle = nullptr;
   bool is_default = false;
+  // False for Stream::external: the native stream belongs to someone else and is never destroyed.
+  bool owned = true;
 
-  StreamState(std::shared_ptr<Context> ctx, NativeStream h, bool def)
-      : context(std::move(ctx)), handle(h), is_default(def) {}
+  StreamState(std::shared_ptr<Context> ctx, NativeStream h, bool def, bool own = true)
+      : context(std::move(ctx)), handle(h), is_default(def), owned(own) {}
   StreamState(const StreamState&) = delete;
   StreamState& operator=(const StreamState&) = delete;
   ~StreamState();

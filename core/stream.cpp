@@ -19,10 +19,12 @@ namespace detail {
 
 StreamState::~StreamState() {
   if (is_default || handle == nullptr) return;
-  try {
-    context->backend().destroy_stream(context->device(), handle);
-  } catch (const std::exception& e) {
-    report_error(fmt::format("destroying stream {}: {}", handle, e.what()));
+  if (owned) {
+    try {
+      context->backend().destroy_stream(context->device(), handle);
+    } catch (const std::exception& e) {
+      report_error(fmt::format("destroying stream {}: {}", handle, e.what()));
+    }
   }
   detail::ContextState::of(*context).in_flight.collect_retired();
 }
@@ -144,7 +146,8 @@ bool operator==(const Stream& a, const Stream& b) noexcept {
       return false;
     }
   }
-  return false;
+  // Two wraps of one foreign queue (Stream::external twice) are the same queue.
+  return (!sa->owned || !sb->owned) && sa->handle == sb->handle && sa->context == sb->context;
 }
 
 Stream stream() {
@@ -153,6 +156,23 @@ Stream stream() {
   auto state = std::make_shared<detail::StreamState>(ctx, handle, false);
   detail::ContextState::of(*ctx).track_stream(state);
   return detail::StreamState::wrap(std::move(state));
+}
+
+Stream Stream::external(NativeStream native, int device) {
+  if (native == nullptr) {
+    throw InvalidArgument(fmt::format(
+        "Stream::external: the native stream of device {} is null (the default stream is "
+        "devmem::default_stream(); a foreign stream is a non-null cudaStream_t/hipStream_t)",
+        device));
+  }
+  auto ctx = context_for_device(device);
+  // Not tracked among the context's streams: devmem never synchronizes or destroys it unasked.
+  return detail::StreamState::wrap(
+      std::make_shared<detail::StreamState>(std::move(ctx), native, false, /*own=*/false));
+}
+
+bool Stream::is_external() const noexcept {
+  return state_ && !state_->owned;
 }
 
 Stream default_stream() {

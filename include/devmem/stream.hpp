@@ -42,6 +42,22 @@ class DEVMEM_API Stream {
   /// The context the stream belongs to; the current context for an unspecified stream.
   [[nodiscard]] std::shared_ptr<Context> context() const;
 
+  /// Wraps a stream devmem did not create: a cudaStream_t / hipStream_t of PyTorch, CuPy, NCCL or
+  /// the application (for the host backend, a queue of its own Backend::create_stream), on
+  /// `device` of the active backend. The result works everywhere a Stream does: copies and
+  /// launches enqueue on it, record()/wait() order it against devmem's streams, and
+  /// DeviceArray::record_use(stream) keeps memory from reuse until the foreign work queued on it
+  /// so far has completed (review 2, N4: a consumer of array_interface() or to_dlpack() on a
+  /// stream of its own). devmem never destroys the native stream and never synchronizes it
+  /// unasked: its owner keeps it alive while this Stream (or a copy, or an array whose stream it
+  /// is) exists, and the native stream must belong to `device` (the vendor calls that use it fail
+  /// otherwise). Makes no vendor call. Throws InvalidArgument for a null handle (the default
+  /// stream is default_stream()) and NoDevice for a device that does not exist.
+  /// Thread-safe.
+  [[nodiscard]] static Stream external(NativeStream native, int device);
+  /// True for a Stream made by external(): devmem does not own the native stream.
+  [[nodiscard]] bool is_external() const noexcept;
+
   /// Blocks until all work enqueued so far has completed. Errors of asynchronous work on the
   /// stream are reported here (BackendError).
   void synchronize() const;

@@ -37,6 +37,7 @@ from ._devmem import (  # noqa: F401  (re-exported)
     backend_name,
     compiled_backends,
     default_stream,
+    external_stream,
     defer_cleanup,
     device_array,
     device_array_like,

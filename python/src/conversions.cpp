@@ -214,8 +214,40 @@ Stream to_stream(py::handle obj) {
   if ((PyLong_Check(obj.ptr()) || PyBool_Check(obj.ptr())) && obj.cast<long long>() == 0) {
     return {};
   }
+  // A foreign stream object (PyTorch, CuPy, numba-cuda) by the CUDA stream protocol.
+  if (py::hasattr(obj, "__cuda_stream__")) return external_stream(obj, py::none());
   throw py::type_error(fmt::format(
-      "stream must be a devmem.Stream, or 0 or None for no stream, got {}", repr_of(obj)));
+      "stream must be a devmem.Stream, an object with __cuda_stream__ (a PyTorch or CuPy "
+      "stream), or 0 or None for no stream, got {}",
+      repr_of(obj)));
+}
+
+Stream external_stream(py::handle obj, const py::object& device) {
+  std::uintptr_t handle = 0;
+  if (py::hasattr(obj, "__cuda_stream__")) {
+    // The CUDA stream protocol: __cuda_stream__() -> (version, handle), version 0.
+    const py::object answer = obj.attr("__cuda_stream__")();
+    if (!py::isinstance<py::tuple>(answer) || py::len(answer) != 2) {
+      throw py::type_error(
+          fmt::format("{}.__cuda_stream__() returned {}, not a (version, handle) tuple",
+                      repr_of(obj), repr_of(answer)));
+    }
+    const auto version = answer.cast<py::tuple>()[0].cast<long long>();
+    if (version != 0) {
+      throw py::value_error(fmt::format(
+          "{}.__cuda_stream__() has version {}; devmem reads version 0", repr_of(obj), version));
+    }
+    handle = answer.cast<py::tuple>()[1].cast<std::uintptr_t>();
+  } else if (PyLong_Check(obj.ptr()) != 0 && PyBool_Check(obj.ptr()) == 0) {
+    handle = obj.cast<std::uintptr_t>();
+  } else {
+    throw py::type_error(fmt::format(
+        "external_stream: expected a stream handle (int) or an object with __cuda_stream__, got "
+        "{}",
+        repr_of(obj)));
+  }
+  const int index = device.is_none() ? current_device() : device.cast<int>();
+  return Stream::external(reinterpret_cast<NativeStream>(handle), index);
 }
 
 AllocationArguments allocation_arguments(const py::object& shape, const py::object& dtype,

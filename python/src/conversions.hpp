@@ -80,6 +80,9 @@ struct AllocationArguments {
 /// Numba's stream argument: 0, None or False mean "no stream" (the array's own or the default);
 /// a devmem.Stream is that stream; anything else is a TypeError.
 [[nodiscard]] Stream to_stream(py::handle obj);
+/// devmem.external_stream: a foreign stream (an int handle, or an object with __cuda_stream__)
+/// wrapped by Stream::external on `device` (None: the current device).
+[[nodiscard]] Stream external_stream(py::handle obj, const py::object& device);
 [[nodiscard]] py::tuple to_tuple(std::span<const std::int64_t> values);
 
 /// Keeps `obj` alive for as long as devmem holds the returned pointer. The last holder may be

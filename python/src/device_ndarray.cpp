@@ -373,6 +373,21 @@ void bind_device_ndarray(py::module_& m) {
           },
           py::arg("dtype") = py::none(), py::arg("copy") = py::none(),
           "A NumPy array with a copy of the values (NumPy's protocol; copy=False is refused).")
+      .def(
+          "record_use",
+          [](const DeviceNDArray& a, const py::object& stream) {
+            const Stream s = to_stream(stream);
+            if (!s.is_specified()) {
+              throw py::value_error(
+                  "record_use: pass the stream the untracked work runs on (a devmem.Stream, e.g. "
+                  "devmem.external_stream(torch.cuda.current_stream())), not the default");
+            }
+            a.array.record_use(s);
+          },
+          py::arg("stream"),
+          "States that work devmem does not see (a PyTorch/CuPy kernel reading this array through "
+          "__cuda_array_interface__ or DLPack) runs on `stream`: the memory is not reused before "
+          "the work queued there so far has completed, even if this array is dropped first.")
       .def("__repr__", [](const DeviceNDArray& a) {
         return fmt::format("<devmem.DeviceNDArray shape={} dtype={} on {} device {}>",
                            layout::format_tuple(a.array.shape()), dtype_repr(a.dtype),

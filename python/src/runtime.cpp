@@ -248,6 +248,14 @@ void bind_runtime(py::module_& m) {
       .def("__int__",
            [](const Stream& s) { return reinterpret_cast<std::uintptr_t>(s.native_handle()); })
       .def_property_readonly("is_default", &Stream::is_default)
+      .def_property_readonly("is_external", &Stream::is_external,
+                             "True when devmem wraps a stream it does not own (external_stream).")
+      .def(
+          "__cuda_stream__",
+          [](const Stream& s) {
+            return py::make_tuple(0, reinterpret_cast<std::uintptr_t>(s.native_handle()));
+          },
+          "The CUDA stream protocol: (0, the vendor stream handle).")
       .def("__eq__", [](const Stream& a, const Stream& b) { return a == b; })
       .def(
           "__hash__",
@@ -288,6 +296,12 @@ void bind_runtime(py::module_& m) {
       "stream", [] { return stream(); }, "A new stream.");
   m.def(
       "default_stream", [] { return default_stream(); }, "The current device's default stream.");
+  m.def("external_stream", &external_stream, py::arg("stream"), py::arg("device") = py::none(),
+        "Wraps a stream devmem did not create (Numba's cuda.external_stream): an integer handle "
+        "(cudaStream_t/hipStream_t) or an object with __cuda_stream__ (torch.cuda.Stream, "
+        "cupy.cuda.Stream), on `device` (None: the current device). devmem never destroys it; "
+        "its owner keeps it alive while devmem uses it. DeviceNDArray.record_use(stream) then "
+        "keeps memory from reuse until that stream's work is done.");
   m.def(
       "event", [](bool /*timing*/) { return Event(); }, py::arg("timing") = true,
       "A new event (every devmem event can time).");

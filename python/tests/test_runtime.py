@@ -20,6 +20,44 @@ def test_stream_async_copies_complete_after_synchronize(rng):
     np.testing.assert_array_equal(out, host)
 
 
+def test_external_stream_wraps_a_foreign_stream_without_owning_it(rng):
+    """PyTorch's and CuPy's streams, by handle or by __cuda_stream__ (review 2, N4)."""
+    owner = devmem.stream()  # stands for the foreign library's stream: it owns the queue
+
+    class ForeignStream:  # what torch.cuda.Stream and cupy.cuda.Stream expose
+        def __cuda_stream__(self):
+            return (0, owner.handle)
+
+    for foreign in (devmem.external_stream(owner.handle), devmem.external_stream(ForeignStream())):
+        assert foreign.is_external and not owner.is_external
+        assert foreign.handle == owner.handle and foreign.__cuda_stream__() == (0, owner.handle)
+        host = rng.random(1024)
+        d = devmem.to_device(host, stream=foreign)
+        d.record_use(foreign)  # the foreign kernels reading d: memory held until they are done
+        foreign.synchronize()
+        np.testing.assert_array_equal(d.copy_to_host(), host)
+        del foreign, d
+    # devmem never destroyed the queue it wrapped: its owner still uses it.
+    d = devmem.to_device(np.arange(8.0), stream=ForeignStream())
+    assert d.stream.is_external
+    owner.synchronize()
+    np.testing.assert_array_equal(d.copy_to_host(), np.arange(8.0))
+
+    with pytest.raises(devmem.InvalidArgument, match="native stream of device 0 is null"):
+        devmem.external_stream(0)
+    with pytest.raises(TypeError, match="expected a stream handle"):
+        devmem.external_stream("stream")
+
+    class WrongVersion:
+        def __cuda_stream__(self):
+            return (1, owner.handle)
+
+    with pytest.raises(ValueError, match="has version 1"):
+        devmem.external_stream(WrongVersion())
+    with pytest.raises(ValueError, match="record_use: pass the stream"):
+        devmem.to_device(np.arange(4.0)).record_use(0)
+
+
 def test_async_copy_keeps_a_dropped_host_array_alive(rng):
     s = devmem.stream()
     host = rng.random(1 << 18)

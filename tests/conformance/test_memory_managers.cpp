@@ -678,6 +678,65 @@ TEST_CASE("pool: record_use keeps a block from reuse until the stream's work is 
   }
 }
 
+TEST_CASE(
+    "pool: record_use on a foreign stream (Stream::external) holds the block until its work "
+    "is done",
+    "[memory-manager][pool][stream]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  const auto pool = use_pool_manager();
+  devmem::Backend& backend = ctx->backend();
+  const int device = ctx->device();
+  // A stream devmem did not make (PyTorch's or CuPy's side stream, in real use), destroyed by its
+  // owner at the end and never by devmem.
+  const devmem::NativeStream native = backend.create_stream(device);
+  struct NativeStreamOwner {
+    devmem::Backend& backend;
+    int device;
+    devmem::NativeStream stream;
+    ~NativeStreamOwner() { backend.destroy_stream(device, stream); }
+  } const owner{backend, device, native};
+
+  void* first = nullptr;
+  {
+    const devmem::Stream foreign = devmem::Stream::external(native, device);
+    CHECK(foreign.is_external());
+    CHECK(foreign.native_handle() == native);
+    CHECK(foreign == devmem::Stream::external(native, device));
+    CHECK_FALSE(foreign == devmem::stream());
+    CHECK_FALSE(devmem::stream().is_external());
+    StreamGate gate(foreign);  // the consumer's kernels, still running on its own stream
+    {
+      const DeviceArray a = devmem::device_array(Shape{1000}, u1());
+      first = a.data();
+      a.record_use(foreign);
+    }
+    ctx->flush_deallocations();
+    CHECK(pool->cached_bytes() == 0);  // not back in the pool while the consumer may use it
+    {
+      const DeviceArray b = devmem::device_array(Shape{1000}, u1());
+      CHECK(b.data() != first);
+    }
+    gate.open();
+    foreign.synchronize();
+    CHECK_FALSE(gate.timed_out());
+  }
+  ctx->flush_deallocations();
+  CHECK(pool->cached_bytes() == 2048);
+  // Dropping every devmem handle left the native stream to its owner: it still takes work.
+  const DeviceArray c = devmem::device_array(Shape{8}, u1());
+  c.fill(std::uint8_t{7}, devmem::Stream::external(native, device));
+  backend.synchronize_stream(device, native);
+  CHECK(c.to_vector<std::uint8_t>() == std::vector<std::uint8_t>(8, 7));
+
+  CHECK_THROWS_MATCHES(
+      devmem::Stream::external(nullptr, device), devmem::InvalidArgument,
+      Message("Stream::external: the native stream of device " + std::to_string(device) +
+              " is null (the default stream is devmem::default_stream(); a foreign stream is a "
+              "non-null cudaStream_t/hipStream_t)"));
+  CHECK_THROWS_AS(devmem::Stream::external(native, devmem::device_count()), devmem::NoDevice);
+}
+
 TEST_CASE("pool: trim returns cached memory to the device", "[memory-manager][pool][host-only]") {
   const MemoryStateGuard mem;
   const HostControlsGuard host;
