@@ -106,6 +106,25 @@ std::vector<std::shared_ptr<StreamState>> ContextState::live_streams() {
   return out;
 }
 
+void order_after_allocation(const StreamState& use, const DeviceMemory& memory) {
+  DeviceMemory::StreamOrder* const order = memory.stream_order.get();
+  if (order == nullptr || order->complete.load(std::memory_order_acquire)) return;
+  if (use.handle == order->stream) return;  // the stream it was allocated on
+  Context& ctx = *memory.context;
+  if (ctx.backend().query_event(ctx.device(), order->allocated->handle)) {
+    order->complete.store(true, std::memory_order_release);
+    return;
+  }
+  // A capturing stream cannot wait for an event recorded outside its capture (the capture would
+  // be invalidated): the host waits for the allocation instead, once.
+  if (!use.is_default && ctx.backend().is_capturing(ctx.device(), use.handle)) {
+    ctx.backend().synchronize_event(ctx.device(), order->allocated->handle);
+    order->complete.store(true, std::memory_order_release);
+    return;
+  }
+  ctx.backend().stream_wait_event(ctx.device(), use.handle, order->allocated->handle);
+}
+
 std::shared_ptr<DeviceMemory> ContextState::allocate_device(
     std::int64_t bytes, const std::shared_ptr<StreamState>& stream, const char* operation) {
   auto memory = std::make_shared<DeviceMemory>();
@@ -119,6 +138,21 @@ std::shared_ptr<DeviceMemory> ContextState::allocate_device(
   memory->owned = true;
   memory->manager = std::move(allocation.manager);
   memory->stream = stream;
+  if (!stream->is_default && memory->manager->allocates_in_stream_order()) {
+    // Valid in `stream`'s order only: an event after the allocation orders devmem's uses on other
+    // streams (order_after_allocation). The legacy default stream orders every blocking stream.
+    try {
+      auto order = std::make_unique<DeviceMemory::StreamOrder>();
+      order->stream = stream->handle;
+      order->allocated = std::make_shared<EventState>(shared(), backend().create_event(device()));
+      backend().record_event(device(), order->allocated->handle, stream->handle);
+      memory->stream_order = std::move(order);
+    } catch (...) {
+      // The memory goes back through ~DeviceMemory (the deferred queue) before the error leaves.
+      memory.reset();
+      throw;
+    }
+  }
   device_counters.add(bytes);
   track_device_memory(memory);
   return memory;

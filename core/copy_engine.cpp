@@ -37,8 +37,10 @@ CopyEndpoint endpoint(const DeviceArray& array) {
   std::byte* element0 = base == nullptr ? nullptr : base + array.layout().offset;
   const bool aliases_host = mem && mem->host_alias != nullptr;
   std::byte* identity0 = aliases_host ? mem->host_alias + array.layout().offset : element0;
-  return CopyEndpoint{element0,       identity0, aliases_host, &array.layout(),
+  CopyEndpoint result{element0,       identity0, aliases_host, &array.layout(),
                       &array.dtype(), true,      false,        mem};
+  result.device_memory = mem.get();
+  return result;
 }
 
 CopyEndpoint endpoint(const HostArray& array) {
@@ -147,6 +149,8 @@ void copy_elements(const char* operation, Context& context, StreamState& stream,
   }
 
   refuse_pageable_during_capture(operation, context, stream, src, dst);
+  if (src.device_memory != nullptr) order_after_allocation(stream, *src.device_memory);
+  if (dst.device_memory != nullptr) order_after_allocation(stream, *dst.device_memory);
   const bool overlap = ranges_overlap(src, dst);
   // Two arrays of the same shape, both C- or both F-contiguous, are one contiguous range each with
   // element k at the same offset: one plain copy, without squeezing, planning or a plan to carry.

@@ -202,6 +202,7 @@ void DeviceArray::fill_bytes(const void* value, const Stream& stream) const {
   const bool uniform =
       std::all_of(bytes, bytes + itemsize, [&](unsigned char b) { return b == bytes[0]; });
   if (uniform && tl.is_contiguous()) {
+    detail::order_after_allocation(s, *memory_);
     ctx.backend().memset(ctx.device(), target.data(), bytes[0],
                          static_cast<std::size_t>(tl.nbytes()), s.handle);
     detail::finish_enqueued(s, {memory_});

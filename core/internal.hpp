@@ -42,6 +42,7 @@ std::shared_ptr<MemoryManager> checked_upstream(Context& context,
 void check_stride_alignment(const char* operation, const Layout& layout, const DType& dtype);
 
 struct StreamState;
+struct EventState;
 
 /// Device-addressable memory: a device allocation owned by devmem, or memory owned by someone
 /// else (mapped host memory, foreign memory) kept alive by `keep_alive`.
@@ -59,12 +60,25 @@ struct DeviceMemory {
   // that a host array and a device view are the same bytes.
   std::byte* host_alias = nullptr;
   bool tracked = false;  // listed for device_memory_owner (track_device_memory)
+  // Memory of a stream-ordered manager (MemoryManager::allocates_in_stream_order) allocated on a
+  // stream other than the default: valid in that stream's order only, until `allocated` completes.
+  struct StreamOrder {
+    std::shared_ptr<EventState> allocated;  // recorded on `stream` right after the allocation
+    NativeStream stream = nullptr;
+    std::atomic<bool> complete{false};  // `allocated` seen complete: no stream needs to wait
+  };
+  std::unique_ptr<StreamOrder> stream_order;
 
   DeviceMemory() = default;
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;
   ~DeviceMemory();
 };
+
+/// Makes work enqueued next on `use` wait until `memory`'s stream-ordered allocation is done, when
+/// `use` is not the stream it was allocated on (review 2, N3). Nothing for other memory, and
+/// nothing once the allocation is known complete (one event query until then).
+void order_after_allocation(const StreamState& use, const DeviceMemory& memory);
 
 /// Lists `memory` (once its ptr and bytes are set) so that device_memory_owner finds it by any
 /// address inside it; ~DeviceMemory takes it off the list. Thread-safe.
@@ -224,6 +238,8 @@ struct CopyEndpoint {
   bool on_device = false;
   bool readonly = false;
   std::shared_ptr<const void> keep_alive;
+  // The device side's memory (null for host arrays), for order_after_allocation.
+  const DeviceMemory* device_memory = nullptr;
   // Host memory that is not page-locked (as far as devmem knows): a copy into it from the device
   // must be complete when the call returns (see finish_copy).
   bool pageable = false;

@@ -160,6 +160,16 @@ std::shared_ptr<const void> launch_view_owner(const void* data) {
   return device_memory_owner(data);
 }
 
+void order_launch_after_allocations(const Stream& stream,
+                                    const std::vector<std::shared_ptr<const void>>& memory) {
+  const std::shared_ptr<StreamState>& state = StreamState::of(stream);
+  if (!state) return;
+  for (const auto& object : memory) {
+    // launch_keep_alive collects DeviceArray::owner() and device_memory_owner(): DeviceMemory.
+    order_after_allocation(*state, *static_cast<const DeviceMemory*>(object.get()));
+  }
+}
+
 void keep_alive_until_complete(const Stream& stream,
                                std::vector<std::shared_ptr<const void>> objects) {
   if (objects.empty()) return;

@@ -72,6 +72,10 @@ std::int64_t MemoryAdaptor::cached_bytes() const noexcept {
   return upstream_->cached_bytes();
 }
 
+bool MemoryAdaptor::allocates_in_stream_order() const noexcept {
+  return upstream_->allocates_in_stream_order();
+}
+
 // ---- StatisticsAdaptor ----
 
 struct StatisticsAdaptor::Counters {

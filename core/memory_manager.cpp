@@ -77,15 +77,18 @@ AsyncMemoryManager::AsyncMemoryManager(Context& context) : DirectMemoryManager(c
 }
 AsyncMemoryManager::~AsyncMemoryManager() = default;
 
-// On the legacy default stream, whatever stream asked: an allocation ordered on one devmem stream
-// would not be ordered before another stream's use of the array, while every blocking stream's
-// later work waits for the legacy stream's earlier work.
+// On the array's own stream: the legacy default stream would order the allocation after every
+// blocking stream's work (and every stream's later work after it). Other streams' uses wait for
+// the allocation by an event (allocates_in_stream_order, ContextState::allocate_device).
 void* AsyncMemoryManager::allocate(std::size_t bytes, const Stream& stream) {
   refuse_during_capture(context(), name(), bytes, stream);
-  return context().backend().allocate_async(context().device(), bytes, nullptr);
+  return context().backend().allocate_async(context().device(), bytes, stream.native_handle());
 }
-void AsyncMemoryManager::deallocate(void* ptr, std::size_t /*bytes*/, const Stream& /*stream*/) {
-  context().backend().deallocate_async(context().device(), ptr, nullptr);
+// No devmem work uses the memory any more (the deferred queue waited for it), so the free need not
+// wait for anything: on the allocation's stream, where the pool reuses it without a cross-stream
+// dependency.
+void AsyncMemoryManager::deallocate(void* ptr, std::size_t /*bytes*/, const Stream& stream) {
+  context().backend().deallocate_async(context().device(), ptr, stream.native_handle());
 }
 
 // ---- pool ----
@@ -292,6 +295,10 @@ void PoolMemoryManager::trim() {
   // An upstream that caches (another pool) gives back what it holds too, so that trim() frees
   // device memory whatever the chain.
   upstream.trim();
+}
+
+bool PoolMemoryManager::allocates_in_stream_order() const noexcept {
+  return state_->upstream->allocates_in_stream_order();
 }
 
 std::int64_t PoolMemoryManager::cached_bytes() const noexcept {

@@ -203,6 +203,8 @@ void copy_between_devices(const char* operation, StreamState& dst_stream, const 
   auto* const to = static_cast<std::byte*>(dst_dense.data());
   const auto* const from = static_cast<const std::byte*>(src_dense.data());
 
+  order_after_allocation(src_stream, *ArrayAccess::memory(src_dense));
+  order_after_allocation(dst_stream, *ArrayAccess::memory(dst_dense));
   std::vector<std::shared_ptr<const void>> keep{ArrayAccess::memory(src_dense),
                                                 ArrayAccess::memory(dst_dense)};
   // Mapped host memory is no device's allocation: a peer copy (direct device-to-device access)

@@ -71,6 +71,9 @@ using S = StrictFakeApi::S;
 struct Block {
   std::size_t bytes = 0;
   int device = 0;
+  // mallocAsync: set when the allocating stream reaches the allocation (null: cudaMalloc, valid at
+  // once). Work of another stream that runs before then faults (see enqueue_transfer).
+  std::shared_ptr<std::atomic<bool>> reached;
 };
 
 thread_local int t_current = 0;
@@ -223,7 +226,7 @@ struct Runtime {
       if (rest != 0) ranges.emplace(offset + size, rest);
       used[device] += size;
       char* const ptr = device_base + offset;
-      blocks[ptr] = Block{bytes, device};
+      blocks[ptr] = Block{bytes, device, nullptr};
       return ptr;
     }
     return nullptr;
@@ -459,8 +462,26 @@ S enqueue_transfer(const char* function, void* dst, const void* src, std::size_t
     src_view = snapshot->data();
   }
   const bool wait = r.pageable(dst);
+  // Stream-ordered allocations (mallocAsync) this work touches that their stream has not reached:
+  // if the work runs first, it is not ordered after the allocation, and faults (a GPU would
+  // silently use bytes the pool may still owe to another stream's pending work).
+  std::vector<std::shared_ptr<std::atomic<bool>>> unreached;
+  for (const void* p : {static_cast<const void*>(dst), src}) {
+    const auto* block = r.in_arena(p) ? r.block_of(p, 1) : nullptr;
+    if (block != nullptr && block->second.reached && !block->second.reached->load()) {
+      unreached.push_back(block->second.reached);
+    }
+  }
   Op op;
-  op.run = [body = std::move(body), dst_view, src_view, snapshot] { body(dst_view, src_view); };
+  op.run = [body = std::move(body), dst_view, src_view, snapshot, unreached] {
+    for (const auto& reached : unreached) {
+      if (!reached->load()) {
+        rt().sticky.store(kIllegalAddress, std::memory_order_release);
+        return;
+      }
+    }
+    body(dst_view, src_view);
+  };
   const std::uint64_t seq = enqueue(r, lock, s, std::move(op));
   if (wait) r.run_until(lock, [&] { return s->completed >= seq; });
   return {kOk, function};
@@ -559,8 +580,12 @@ S StrictFakeApi::mallocAsync(void** ptr, std::size_t bytes, Stream stream) {
   *ptr = r.allocate(s->device, bytes);
   if (*ptr == nullptr) return fail(kOutOfMemory, kFn);
   if (!captured) {
+    // Valid in the stream's order only, as CUDA's stream-ordered allocator promises: until the
+    // stream reaches it, the pool may still be handing the bytes over from another stream's free.
+    auto reached = std::make_shared<std::atomic<bool>>(false);
+    r.blocks[static_cast<const char*>(*ptr)].reached = reached;
     Op op;
-    op.run = [] {};
+    op.run = [reached] { reached->store(true); };
     op.under_lock = true;
     enqueue(r, lock, s, std::move(op));
   }

@@ -349,6 +349,11 @@ DEVMEM_API void launch_check_array(const PreparedLaunch& launch, const DeviceArr
 /// mapped or foreign view devmem made), while an array still holds it; null for memory devmem does
 /// not know (a view the application built over its own pointer).
 [[nodiscard]] DEVMEM_API std::shared_ptr<const void> launch_view_owner(const void* data);
+/// Makes the launch on `stream` wait for the stream-ordered allocation of each of `memory` (what
+/// launch_keep_alive collected: device memory owners only) made on another stream and not yet
+/// known complete (MemoryManager::allocates_in_stream_order). Call before enqueueing the kernel.
+DEVMEM_API void order_launch_after_allocations(
+    const Stream& stream, const std::vector<std::shared_ptr<const void>>& memory);
 /// Keeps `objects` alive until the work enqueued on `stream` so far has completed.
 DEVMEM_API void keep_alive_until_complete(const Stream& stream,
                                           std::vector<std::shared_ptr<const void>> objects);

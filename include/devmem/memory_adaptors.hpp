@@ -54,6 +54,8 @@ class DEVMEM_API MemoryAdaptor : public MemoryManager {
   [[nodiscard]] MemoryInfo memory_info() const override;
   void trim() override;
   [[nodiscard]] std::int64_t cached_bytes() const noexcept override;
+  /// The upstream's answer: an adaptor hands out the upstream's memory.
+  [[nodiscard]] bool allocates_in_stream_order() const noexcept override;
   /// The wrapped manager.
   [[nodiscard]] const std::shared_ptr<MemoryManager>& upstream() const noexcept {
     return upstream_;

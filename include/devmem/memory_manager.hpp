@@ -74,8 +74,9 @@ class DEVMEM_API MemoryManager {
   /// The interface version this build of devmem expects. 2: allocate and deallocate receive the
   /// devmem Stream (version 1, Numba's EMM number, took a native handle in allocate and no stream
   /// in deallocate), so a plugin built against version 1 is refused by set_memory_manager()
-  /// instead of being called through the wrong signatures.
-  static constexpr int kInterfaceVersion = 2;
+  /// instead of being called through the wrong signatures. 3: allocates_in_stream_order() (a
+  /// manager built against version 2 has no such entry in its virtual table).
+  static constexpr int kInterfaceVersion = 3;
 
   /// A manager for `context` (which must outlive it: the context owns its managers' references).
   explicit MemoryManager(Context& context) noexcept : context_(&context) {}
@@ -127,6 +128,14 @@ class DEVMEM_API MemoryManager {
   virtual void trim() {}
   /// Bytes held in caches, not in use by arrays. Called by the application only.
   [[nodiscard]] virtual std::int64_t cached_bytes() const noexcept { return 0; }
+  /// Whether allocate() hands out memory that is valid only in the order of the `stream` it was
+  /// given (the vendor's stream-ordered allocator, cudaMallocAsync on that stream). devmem then
+  /// records an event on that stream after the allocation, and work it enqueues on any other
+  /// stream first waits for that event (until it has completed: one event query per such use
+  /// meanwhile, nothing after). False (the default): the memory is valid for every stream when
+  /// allocate() returns. Adaptors and the pool answer for their upstream. Read concurrently:
+  /// return a constant.
+  [[nodiscard]] virtual bool allocates_in_stream_order() const noexcept { return false; }
 
   /// The context the manager allocates for (set_memory_manager refuses another context's).
   [[nodiscard]] Context& context() const noexcept { return *context_; }
@@ -152,14 +161,15 @@ class DEVMEM_API DirectMemoryManager : public MemoryManager {
 /// The vendor's stream-ordered allocator ("async"): cudaMallocAsync / hipMallocAsync from the
 /// device's memory pool, and cudaFreeAsync / hipFreeAsync for the frees, so that a flush of the
 /// deferred queue costs no device-wide synchronisation (cudaFree / hipFree each synchronise the
-/// device). Both are ordered on the legacy default stream, whichever stream devmem passes: the
-/// memory is usable by later work of every devmem stream (all blocking streams), and a free runs
-/// after the work enqueued before it on every devmem stream. Memory used on a non-blocking stream
-/// devmem does not know must be waited for first (DeviceArray::record_use). The pool keeps freed
-/// memory for reuse and hands it back to the system at synchronisations (the pool's release
-/// threshold, 0 by default). InvalidArgument at construction when the device has no stream-ordered
-/// allocator (CUDA before 11.2, ROCm before 5.3, or a device without memory pools). Page-locked
-/// host memory and memory_info are the direct manager's.
+/// device). Both go on the array's own stream (review 2, N3): allocating for stream B never waits
+/// for stream A's kernels, as a call on the legacy default stream would. The memory is then valid
+/// in B's order: devmem's work on another stream waits for the allocation first (an event,
+/// allocates_in_stream_order()), and a free is enqueued only after every use devmem knows of has
+/// completed (the deferred queue), so it may run on the allocation's stream. Memory used on a
+/// stream devmem does not see must be declared (DeviceArray::record_use, Stream::external). An
+/// array on the default stream allocates there. InvalidArgument at construction when the device
+/// has no stream-ordered allocator (CUDA before 11.2, ROCm before 5.3, or a device without memory
+/// pools). Page-locked host memory and memory_info are the direct manager's.
 class DEVMEM_API AsyncMemoryManager : public DirectMemoryManager {
  public:
   explicit AsyncMemoryManager(Context& context);
@@ -167,6 +177,7 @@ class DEVMEM_API AsyncMemoryManager : public DirectMemoryManager {
   [[nodiscard]] std::string_view name() const noexcept override { return "async"; }
   [[nodiscard]] void* allocate(std::size_t bytes, const Stream& stream) override;
   void deallocate(void* ptr, std::size_t bytes, const Stream& stream) override;
+  [[nodiscard]] bool allocates_in_stream_order() const noexcept override { return true; }
 };
 
 /// Statistics of a PoolMemoryManager.
@@ -218,6 +229,8 @@ class DEVMEM_API PoolMemoryManager : public MemoryManager {
   [[nodiscard]] MemoryInfo memory_info() const override;
   void trim() override;
   [[nodiscard]] std::int64_t cached_bytes() const noexcept override;
+  /// The upstream's answer (a miss hands out the upstream's memory on the requesting stream).
+  [[nodiscard]] bool allocates_in_stream_order() const noexcept override;
   /// The manager the pool's blocks come from.
   [[nodiscard]] const std::shared_ptr<MemoryManager>& upstream() const noexcept;
   /// Hits, misses and the cache's contents now (thread-safe).

@@ -13,7 +13,7 @@ class FutureManager : public devmem::DirectMemoryManager {
  public:
   using DirectMemoryManager::DirectMemoryManager;
   [[nodiscard]] std::string_view name() const noexcept override { return "future"; }
-  [[nodiscard]] int interface_version() const noexcept override { return 3; }
+  [[nodiscard]] int interface_version() const noexcept override { return 4; }
 };
 
 }  // namespace
@@ -35,7 +35,7 @@ TEST_CASE("bad input, context: devices and memory managers", "[bad-input][contex
   REQUIRE_THROWS_MATCHES(ctx->set_memory_manager(std::make_shared<FutureManager>(*ctx)),
                          InvalidArgument,
                          Message("set_memory_manager: memory manager 'future' has interface "
-                                 "version 3 - version 2 required"));
+                                 "version 4 - version 3 required"));
   REQUIRE_THROWS_MATCHES(devmem::make_memory_manager("nonexistent", *ctx), InvalidArgument,
                          MessageStartsWith("make_memory_manager: unknown memory manager "
                                            "'nonexistent' (known: "));

@@ -402,7 +402,7 @@ TEST_CASE("memory adaptors: an upstream of another context or interface version 
   const auto v1 = std::make_shared<Version1Manager>(*ctx);
   REQUIRE_THROWS_MATCHES(StatisticsAdaptor(*ctx, v1), devmem::InvalidArgument,
                          Message("statistics: the upstream manager 'direct' has interface version "
-                                 "1 - version 2 required"));
+                                 "1 - version 3 required"));
   if (devmem::device_count() < 2) return;
   const auto other = devmem::context_for_device(1);
   const auto foreign = devmem::make_memory_manager("direct", *other);

@@ -89,7 +89,7 @@ TEST_CASE("memory manager: the default manager", "[memory-manager]") {
   CHECK(m->name() == std::string_view(env != nullptr && *env != '\0' ? env : "direct"));
   CHECK(&m->context() == ctx.get());
   CHECK(m->interface_version() == devmem::MemoryManager::kInterfaceVersion);
-  CHECK(devmem::MemoryManager::kInterfaceVersion == 2);
+  CHECK(devmem::MemoryManager::kInterfaceVersion == 3);
   CHECK(ctx->memory_manager() == m);  // the same instance every time
 }
 
@@ -108,7 +108,7 @@ TEST_CASE("memory manager: make_memory_manager makes the built-in managers", "[m
   REQUIRE(pool != nullptr);
   CHECK(pool->name() == "pool");
   CHECK(dynamic_cast<PoolMemoryManager*>(pool.get()) != nullptr);
-  CHECK(pool->interface_version() == 2);
+  CHECK(pool->interface_version() == 3);
   CHECK(pool->cached_bytes() == 0);
   CHECK(devmem::make_memory_manager("pool", *ctx) != pool);  // a new instance per call
   // Both report the device's memory.
@@ -142,7 +142,7 @@ TEST_CASE("memory manager: set_memory_manager rejects null and other interface v
   SECTION("interface version 1") {
     const auto v1 = std::make_shared<Version1Manager>(*ctx);
     const std::string expected =
-        "set_memory_manager: memory manager 'direct' has interface version 1 - version 2 "
+        "set_memory_manager: memory manager 'direct' has interface version 1 - version 3 "
         "required";
     REQUIRE_THROWS_MATCHES(ctx->set_memory_manager(v1), devmem::InvalidArgument, Message(expected));
     REQUIRE_THROWS_MATCHES(devmem::set_memory_manager(v1), devmem::InvalidArgument,
@@ -956,6 +956,78 @@ TEST_CASE("async: the stream-ordered allocator where the device has one", "[memo
   CHECK(ctx->device_statistics().current_bytes == before.current_bytes);
   // The memory went back: what the device has in use is what it had (host backend's count).
   if (host) CHECK(devmem::host::device_memory_used(ctx->device()) == used_before);
+}
+
+namespace {
+/// The async manager installed for the test, or null where the device has none.
+std::shared_ptr<devmem::MemoryManager> use_async_manager(
+    const std::shared_ptr<devmem::Context>& ctx) {
+  if (!ctx->backend().supports_async_allocation(ctx->device())) return nullptr;
+  auto async = devmem::make_memory_manager("async", *ctx);
+  devmem::set_memory_manager(async);
+  return async;
+}
+}  // namespace
+
+TEST_CASE("async: allocating for one stream does not wait for another stream's work",
+          "[memory-manager][async][stream]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  if (!use_async_manager(ctx)) {
+    WARN("device " << ctx->device() << " has no stream-ordered allocator: nothing to check");
+    return;
+  }
+  const devmem::Stream busy = devmem::stream();
+  const devmem::Stream other = devmem::stream();
+  // `busy` runs a long kernel of the application's; `other` must not queue behind it (review 2,
+  // N3: cudaMallocAsync on the legacy default stream waits for every blocking stream).
+  StreamGate gate(busy, std::chrono::seconds(3));
+  {
+    const std::vector<float> values{1, 2, 3, 4};
+    const DeviceArray a = devmem::to_device(values, other);
+    CHECK(a.to_vector<float>(other) == values);
+    other.synchronize();
+  }
+  CHECK_FALSE(gate.timed_out());  // `other` finished while `busy` was still held
+  gate.open();
+  busy.synchronize();
+  ctx->synchronize();
+  ctx->flush_deallocations();
+}
+
+TEST_CASE("async: work on another stream waits for the allocation on the array's stream",
+          "[memory-manager][async][stream]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  if (!use_async_manager(ctx)) {
+    WARN("device " << ctx->device() << " has no stream-ordered allocator: nothing to check");
+    return;
+  }
+  const devmem::Stream owner = devmem::stream();
+  const devmem::Stream user = devmem::stream();
+  std::vector<float> values(4096);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5F;
+  const HostArray source = devmem::pinned_array(Shape{4096}, devmem::dtype_of<float>());
+  std::memcpy(source.data(), values.data(), values.size() * sizeof(float));
+  std::optional<DeviceArray> a;
+  {
+    // The allocation is queued on `owner` behind work that is still running: the memory is valid
+    // in `owner`'s order only.
+    StreamGate gate(owner);
+    a.emplace(devmem::device_array<float>(Shape{4096}, devmem::Order::C, owner));
+    a->copy_to_device(source, user);  // another stream: must wait for the allocation first
+    const DeviceArray b = devmem::device_array<float>(Shape{4096}, devmem::Order::C, owner);
+    b.fill(2.0F, user);
+    gate.open();
+    user.synchronize();
+    CHECK(b.to_vector<float>(user) == std::vector<float>(4096, 2.0F));
+    CHECK_FALSE(gate.timed_out());
+  }
+  CHECK(a->to_vector<float>(user) == values);
+  a.reset();
+  ctx->synchronize();
+  ctx->flush_deallocations();
+  ctx->synchronize();
 }
 
 TEST_CASE("memory manager: Context::memory_info is the manager's answer (Numba get_memory_info)",

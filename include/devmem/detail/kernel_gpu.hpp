@@ -89,6 +89,7 @@ void launch_on_backend(const PreparedLaunch& launch, const LaunchConfig& config,
                                                               config.shared_bytes),
                          KernelRuntime::kFuncAttributeCall);
   }
+  order_launch_after_allocations(launch.stream, keep_alive);
   check_kernel_runtime(enqueue_kernel(config, KernelRuntime::stream(launch.stream.native_handle()),
                                       kernel, arguments, std::index_sequence_for<Params...>{}),
                        KernelRuntime::kLaunchCall);

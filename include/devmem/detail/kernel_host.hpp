@@ -137,6 +137,7 @@ void launch_on_backend(const PreparedLaunch& launch, const LaunchConfig& config,
     (sim::check_argument(launch, std::get<I>(*bound), I), ...);
   }
   (std::make_index_sequence<std::tuple_size_v<std::remove_cvref_t<Tuple>>>{});
+  order_launch_after_allocations(launch.stream, keep_alive);
   sim::run_kernel(launch, config, [kernel, bound] { std::apply(kernel, *bound); });
   // Released later on a user thread, never on the stream's worker (releasing memory calls the
   // backend, which must not wait for the stream from inside it).
