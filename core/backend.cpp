@@ -41,6 +41,19 @@ void Backend::deallocate_async(int device, void* ptr, NativeStream /*stream*/) {
                   name(), device, ptr));
 }
 
+void Backend::set_async_release_threshold(int device, std::uint64_t bytes) {
+  throw InvalidArgument(fmt::format(
+      "{} set_async_release_threshold: device {} has no stream-ordered allocator (threshold {} "
+      "bytes)",
+      name(), device, bytes));
+}
+
+void Backend::trim_async_pool(int device, std::size_t keep_bytes) {
+  throw InvalidArgument(fmt::format(
+      "{} trim_async_pool: device {} has no stream-ordered allocator (keeping {} bytes)", name(),
+      device, keep_bytes));
+}
+
 bool Backend::is_capturing(int /*device*/, NativeStream /*stream*/) {
   return false;
 }

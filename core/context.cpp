@@ -317,6 +317,7 @@ void release_devmem_memory_at_exit() noexcept {
   const std::unique_lock lock(table.mutex, std::try_to_lock);
   if (!lock.owns_lock() || table.backend == nullptr) return;
   if (table.backend->exiting() || table.backend->device_lost()) return;
+  detail::release_idle_peer_staging();
   for (const std::shared_ptr<Context>& context : table.contexts) {
     if (!context) continue;
     try {
@@ -412,7 +413,13 @@ void Context::enable_peer_access(int peer) const {
 
 void Context::disable_peer_access(int peer) const {
   require_device_index(*backend_, "disable_peer_access", peer);
+  detail::forget_peer_access(*backend_, device_, peer);
   backend_->disable_peer_access(device_, peer);
+}
+
+void release_cached_buffers() {
+  detail::release_idle_peer_staging();
+  active_backend().release_idle_buffers();
 }
 
 std::vector<DeviceInfo> gpus() {

@@ -32,7 +32,9 @@ void* DeallocationQueue::allocate_with_retry(Allocate&& allocate, const char* op
   try {
     return allocate();
   } catch (const OutOfMemory&) {
-    // Numba's rule: free what is pending, then try exactly once more.
+    // Numba's rule: free what is pending, then try exactly once more. The staging buffers kept
+    // for copies between devices are pending memory too.
+    release_idle_peer_staging();
     flush(true);
     try {
       return allocate();

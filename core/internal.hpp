@@ -75,6 +75,13 @@ struct DeviceMemory {
   ~DeviceMemory();
 };
 
+/// Frees the page-locked staging buffers kept for copies between devices without peer access
+/// (peer_copy.cpp), after the host waited for their last reads: at exit and before an allocation
+/// is retried for lack of memory. Thread-safe.
+void release_idle_peer_staging() noexcept;
+/// Forgets that devmem enabled `device`'s access to `peer` (Context::disable_peer_access).
+void forget_peer_access(const Backend& backend, int device, int peer) noexcept;
+
 /// Makes work enqueued next on `use` wait until `memory`'s stream-ordered allocation is done, when
 /// `use` is not the stream it was allocated on (review 2, N3). Nothing for other memory, and
 /// nothing once the allocation is known complete (one event query until then).

@@ -114,7 +114,19 @@ PreparedLaunch launch_prepare(const LaunchConfig& config, std::string_view compi
   }
   context->backend().make_current(device);
   return PreparedLaunch{std::move(stream), device, std::string(kernel_name),
-                        static_cast<std::size_t>(props.max_shared_memory_per_block)};
+                        static_cast<std::size_t>(props.max_shared_memory_per_block),
+                        static_cast<std::size_t>(props.max_shared_memory_per_block_optin)};
+}
+
+void check_shared_memory_total(const PreparedLaunch& launch, std::size_t static_bytes,
+                               std::size_t dynamic_bytes) {
+  if (static_bytes + dynamic_bytes <= launch.opt_in_shared_limit) return;
+  throw InvalidArgument(fmt::format(
+      "devmem::launch({}): the kernel's {} bytes of static shared memory and {} bytes of dynamic "
+      "shared memory requested ({} in all); device {} allows at most {} bytes per block (the "
+      "opt-in limit, static and dynamic together)",
+      launch.kernel_name, static_bytes, dynamic_bytes, static_bytes + dynamic_bytes, launch.device,
+      launch.opt_in_shared_limit));
 }
 
 void launch_check_array(const PreparedLaunch& launch, const DeviceArray& array,
@@ -150,8 +162,8 @@ std::string kernel_symbol_name(const void* kernel) {
   return name;
 }
 
-int constant_memory_device() {
-  const std::shared_ptr<Context> context = current_context();
+int constant_memory_device(const Stream& stream) {
+  const std::shared_ptr<Context> context = stream.context();
   context->backend().make_current(context->device());
   return context->device();
 }

@@ -66,7 +66,10 @@ MemoryInfo DirectMemoryManager::memory_info() const {
 
 // ---- async ----
 
-AsyncMemoryManager::AsyncMemoryManager(Context& context) : DirectMemoryManager(context) {
+AsyncMemoryManager::AsyncMemoryManager(Context& context) : AsyncMemoryManager(context, Options{}) {}
+
+AsyncMemoryManager::AsyncMemoryManager(Context& context, Options options)
+    : DirectMemoryManager(context), options_(options) {
   if (!context.backend().supports_async_allocation(context.device())) {
     throw InvalidArgument(fmt::format(
         "memory manager 'async': device {} of backend '{}' has no stream-ordered allocator "
@@ -74,8 +77,13 @@ AsyncMemoryManager::AsyncMemoryManager(Context& context) : DirectMemoryManager(c
         "pools)",
         context.device(), context.backend_name()));
   }
+  context.backend().set_async_release_threshold(context.device(), options_.release_threshold);
 }
 AsyncMemoryManager::~AsyncMemoryManager() = default;
+
+void AsyncMemoryManager::trim() {
+  context().backend().trim_async_pool(context().device(), 0);
+}
 
 // On the array's own stream: the legacy default stream would order the allocation after every
 // blocking stream's work (and every stream's later work after it). Other streams' uses wait for

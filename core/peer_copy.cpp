@@ -14,7 +14,11 @@
 #include <cstddef>
 #include <deque>
 #include <exception>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -25,6 +29,9 @@ namespace {
 /// Bytes per staging buffer of a copy between devices without peer access. Two buffers, so that
 /// the source device fills one while the destination device reads the other.
 constexpr std::int64_t kStagingChunk = std::int64_t{4} << 20;
+
+/// cudaErrorPeerAccessNotEnabled / hipErrorPeerAccessNotEnabled (and the host backend's number).
+constexpr int kPeerAccessNotEnabled = 705;
 
 /// A completion event of one device, destroyed with its owner (the work it was recorded after may
 /// still be pending: the vendors and the host backend allow that).
@@ -49,6 +56,8 @@ class ScopedEvent {
   void make_wait(int device, NativeStream stream) {
     backend_.stream_wait_event(device, stream, handle_);
   }
+  /// The host waits until the work before the last record has completed.
+  void synchronize() const { backend_.synchronize_event(device_, handle_); }
 
  private:
   Backend& backend_;
@@ -112,39 +121,109 @@ DeviceArray dense_on_own_device(const char* operation, const DeviceArray& array,
   }
 }
 
+/// Two page-locked buffers of kStagingChunk bytes and their events, kept per (backend, source
+/// device, destination device) between staged copies (review 2, N15: two 4 MiB buffers allocated
+/// per copy cost a cudaHostAlloc each, and with `direct` a cudaFreeHost, a device-wide
+/// synchronisation, later). A copy that takes the pipeline waits on the GPU (the `drained`
+/// events) for the previous copy's reads of a buffer before refilling it; the host never waits.
+struct StagingPipeline {
+  StagingPipeline(Context& src_ctx, int dst_device, const char* operation) {
+    for (auto& buffer : buffers) {
+      // Portable: page-locked for both devices, so that both copies are asynchronous DMA.
+      buffer = ContextState::of(src_ctx).allocate_host(kStagingChunk, HostAllocFlags::Portable,
+                                                       operation);
+    }
+    for (std::size_t b = 0; b < buffers.size(); ++b) {
+      filled.emplace_back(src_ctx.backend(), src_ctx.device());
+      drained.emplace_back(src_ctx.backend(), dst_device);
+    }
+  }
+  /// The host waits until the destination device has read both buffers (their last DMA).
+  void wait_until_drained() const {
+    for (std::size_t b = 0; b < buffers.size(); ++b) {
+      if (drained_recorded[b]) drained[b].synchronize();
+    }
+  }
+
+  std::array<std::shared_ptr<HostMemory>, 2> buffers;
+  // A deque: the events are neither copyable nor movable, and are built in place.
+  std::deque<ScopedEvent> filled;   // per buffer, on the source device
+  std::deque<ScopedEvent> drained;  // per buffer, on the destination device
+  std::array<bool, 2> drained_recorded{};
+};
+
+using PairKey = std::tuple<const Backend*, int, int>;  // backend, source, destination device
+
+/// The idle pipelines of every device pair, and the pairs whose peer access devmem enabled.
+/// Immortal (never destroyed at exit, when copies of static arrays may still run).
+struct PeerState {
+  std::mutex mutex;
+  std::map<PairKey, std::vector<std::unique_ptr<StagingPipeline>>> idle;
+  std::set<std::tuple<const Backend*, int, int>> peer_enabled;  // backend, device, peer
+};
+PeerState& peer_state() {
+  static auto* const state = new PeerState;
+  return *state;
+}
+
+/// At most this many idle pipelines are kept per pair (two threads copying at once).
+constexpr std::size_t kIdlePipelinesPerPair = 2;
+
+std::unique_ptr<StagingPipeline> take_pipeline(Context& src_ctx, int dst_device,
+                                               const char* operation) {
+  {
+    PeerState& state = peer_state();
+    const std::lock_guard lock(state.mutex);
+    auto& idle = state.idle[PairKey{&src_ctx.backend(), src_ctx.device(), dst_device}];
+    if (!idle.empty()) {
+      auto pipeline = std::move(idle.back());
+      idle.pop_back();
+      return pipeline;
+    }
+  }
+  return std::make_unique<StagingPipeline>(src_ctx, dst_device, operation);
+}
+
+void return_pipeline(const Context& src_ctx, int dst_device,
+                     std::unique_ptr<StagingPipeline> pipeline) {
+  {
+    PeerState& state = peer_state();
+    const std::lock_guard lock(state.mutex);
+    auto& idle = state.idle[PairKey{&src_ctx.backend(), src_ctx.device(), dst_device}];
+    if (idle.size() < kIdlePipelinesPerPair) {
+      idle.push_back(std::move(pipeline));
+      return;
+    }
+  }
+  pipeline->wait_until_drained();  // one too many: its buffers go back once read
+}
+
+/// Enables `device`'s access to `peer` once; later copies reuse it.
+void enable_peer_access_once(Backend& backend, int device, int peer) {
+  PeerState& state = peer_state();
+  const auto key = std::make_tuple(static_cast<const Backend*>(&backend), device, peer);
+  {
+    const std::lock_guard lock(state.mutex);
+    if (state.peer_enabled.contains(key)) return;
+  }
+  backend.enable_peer_access(device, peer);
+  const std::lock_guard lock(state.mutex);
+  state.peer_enabled.insert(key);
+}
+
 /// Copies `bytes` from `src` (memory of src_stream's device) to `dst` (memory of dst_stream's
-/// device) through two page-locked buffers: chunk k goes device-to-host on the source stream, then
-/// host-to-device on the destination stream once it is in the buffer; a buffer is refilled only
-/// after the destination stream has read it. Returns the buffers, which the caller keeps alive
-/// until the destination stream's work has completed.
-std::vector<std::shared_ptr<const void>> copy_staged(const char* operation, StreamState& dst_stream,
-                                                     std::byte* dst, StreamState& src_stream,
-                                                     const std::byte* src, std::int64_t bytes) {
+/// device) through the pair's staging pipeline: chunk k goes device-to-host on the source stream,
+/// then host-to-device on the destination stream once it is in the buffer; a buffer is refilled
+/// only after the destination stream has read it (also across copies).
+void copy_staged(const char* operation, StreamState& dst_stream, std::byte* dst,
+                 StreamState& src_stream, const std::byte* src, std::int64_t bytes) {
   Context& src_ctx = *src_stream.context;
   Context& dst_ctx = *dst_stream.context;
   Backend& backend = src_ctx.backend();
   const int src_device = src_ctx.device();
   const int dst_device = dst_ctx.device();
   const std::int64_t chunks = (bytes + kStagingChunk - 1) / kStagingChunk;
-  const std::int64_t buffer_bytes = std::min(bytes, kStagingChunk);
-  const std::size_t buffer_count = chunks > 1 ? 2 : 1;
-
-  std::vector<std::shared_ptr<const void>> buffers;
-  std::array<std::byte*, 2> staging{};
-  for (std::size_t b = 0; b < buffer_count; ++b) {
-    // Portable: page-locked for both devices, so that both copies are asynchronous DMA.
-    auto memory =
-        ContextState::of(src_ctx).allocate_host(buffer_bytes, HostAllocFlags::Portable, operation);
-    staging[b] = memory->ptr;
-    buffers.push_back(std::move(memory));
-  }
-  // A deque: the events are neither copyable nor movable, and are built in place.
-  std::deque<ScopedEvent> filled;   // per buffer, on the source device
-  std::deque<ScopedEvent> drained;  // per buffer, on the destination device
-  for (std::size_t b = 0; b < buffer_count; ++b) {
-    filled.emplace_back(backend, src_device);
-    drained.emplace_back(backend, dst_device);
-  }
+  std::unique_ptr<StagingPipeline> pipeline = take_pipeline(src_ctx, dst_device, operation);
 
   std::int64_t chunk = 0;
   try {
@@ -152,19 +231,24 @@ std::vector<std::shared_ptr<const void>> copy_staged(const char* operation, Stre
       const auto b = static_cast<std::size_t>(chunk % 2);
       const std::int64_t offset = chunk * kStagingChunk;
       const auto n = static_cast<std::size_t>(std::min(kStagingChunk, bytes - offset));
-      if (chunk >= 2) drained[b].make_wait(src_device, src_stream.handle);
-      backend.copy(src_device, staging[b], src + offset, n, CopyKind::DeviceToHost,
-                   src_stream.handle);
-      filled[b].record(src_stream.handle);
-      filled[b].make_wait(dst_device, dst_stream.handle);
-      backend.copy(dst_device, dst + offset, staging[b], n, CopyKind::HostToDevice,
-                   dst_stream.handle);
-      drained[b].record(dst_stream.handle);
+      std::byte* const staging = pipeline->buffers[b]->ptr;
+      if (pipeline->drained_recorded[b]) {
+        pipeline->drained[b].make_wait(src_device, src_stream.handle);
+      }
+      backend.copy(src_device, staging, src + offset, n, CopyKind::DeviceToHost, src_stream.handle);
+      pipeline->filled[b].record(src_stream.handle);
+      pipeline->filled[b].make_wait(dst_device, dst_stream.handle);
+      backend.copy(dst_device, dst + offset, staging, n, CopyKind::HostToDevice, dst_stream.handle);
+      pipeline->drained[b].record(dst_stream.handle);
+      pipeline->drained_recorded[b] = true;
     }
   } catch (...) {
     // Chunks already enqueued may still use the buffers: they go only once both streams' work so
-    // far has completed, never back to a pool while a copy may write into them.
+    // far has completed, never back to a pool while a copy may write into them. The pipeline is
+    // not reused (its events' state is unknown).
     try {
+      const std::vector<std::shared_ptr<const void>> buffers(pipeline->buffers.begin(),
+                                                             pipeline->buffers.end());
       ContextState::of(src_ctx).in_flight.retire_after(src_stream, buffers);
       ContextState::of(dst_ctx).in_flight.retire_after(dst_stream, buffers);
     } catch (const std::exception& e) {
@@ -173,7 +257,7 @@ std::vector<std::shared_ptr<const void>> copy_staged(const char* operation, Stre
     }
     rethrow_with_chunk(operation, chunk, chunks, bytes, src_device, dst_device);
   }
-  return buffers;
+  return_pipeline(src_ctx, dst_device, std::move(pipeline));
 }
 
 }  // namespace
@@ -212,21 +296,55 @@ void copy_between_devices(const char* operation, StreamState& dst_stream, const 
   const bool mapped = ArrayAccess::memory(src_dense)->host_alias != nullptr ||
                       ArrayAccess::memory(dst_dense)->host_alias != nullptr;
   if (!mapped && backend.can_access_peer(dst_ctx.device(), src_ctx.device())) {
-    backend.enable_peer_access(dst_ctx.device(), src_ctx.device());
+    enable_peer_access_once(backend, dst_ctx.device(), src_ctx.device());
     order_after(backend, dst_stream, src_stream);
-    backend.copy_peer(dst_ctx.device(), to, src_ctx.device(), from, static_cast<std::size_t>(bytes),
-                      dst_stream.handle);
+    try {
+      backend.copy_peer(dst_ctx.device(), to, src_ctx.device(), from,
+                        static_cast<std::size_t>(bytes), dst_stream.handle);
+    } catch (const BackendError& e) {
+      // Peer access withdrawn behind devmem's back (the application's disable call): enable it
+      // again, once.
+      if (e.code() != kPeerAccessNotEnabled) throw;
+      forget_peer_access(backend, dst_ctx.device(), src_ctx.device());
+      enable_peer_access_once(backend, dst_ctx.device(), src_ctx.device());
+      backend.copy_peer(dst_ctx.device(), to, src_ctx.device(), from,
+                        static_cast<std::size_t>(bytes), dst_stream.handle);
+    }
     // Later work on the source's stream (which may overwrite the source) waits for the read.
     order_after(backend, src_stream, dst_stream);
   } else {
-    for (auto& buffer : copy_staged(operation, dst_stream, to, src_stream, from, bytes)) {
-      keep.push_back(std::move(buffer));
-    }
+    copy_staged(operation, dst_stream, to, src_stream, from, bytes);
   }
   finish_enqueued(dst_stream, std::move(keep));
   if (!bytes_match && !dst.layout().is_c_contiguous()) {
     copy_elements(operation, dst_ctx, dst_stream, endpoint(dst), endpoint(dst_dense));
   }
+}
+
+void release_idle_peer_staging() noexcept {
+  std::vector<std::unique_ptr<StagingPipeline>> released;
+  {
+    PeerState& state = peer_state();
+    const std::lock_guard lock(state.mutex);
+    for (auto& [pair, idle] : state.idle) {
+      for (auto& pipeline : idle) released.push_back(std::move(pipeline));
+    }
+    state.idle.clear();
+  }
+  for (const auto& pipeline : released) {
+    try {
+      pipeline->wait_until_drained();
+    } catch (const std::exception& e) {
+      report_error(
+          fmt::format("releasing the staging buffers of copies between devices: {}", e.what()));
+    }
+  }
+}
+
+void forget_peer_access(const Backend& backend, int device, int peer) noexcept {
+  PeerState& state = peer_state();
+  const std::lock_guard lock(state.mutex);
+  state.peer_enabled.erase(std::make_tuple(&backend, device, peer));
 }
 
 }  // namespace devmem::detail

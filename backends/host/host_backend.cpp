@@ -435,6 +435,12 @@ std::int64_t HostBackend::device_memory_used(int device) {
   return devices_[static_cast<std::size_t>(device)].used;
 }
 
+AsyncPoolState HostBackend::async_pool_state(int device) {
+  check_device("async_pool_state", device);
+  const std::lock_guard lock(memory_mutex_);
+  return devices_[static_cast<std::size_t>(device)].async_pool;
+}
+
 // ---- Device memory ------------------------------------------------------------------------------
 
 void* HostBackend::allocate(int device, std::size_t bytes) {
@@ -506,6 +512,22 @@ bool HostBackend::supports_async_allocation(int device) {
 void* HostBackend::allocate_async(int device, std::size_t bytes, NativeStream stream) {
   if (stream != nullptr) static_cast<void>(find_stream("allocate_async", device, stream));
   return allocate(device, bytes);
+}
+
+// The simulator's stream-ordered "pool" keeps nothing (a free is a free), so the settings are only
+// recorded, for tests of what devmem asks of a vendor pool.
+void HostBackend::set_async_release_threshold(int device, std::uint64_t bytes) {
+  check_device("set_async_release_threshold", device);
+  const std::lock_guard lock(memory_mutex_);
+  devices_[static_cast<std::size_t>(device)].async_pool.release_threshold = bytes;
+}
+
+void HostBackend::trim_async_pool(int device, std::size_t keep_bytes) {
+  check_device("trim_async_pool", device);
+  const std::lock_guard lock(memory_mutex_);
+  AsyncPoolState& pool = devices_[static_cast<std::size_t>(device)].async_pool;
+  ++pool.trims;
+  pool.last_trim_keep_bytes = keep_bytes;
 }
 
 void HostBackend::deallocate_async(int device, void* ptr, NativeStream stream) {

@@ -79,6 +79,8 @@ class HostBackend final : public Backend {
   [[nodiscard]] static HostBackend* live_instance() noexcept;
   /// Bytes of device memory allocated on `device`.
   [[nodiscard]] std::int64_t device_memory_used(int device);
+  /// The stream-ordered pool's settings of `device` (host::async_pool_state).
+  [[nodiscard]] AsyncPoolState async_pool_state(int device);
 
   [[nodiscard]] std::string_view name() const noexcept override { return "host"; }
   [[nodiscard]] int device_count() override { return device_count_; }
@@ -98,6 +100,8 @@ class HostBackend final : public Backend {
   [[nodiscard]] bool supports_async_allocation(int device) override;
   [[nodiscard]] void* allocate_async(int device, std::size_t bytes, NativeStream stream) override;
   void deallocate_async(int device, void* ptr, NativeStream stream) override;
+  void set_async_release_threshold(int device, std::uint64_t bytes) override;
+  void trim_async_pool(int device, std::size_t keep_bytes) override;
 
   [[nodiscard]] NativeStream create_stream(int device) override;
   void destroy_stream(int device, NativeStream stream) override;
@@ -182,6 +186,7 @@ class HostBackend final : public Backend {
   struct DeviceMemory {
     AllocationMap allocations;  // start address -> bytes
     std::int64_t used = 0;
+    AsyncPoolState async_pool;  // what the stream-ordered pool was told (it keeps nothing)
   };
 
   /// BackendError with the message "host <function>: <status> (<code>): <details>".

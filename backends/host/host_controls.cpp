@@ -226,6 +226,13 @@ std::int64_t device_memory_capacity() noexcept {
   return kDefaultCapacity;
 }
 
+AsyncPoolState async_pool_state(int device) {
+  if (HostBackend* const backend = HostBackend::live_instance()) {
+    return backend->async_pool_state(device);
+  }
+  return {};
+}
+
 std::int64_t device_memory_used(int device) {
   // Before the host backend exists nothing can have been allocated; the index is still checked so
   // that a wrong device is reported the same way in both cases.

@@ -41,6 +41,7 @@ enum Error : int {
   kInvalidPitch = 12,
   kNoDevice = 100,
   kInvalidDevice = 101,
+  kNoKernelImageForDevice = 209,
   kPeerUnsupported = 217,
   kInvalidResourceHandle = 400,
   kIllegalState = 401,

@@ -38,6 +38,13 @@ DEVMEM_API int raw_get_device();
 DEVMEM_API int raw_get_last_error();
 DEVMEM_API int raw_launch_copy(void* dst, const void* src, std::size_t bytes, NativeStream stream);
 
+/// Makes every later launch of libdevmem's strided-copy kernel on `device` fail with 209
+/// (cudaErrorNoKernelImageForDevice), as on a GPU the library has no code for (an A100 for a
+/// library built for sm_90 only, an MI300 for gfx90a); false restores.
+DEVMEM_API void set_missing_kernel_image(int device, bool missing);
+/// Launches of the strided-copy kernel asked for so far, the refused ones included.
+DEVMEM_API std::size_t strided_copy_launches();
+
 /// The last temporary of a strided copy that the backend put back in its cache (poisoned then),
 /// and how many have gone back so far.
 struct ReturnedScratch {

@@ -77,6 +77,8 @@ struct Block {
 };
 
 thread_local int t_current = 0;
+std::atomic<bool> g_missing_kernel_image[kDevices] = {};  // set_missing_kernel_image
+std::atomic<std::size_t> g_strided_copy_launches{0};
 thread_local int t_last_error = kOk;
 
 // The handle of the legacy default stream: resolved to the current device's legacy stream.
@@ -1093,6 +1095,10 @@ void StrictFakeApi::scratchReturned(void* ptr, std::size_t bytes, bool host) noe
 }
 S StrictFakeApi::launchCopyStrided(const gpu_runtime::StridedCopyArgs& args, Stream stream) {
   STRICT_FAKE_PROLOGUE("strictFakeLaunchKernel");
+  g_strided_copy_launches.fetch_add(1);
+  if (t_current >= 0 && t_current < kDevices && g_missing_kernel_image[t_current].load()) {
+    return fail(kNoKernelImageForDevice, kFn);
+  }
   const auto unit = static_cast<std::uintptr_t>(args.unit);
   bool aligned = args.rank >= 1 && args.rank <= gpu_runtime::kStridedCopyMaxRank && unit != 0 &&
                  (reinterpret_cast<std::uintptr_t>(args.dst) % unit) == 0 &&
@@ -1161,6 +1167,8 @@ const char* StrictFakeApi::errorName(Error code) noexcept {
       return "strictFakeErrorNoDevice";
     case kInvalidDevice:
       return "strictFakeErrorInvalidDevice";
+    case kNoKernelImageForDevice:
+      return "strictFakeErrorNoKernelImageForDevice";
     case kPeerUnsupported:
       return "strictFakeErrorPeerAccessUnsupported";
     case kInvalidResourceHandle:
@@ -1198,6 +1206,8 @@ const char* StrictFakeApi::errorString(Error code) noexcept {
       return "out of memory";
     case kInvalidDevice:
       return "invalid device ordinal";
+    case kNoKernelImageForDevice:
+      return "no kernel image is available for execution on the device";
     case kInvalidResourceHandle:
       return "invalid resource handle";
     case kIllegalAddress:
@@ -1262,6 +1272,12 @@ int raw_get_device() {
 }
 int raw_get_last_error() {
   return StrictFakeApi::getLastError();
+}
+void set_missing_kernel_image(int device, bool missing) {
+  if (device >= 0 && device < kDevices) g_missing_kernel_image[device].store(missing);
+}
+std::size_t strided_copy_launches() {
+  return g_strided_copy_launches.load();
 }
 ReturnedScratch last_returned_scratch() {
   Runtime& r = rt();

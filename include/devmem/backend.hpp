@@ -166,6 +166,15 @@ class DEVMEM_API Backend {
   /// completed, without waiting for it (and without the device-wide synchronisation of a
   /// cudaFree / hipFree).
   virtual void deallocate_async(int device, void* ptr, NativeStream stream);
+  /// How many bytes of freed memory the device's stream-ordered pool keeps for reuse across
+  /// synchronizations (cudaMemPoolAttrReleaseThreshold of the device's default pool; the vendors'
+  /// default, 0, hands everything back to the system at every stream, event or device
+  /// synchronization, so that the next cudaMallocAsync costs about a cudaMalloc). InvalidArgument
+  /// where there is no stream-ordered allocator.
+  virtual void set_async_release_threshold(int device, std::uint64_t bytes);
+  /// Hands the pool's unused memory back to the system until it holds at most `keep_bytes`
+  /// (cudaMemPoolTrimTo). InvalidArgument where there is no stream-ordered allocator.
+  virtual void trim_async_pool(int device, std::size_t keep_bytes);
 
   // Page-locked host memory and registration of existing host memory.
   [[nodiscard]] virtual void* host_allocate(int device, std::size_t bytes,

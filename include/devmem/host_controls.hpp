@@ -78,6 +78,15 @@ DEVMEM_API void set_device_memory_capacity(std::int64_t bytes);
 [[nodiscard]] DEVMEM_API std::int64_t device_memory_capacity() noexcept;
 /// Bytes of simulated device memory currently allocated on `device`.
 [[nodiscard]] DEVMEM_API std::int64_t device_memory_used(int device = 0);
+/// What devmem asked of a device's stream-ordered pool (Backend::set_async_release_threshold and
+/// trim_async_pool, from the `async` memory manager). The simulator's pool keeps nothing.
+struct AsyncPoolState {
+  std::uint64_t release_threshold = 0;  // the vendors' default until set
+  std::int64_t trims = 0;
+  std::size_t last_trim_keep_bytes = 0;
+};
+/// The pool state of `device` (all zero before the host backend exists). Thread-safe.
+[[nodiscard]] DEVMEM_API AsyncPoolState async_pool_state(int device = 0);
 
 /// Makes the `nth` (1-based) call of `kind` from now on, and the `count` - 1 calls right after
 /// it, fail with `status` (Injected by default; MemoryAllocation makes an allocation report

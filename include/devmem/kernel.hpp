@@ -285,6 +285,8 @@ struct PreparedLaunch {
   std::string kernel_name;
   /// Dynamic shared memory a kernel may use without opting in (above it, the GPU layers opt in).
   std::size_t default_shared_limit = 0;
+  /// Shared memory (static and dynamic together) a block may use after opting in.
+  std::size_t opt_in_shared_limit = 0;
 };
 
 /// Resolves the stream, checks that the active backend is `compiled_for` and that the grid, block
@@ -296,9 +298,9 @@ struct PreparedLaunch {
 [[nodiscard]] DEVMEM_API PreparedLaunch
 launch_prepare(const LaunchConfig& config, std::string_view compiled_for,
                std::string_view kernel_name, std::string_view compiled_architectures = {});
-/// The device whose constant memory const_array_like fills: the current context's (made current
-/// on this thread by the library).
-[[nodiscard]] DEVMEM_API int constant_memory_device();
+/// The device whose constant memory const_array_like fills: `stream`'s device, or the current
+/// context's for an unspecified stream; made current on this thread by the library.
+[[nodiscard]] DEVMEM_API int constant_memory_device(const Stream& stream = {});
 /// InvalidArgument "devmem::launch(<kernel>): argument <index>: <what>".
 [[noreturn]] DEVMEM_API void throw_argument_error(const PreparedLaunch& launch, std::size_t index,
                                                   std::string_view what);
@@ -354,6 +356,11 @@ DEVMEM_API void launch_check_array(const PreparedLaunch& launch, const DeviceArr
 /// known complete (MemoryManager::allocates_in_stream_order). Call before enqueueing the kernel.
 DEVMEM_API void order_launch_after_allocations(
     const Stream& stream, const std::vector<std::shared_ptr<const void>>& memory);
+/// InvalidArgument naming the values unless the kernel's `static_bytes` of shared memory and the
+/// launch's `dynamic_bytes` fit the device's opt-in limit together (the GPU layers, which know the
+/// kernel's static size, call it for launches above the default limit).
+DEVMEM_API void check_shared_memory_total(const PreparedLaunch& launch, std::size_t static_bytes,
+                                          std::size_t dynamic_bytes);
 /// Keeps `objects` alive until the work enqueued on `stream` so far has completed.
 DEVMEM_API void keep_alive_until_complete(const Stream& stream,
                                           std::vector<std::shared_ptr<const void>> objects);
@@ -645,29 +652,32 @@ void launch(const LaunchConfig& config, Args&&... args) {
 }
 
 /// Fills the constant array `symbol` (declared with DEVMEM_CONSTANT_ARRAY) with `values`, which
-/// must have exactly N elements (InvalidArgument otherwise). Waits for kernels already launched on
-/// the device's default-synchronising streams, like cudaMemcpyToSymbol; kernels launched later
-/// see the new values.
+/// must have exactly N elements (InvalidArgument otherwise), on the device of `stream` (the
+/// current device for an unspecified stream): constant memory is per device, so fill it for the
+/// device the kernels that read it are launched on. Waits for kernels already launched on the
+/// device's default-synchronising streams, like cudaMemcpyToSymbol; kernels launched later see
+/// the new values.
 template <class T, std::size_t N, class Values>
   requires requires(const Values& v) {
              std::data(v);
              std::size(v);
            }
-void const_array_like(T (&symbol)[N], const Values& values) {
+void const_array_like(T (&symbol)[N], const Values& values, const Stream& stream = {}) {
   using Value = std::remove_cv_t<std::remove_pointer_t<decltype(std::data(values))>>;
   static_assert(std::is_same_v<Value, std::remove_cv_t<T>>,
                 "const_array_like: the values' element type must be the constant array's");
   detail::check_constant_size("const_array_like", N, static_cast<std::size_t>(std::size(values)));
-  detail::copy_to_constant(symbol, detail::constant_memory_device(), std::data(values),
+  detail::copy_to_constant(symbol, detail::constant_memory_device(stream), std::data(values),
                            N * sizeof(T));
 }
 /// The same from a host array (dtype and size checked).
 template <class T, std::size_t N>
-void const_array_like(T (&symbol)[N], const HostArray& values) {
+void const_array_like(T (&symbol)[N], const HostArray& values, const Stream& stream = {}) {
   detail::check_dtype(dtype_of<std::remove_cv_t<T>>(), values.dtype(), "const_array_like");
   detail::check_constant_size("const_array_like", N, static_cast<std::size_t>(values.size()));
   const HostArray dense = values.is_c_contiguous() ? values : values.copy(Order::C);
-  detail::copy_to_constant(symbol, detail::constant_memory_device(), dense.data(), N * sizeof(T));
+  detail::copy_to_constant(symbol, detail::constant_memory_device(stream), dense.data(),
+                           N * sizeof(T));
 }
 
 }  // namespace devmem

@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -172,12 +173,29 @@ class DEVMEM_API DirectMemoryManager : public MemoryManager {
 /// pools). Page-locked host memory and memory_info are the direct manager's.
 class DEVMEM_API AsyncMemoryManager : public DirectMemoryManager {
  public:
+  struct Options {
+    /// Freed bytes the device's pool keeps for reuse across synchronizations (the pool's release
+    /// threshold, set when the manager is made). The default keeps everything: devmem
+    /// synchronizes at every default-stream operation, and the vendors' own default (0) would
+    /// hand the memory back at each of them, so that every allocation cost a cudaMalloc again.
+    /// trim() hands it back on request. The pool is the device's, shared with every user of the
+    /// stream-ordered allocator in the process.
+    std::uint64_t release_threshold = std::numeric_limits<std::uint64_t>::max();
+  };
   explicit AsyncMemoryManager(Context& context);
+  AsyncMemoryManager(Context& context, Options options);
   ~AsyncMemoryManager() override;
   [[nodiscard]] std::string_view name() const noexcept override { return "async"; }
   [[nodiscard]] void* allocate(std::size_t bytes, const Stream& stream) override;
   void deallocate(void* ptr, std::size_t bytes, const Stream& stream) override;
   [[nodiscard]] bool allocates_in_stream_order() const noexcept override { return true; }
+  /// Hands the device pool's unused memory back to the system (cudaMemPoolTrimTo(pool, 0)).
+  void trim() override;
+  /// The options the manager was made with.
+  [[nodiscard]] const Options& options() const noexcept { return options_; }
+
+ private:
+  Options options_;
 };
 
 /// Statistics of a PoolMemoryManager.

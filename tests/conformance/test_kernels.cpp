@@ -14,6 +14,7 @@
 #include <devmem/kernel.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <numeric>
@@ -152,6 +153,19 @@ DEVMEM_KERNEL void record_coordinates(ArrayView<long long, 3> out) {
 }
 
 struct SharedScratchTag {};
+
+constexpr unsigned kStaticSharedThreads = 256;
+struct StaticSharedTag {};
+/// 16 KiB of static shared memory plus whatever dynamic memory the launch gives.
+DEVMEM_KERNEL void static_and_dynamic_shared(ArrayView<unsigned, 1> out) {
+  auto fixed = devmem::shared_array<unsigned, 4096>(StaticSharedTag{});
+  unsigned* const dynamic = devmem::dynamic_shared<unsigned>();
+  const unsigned t = devmem::thread_idx().x;
+  fixed[t] = t;
+  dynamic[t] = 2u * t;
+  devmem::syncthreads();
+  out[t] = fixed[t] + dynamic[t];
+}
 
 DEVMEM_KERNEL void distinct_shared_arrays(ArrayView<int, 1> out, ArrayView<int, 1> aliasing) {
   DEVMEM_SHARED_ARRAY(first, int, 32);
@@ -356,7 +370,7 @@ TEST_CASE("kernels: per-thread local arrays", "[kernels]") {
   CHECK(out == host);
 }
 
-TEST_CASE("kernels: constant-memory lookup table", "[kernels]") {
+TEST_CASE("kernels: constant-memory lookup table", "[kernels][multi-device]") {
   std::vector<float> table(kLutSize);
   for (int i = 0; i < kLutSize; ++i)
     table[static_cast<std::size_t>(i)] = 0.5f * static_cast<float>(i * i);
@@ -379,6 +393,27 @@ TEST_CASE("kernels: constant-memory lookup table", "[kernels]") {
     const auto again = out.to_vector<float>();
     for (std::size_t i = 0; i < keys.size(); ++i) {
       CHECK(again[i] == doubled[static_cast<std::size_t>(keys[i] % kLutSize)]);
+    }
+  }
+  SECTION("filled for the device of the stream the kernels run on") {
+    // Constant memory is per device: with several devices, the fill goes to the stream's device,
+    // not the thread's current one (review 1, finding 2).
+    const int last = devmem::device_count() - 1;
+    const int before = devmem::current_device();
+    const devmem::Stream there = [&] {
+      const devmem::DeviceScope scope = devmem::device_scope(last);
+      return devmem::stream();
+    }();
+    std::vector<float> tripled(table);
+    for (auto& v : tripled) v *= 3.0f;
+    devmem::const_array_like(conformance_lut, tripled, there);
+    CHECK(devmem::current_device() == before);
+    const DeviceArray keys_there = devmem::to_device(keys, there);
+    const DeviceArray out_there = devmem::device_array<float>({1000}, devmem::Order::C, there);
+    devmem::launch({blocks_for(1000, 128), 128, 0, there}, lookup, keys_there, out_there);
+    const auto got_there = out_there.to_vector<float>(there);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      CHECK(got_there[i] == tripled[static_cast<std::size_t>(keys[i] % kLutSize)]);
     }
   }
   SECTION("the size must match the constant array") {
@@ -451,6 +486,69 @@ TEST_CASE("kernels: 100 KiB of dynamic shared memory, beyond the default limit",
       REQUIRE(got[block * kThreads + t] == expected);
     }
   }
+}
+
+TEST_CASE("kernels: one kernel from two threads with different shared sizes beyond the default",
+          "[kernels][thread]") {
+  // Review 2, N13: the opt-in attribute was set to each launch's own size, so two threads could
+  // interleave set and launch and one launch would fail. Only a GPU gives more than the default
+  // (HIP-CPU's opt-in limit is its default; the host simulator does not opt in).
+  const auto props = devmem::current_context()->properties();
+  constexpr unsigned kThreads = 128;
+  const unsigned small_words = 64 * 1024 / sizeof(unsigned);
+  const unsigned large_words = 100 * 1024 / sizeof(unsigned);
+  if (devmem::backend_name() == "host" ||
+      props.max_shared_memory_per_block_optin <
+          static_cast<int64_t>(large_words * sizeof(unsigned))) {
+    WARN("the device gives no opt-in shared memory beyond 100 KiB: nothing to race");
+    return;
+  }
+  const auto run = [&](unsigned words, int rounds, std::atomic<int>* failures) {
+    const devmem::Stream s = devmem::stream();
+    const DeviceArray out = devmem::device_array<unsigned>({1, kThreads}, Order::C, s);
+    for (int round = 0; round < rounds; ++round) {
+      try {
+        devmem::launch({1, kThreads, words * sizeof(unsigned), s}, sum_large_dynamic_shared, out,
+                       words);
+      } catch (const std::exception&) {
+        failures->fetch_add(1);
+      }
+    }
+    const std::vector<unsigned> got = out.to_vector<unsigned>(s);
+    unsigned expected = 0;
+    for (unsigned i = 5; i < words; i += kThreads) expected += (words - 1u - i) * 3u;
+    if (got[5] != expected) failures->fetch_add(1000);
+  };
+  std::atomic<int> failures{0};
+  std::thread small([&] { run(small_words, 300, &failures); });
+  std::thread large([&] { run(large_words, 300, &failures); });
+  small.join();
+  large.join();
+  CHECK(failures.load() == 0);
+}
+
+TEST_CASE("kernels: static and dynamic shared memory count together against the opt-in limit",
+          "[kernels]") {
+  const auto props = devmem::current_context()->properties();
+  if (devmem::backend_name() == "host" ||
+      props.max_shared_memory_per_block_optin <= props.max_shared_memory_per_block) {
+    WARN("the device has no opt-in shared memory: nothing to check");
+    return;
+  }
+  const auto optin = static_cast<std::size_t>(props.max_shared_memory_per_block_optin);
+  const devmem::Stream s = devmem::stream();
+  const DeviceArray out = devmem::device_array<unsigned>({kStaticSharedThreads}, Order::C, s);
+  // 16 KiB static: the rest of the opt-in limit fits, 4 bytes more does not (the runtime's own
+  // answer would be an invalid-argument launch error naming neither).
+  const std::size_t fits = optin - 4096 * sizeof(unsigned);
+  devmem::launch({1, kStaticSharedThreads, fits, s}, static_and_dynamic_shared, out);
+  const std::vector<unsigned> got = out.to_vector<unsigned>(s);
+  for (unsigned t = 0; t < kStaticSharedThreads; ++t) REQUIRE(got[t] == 3u * t);
+  CHECK_THROWS_MATCHES(
+      devmem::launch({1, kStaticSharedThreads, fits + 4, s}, static_and_dynamic_shared, out),
+      devmem::InvalidArgument,
+      MessageContains("bytes of static shared memory and " + std::to_string(fits + 4) +
+                      " bytes of dynamic shared memory requested"));
 }
 
 TEST_CASE("kernels: thread, block and grid coordinates in 3 dimensions", "[kernels]") {

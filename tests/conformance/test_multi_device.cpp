@@ -407,6 +407,12 @@ TEST_CASE("multi-device: direct and staged copies between simulated devices",
     CHECK(devmem::host::call_count(devmem::host::Call::HostAllocate) == host_allocations);
     CHECK(devmem::host::call_count(devmem::host::Call::Copy) == copies + 1);
     CHECK(device_values(b) == iota_vec(n));
+    // devmem enables the access once; withdrawn behind its back, it is enabled again.
+    devmem::host::set_peer_access(1, 0, false);
+    devmem::host::set_peer_access(1, 0, true);
+    const DeviceArray c = filled_on(1, Shape{n}, -1.0);
+    c.copy_to_device(a);
+    CHECK(device_values(c) == iota_vec(n));
   }
   SECTION("without peer access: staged through page-locked memory, two buffers, three chunks") {
     devmem::host::set_peer_access(1, 0, false);
@@ -417,9 +423,24 @@ TEST_CASE("multi-device: direct and staged copies between simulated devices",
     CHECK(devmem::host::call_count(devmem::host::Call::HostAllocate) == host_allocations + 2);
     CHECK(devmem::host::call_count(devmem::host::Call::Copy) == copies + 6);  // 3 x (D2H + H2D)
     CHECK(device_values(b) == iota_vec(n));
-    // The staging buffers go back once the copy is done.
-    devmem::context_for_device(0)->flush_deallocations();
-    CHECK(devmem::context_for_device(0)->host_statistics().current_bytes == 0);
+    // The pair keeps its two buffers: the next copies allocate nothing (review 2, N15), and a
+    // copy the other way has a pipeline of its own.
+    devmem::host::set_peer_access(0, 1, false);
+    const DeviceArray c = filled_on(1, Shape{n}, -2.0);
+    c.copy_to_device(b);  // same device: no staging
+    a.copy_to_device(c);  // 1 -> 0
+    b.copy_to_device(a);
+    CHECK(devmem::host::call_count(devmem::host::Call::HostAllocate) == host_allocations + 4);
+    CHECK(device_values(b) == iota_vec(n));
+    b.copy_to_device(a);
+    CHECK(devmem::host::call_count(devmem::host::Call::HostAllocate) == host_allocations + 4);
+    CHECK(devmem::context_for_device(0)->host_statistics().current_bytes == 8 * kMiB);
+    // Freed on request once their last reads are done (and at exit).
+    devmem::release_cached_buffers();
+    for (int d = 0; d < 2; ++d) {
+      devmem::context_for_device(d)->flush_deallocations();
+      CHECK(devmem::context_for_device(d)->host_statistics().current_bytes == 0);
+    }
   }
   SECTION("the backend refuses a peer copy without peer access") {
     devmem::host::set_peer_access(1, 0, false);
@@ -536,8 +557,10 @@ TEST_CASE("multi-device: a failure in the middle of a staged copy leaks nothing"
       s0.synchronize();
     }
   }
-  // The staging buffers are held by both devices' keep-alives until their streams are done.
+  // The staging buffers are held by both devices' keep-alives until their streams are done, or
+  // kept for the pair when the copy was enqueued whole (then freed on request).
   for (int d = 0; d < 2; ++d) devmem::context_for_device(d)->synchronize();
+  devmem::release_cached_buffers();
   for (int d = 0; d < 2; ++d) {
     const auto ctx = devmem::context_for_device(d);
     ctx->flush_deallocations();

@@ -146,6 +146,10 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 inline cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
   return hipMemGetInfo(free_bytes, total_bytes);
 }
+using cudaFuncAttributes = hipFuncAttributes;
+inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, const void* function) {
+  return hipFuncGetAttributes(attributes, function);
+}
 inline cudaError_t cudaFuncSetAttribute(const void* function, cudaFuncAttribute attribute,
                                         int value) {
   return hipFuncSetAttribute(function, attribute, value);

@@ -17,6 +17,7 @@ struct KernelRuntime {
   static constexpr Error kSuccess = cudaSuccess;
   static constexpr const char* kLaunchCall = "cudaLaunchKernel";
   static constexpr const char* kFuncAttributeCall = "cudaFuncSetAttribute";
+  static constexpr const char* kFuncGetAttributesCall = "cudaFuncGetAttributes";
   static constexpr const char* kToSymbolCall = "cudaMemcpyToSymbol";
   static constexpr const char* kGetDeviceCall = "cudaGetDevice";
   static constexpr const char* kSetDeviceCall = "cudaSetDevice";
@@ -41,6 +42,13 @@ struct KernelRuntime {
 #endif
   static const char* error_name(Error status) { return cudaGetErrorName(status); }
   static const char* error_string(Error status) { return cudaGetErrorString(status); }
+  /// The kernel's static shared memory (its __shared__ variables), in bytes.
+  static Error static_shared_bytes(const void* kernel, std::size_t* bytes) {
+    cudaFuncAttributes attributes{};
+    const Error status = cudaFuncGetAttributes(&attributes, kernel);
+    *bytes = status == kSuccess ? attributes.sharedSizeBytes : 0;
+    return status;
+  }
   static Error opt_in_dynamic_shared(const void* kernel, std::size_t bytes) {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(bytes));

@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <tuple>
 #include <utility>
 
@@ -77,17 +79,42 @@ typename KernelRuntime::Error enqueue_kernel(const LaunchConfig& config,
 #endif
 }
 
+/// More than the default per-block limit of dynamic shared memory: the kernel must opt in. Its
+/// limit is raised once per kernel and device, to the largest the device allows it (the opt-in
+/// maximum less the kernel's static shared memory), never per launch to that launch's size: two
+/// threads launching one kernel with different sizes would interleave set and launch, and one
+/// launch would fail (review 2, N13). The static size is asked once as well.
+inline void opt_in_shared_memory(const void* kernel, const PreparedLaunch& launch,
+                                 std::size_t dynamic_bytes) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, std::size_t> static_bytes_of;  // once raised
+  std::size_t static_bytes = 0;
+  {
+    const std::lock_guard lock(mutex);
+    const auto key = std::make_pair(kernel, launch.device);
+    if (const auto it = static_bytes_of.find(key); it != static_bytes_of.end()) {
+      static_bytes = it->second;
+    } else {
+      check_kernel_runtime(KernelRuntime::static_shared_bytes(kernel, &static_bytes),
+                           KernelRuntime::kFuncGetAttributesCall);
+      if (static_bytes < launch.opt_in_shared_limit) {
+        check_kernel_runtime(
+            KernelRuntime::opt_in_dynamic_shared(kernel, launch.opt_in_shared_limit - static_bytes),
+            KernelRuntime::kFuncAttributeCall);
+      }
+      static_bytes_of.emplace(key, static_bytes);
+    }
+  }
+  check_shared_memory_total(launch, static_bytes, dynamic_bytes);
+}
+
 template <class... Params, class Tuple>
 void launch_on_backend(const PreparedLaunch& launch, const LaunchConfig& config,
                        void (*kernel)(Params...), Tuple&& arguments,
                        std::vector<std::shared_ptr<const void>> keep_alive) {
   use_kernel_device(launch.device);
   if (config.shared_bytes > launch.default_shared_limit) {
-    // More than the default per-block limit: the kernel must opt in (launch_prepare checked the
-    // opt-in limit).
-    check_kernel_runtime(KernelRuntime::opt_in_dynamic_shared(reinterpret_cast<const void*>(kernel),
-                                                              config.shared_bytes),
-                         KernelRuntime::kFuncAttributeCall);
+    opt_in_shared_memory(reinterpret_cast<const void*>(kernel), launch, config.shared_bytes);
   }
   order_launch_after_allocations(launch.stream, keep_alive);
   check_kernel_runtime(enqueue_kernel(config, KernelRuntime::stream(launch.stream.native_handle()),

@@ -17,6 +17,7 @@ struct KernelRuntime {
   static constexpr Error kSuccess = hipSuccess;
   static constexpr const char* kLaunchCall = "hipLaunchKernel";
   static constexpr const char* kFuncAttributeCall = "hipFuncSetAttribute";
+  static constexpr const char* kFuncGetAttributesCall = "hipFuncGetAttributes";
   static constexpr const char* kToSymbolCall = "hipMemcpyToSymbol";
   static constexpr const char* kGetDeviceCall = "hipGetDevice";
   static constexpr const char* kSetDeviceCall = "hipSetDevice";
@@ -41,6 +42,13 @@ struct KernelRuntime {
 #endif
   static const char* error_name(Error status) { return hipGetErrorName(status); }
   static const char* error_string(Error status) { return hipGetErrorString(status); }
+  /// The kernel's static shared memory (its __shared__ variables), in bytes.
+  static Error static_shared_bytes(const void* kernel, std::size_t* bytes) {
+    hipFuncAttributes attributes{};
+    const Error status = hipFuncGetAttributes(&attributes, kernel);
+    *bytes = status == kSuccess ? attributes.sharedSizeBytes : 0;
+    return status;
+  }
   static Error opt_in_dynamic_shared(const void* kernel, std::size_t bytes) {
     return hipFuncSetAttribute(kernel, hipFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(bytes));

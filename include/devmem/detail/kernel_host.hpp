@@ -159,21 +159,23 @@ template <class T, std::size_t N, class Values>
              std::data(v);
              std::size(v);
            }
-void const_array_like(detail::sim::ConstantArray<T, N>& symbol, const Values& values) {
+void const_array_like(detail::sim::ConstantArray<T, N>& symbol, const Values& values,
+                      const Stream& stream = {}) {
   using Value = std::remove_cv_t<std::remove_pointer_t<decltype(std::data(values))>>;
   static_assert(std::is_same_v<Value, std::remove_cv_t<T>>,
                 "const_array_like: the values' element type must be the constant array's");
   detail::check_constant_size("const_array_like", N, static_cast<std::size_t>(std::size(values)));
-  detail::copy_to_constant(symbol.elements, detail::constant_memory_device(), std::data(values),
-                           N * sizeof(T));
+  detail::copy_to_constant(symbol.elements, detail::constant_memory_device(stream),
+                           std::data(values), N * sizeof(T));
 }
 /// The same from a host array (dtype and size checked).
 template <class T, std::size_t N>
-void const_array_like(detail::sim::ConstantArray<T, N>& symbol, const HostArray& values) {
+void const_array_like(detail::sim::ConstantArray<T, N>& symbol, const HostArray& values,
+                      const Stream& stream = {}) {
   detail::check_dtype(dtype_of<std::remove_cv_t<T>>(), values.dtype(), "const_array_like");
   detail::check_constant_size("const_array_like", N, static_cast<std::size_t>(values.size()));
   const HostArray dense = values.is_c_contiguous() ? values : values.copy(Order::C);
-  detail::copy_to_constant(symbol.elements, detail::constant_memory_device(), dense.data(),
+  detail::copy_to_constant(symbol.elements, detail::constant_memory_device(stream), dense.data(),
                            N * sizeof(T));
 }
 #endif
