@@ -1,9 +1,11 @@
-// The CUDA runtime, named for gpu_runtime::RuntimeBackend (backends/gpu_runtime/runtime_backend.hpp
-// lists what a traits struct provides). Only names and constants: no logic lives here, so nothing
-// is duplicated between CUDA and ROC. Included only by backends/cuda/.
+// The CUDA runtime, named for gpu_runtime::RuntimeBackend: a table of vendor calls that satisfies
+// gpu_runtime::VendorApi (backends/gpu_runtime/vendor_api.hpp says what a table provides; checked
+// below the struct). Only names and constants: no logic lives here, so nothing is duplicated
+// between CUDA and ROC. Included only by backends/cuda/.
 #pragma once
 
-#include "backends/gpu_runtime/runtime_backend.hpp"
+#include "backends/gpu_runtime/strided_copy_args.hpp"
+#include "backends/gpu_runtime/vendor_api.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -15,8 +17,8 @@
 
 namespace devmem::cuda {
 
-/// One launch of libdevmem's strided-copy kernel (strided_copy.cu), compiled by the
-/// vendor's compiler into libdevmem.
+/// One launch of libdevmem's strided-copy kernel (backends/gpu_runtime/strided_copy_launch.cpp),
+/// compiled by the vendor's compiler into libdevmem.
 cudaError_t launch_strided_copy(const gpu_runtime::StridedCopyArgs& args, cudaStream_t stream);
 
 struct CudaApi {
@@ -284,5 +286,6 @@ struct CudaApi {
   }
   static const char* errorString(Error code) noexcept { return cudaGetErrorString(code); }
 };
+static_assert(gpu_runtime::VendorApi<CudaApi>);
 
 }  // namespace devmem::cuda

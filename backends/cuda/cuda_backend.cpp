@@ -22,6 +22,7 @@
 //   device selection                 cudaGetDevice, cudaSetDevice (only when it differs)
 //   errors                           cudaGetErrorName, cudaGetErrorString, cudaGetLastError
 #include "backends/cuda/cuda_api.hpp"
+#include "backends/gpu_runtime/runtime_backend.hpp"
 
 #include "core/backend_factories.hpp"
 

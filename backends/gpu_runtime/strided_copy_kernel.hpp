@@ -1,6 +1,6 @@
-// libdevmem's strided-copy kernel, one source for every GPU build: nvcc (backends/cuda/
-// strided_copy.cu), hipcc (backends/roc/strided_copy_hip.cpp) and the host compiler against
-// HIP-CPU (both of them, in the *-hipcpu presets). Include it after the vendor's runtime header.
+// libdevmem's strided-copy kernel, one source for every GPU build: strided_copy_launch.cpp, which
+// includes it, is compiled by nvcc (`cuda`), hipcc (`roc`) and the host compiler against HIP-CPU
+// (the *-hipcpu presets). Include it after the vendor's runtime header.
 // RuntimeBackend::copy_strided launches it (through Api::launchCopyStrided) instead of issuing one
 // vendor copy per block of a plan whose blocks are many or whose rows are short.
 #pragma once

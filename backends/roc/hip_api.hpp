@@ -1,10 +1,12 @@
-// The HIP runtime, named for gpu_runtime::RuntimeBackend (backends/gpu_runtime/runtime_backend.hpp
-// lists what a traits struct provides). Only names and constants: no logic lives here, so nothing
-// is duplicated between CUDA and ROC. Included only by backends/roc/ (compiled by the host
+// The HIP runtime, named for gpu_runtime::RuntimeBackend: a table of vendor calls that satisfies
+// gpu_runtime::VendorApi (backends/gpu_runtime/vendor_api.hpp says what a table provides; checked
+// below the struct). Only names and constants: no logic lives here, so nothing is duplicated
+// between CUDA and ROC. Included only by backends/roc/ (compiled by the host
 // compiler with __HIP_PLATFORM_AMD__ defined; no kernel code).
 #pragma once
 
-#include "backends/gpu_runtime/runtime_backend.hpp"
+#include "backends/gpu_runtime/strided_copy_args.hpp"
+#include "backends/gpu_runtime/vendor_api.hpp"
 
 #include <hip/hip_runtime_api.h>
 
@@ -16,8 +18,8 @@
 
 namespace devmem::roc {
 
-/// One launch of libdevmem's strided-copy kernel (strided_copy_hip.cpp), compiled by the
-/// vendor's compiler into libdevmem.
+/// One launch of libdevmem's strided-copy kernel (backends/gpu_runtime/strided_copy_launch.cpp),
+/// compiled by the vendor's compiler into libdevmem.
 hipError_t launch_strided_copy(const gpu_runtime::StridedCopyArgs& args, hipStream_t stream);
 
 struct HipApi {
@@ -340,5 +342,6 @@ struct HipApi {
     Fn(user);
   }
 };
+static_assert(gpu_runtime::VendorApi<HipApi>);
 
 }  // namespace devmem::roc

@@ -35,6 +35,7 @@
 // what HIP does not have: the registration hint of Numba's roc API, and agent discovery to explain
 // a missing device. Device memory information comes from hipMemGetInfo (per HIP device, honouring
 // HIP_VISIBLE_DEVICES), so HSA's memory pools are not consulted.
+#include "backends/gpu_runtime/runtime_backend.hpp"
 #include "backends/roc/hip_api.hpp"
 
 #include "core/backend_factories.hpp"

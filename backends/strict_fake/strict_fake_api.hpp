@@ -1,5 +1,6 @@
 // The strict fake vendor runtime (test-only; DEVMEM_WITH_STRICT_FAKE, preset `strict-fake`), named
-// for gpu_runtime::RuntimeBackend like backends/cuda/cuda_api.hpp names the CUDA runtime. It is
+// for gpu_runtime::RuntimeBackend like backends/cuda/cuda_api.hpp names the CUDA runtime: a table
+// that satisfies gpu_runtime::VendorApi (checked below the struct). It is
 // as strict as a GPU where HIP-CPU cannot be (docs/strict-fake.md lists the rules):
 // - two devices; streams, events and allocations carry the device current at their creation, and
 //   the calls CUDA documents as failing across devices (a kernel launch on a stream of another
@@ -21,7 +22,8 @@
 // Error codes are CUDA's numbers, with the fake's names.
 #pragma once
 
-#include "backends/gpu_runtime/runtime_backend.hpp"
+#include "backends/gpu_runtime/strided_copy_args.hpp"
+#include "backends/gpu_runtime/vendor_api.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -192,5 +194,6 @@ struct StrictFakeApi {
   /// The fake's sticky error, as CUDA's illegal address: RuntimeBackend latches it (DeviceLost).
   static constexpr bool isSticky(Error code) noexcept { return code == kIllegalAddress; }
 };
+static_assert(gpu_runtime::VendorApi<StrictFakeApi>);
 
 }  // namespace devmem::strict_fake

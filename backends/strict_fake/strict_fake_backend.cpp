@@ -2,6 +2,7 @@
 // docs/strict-fake.md): gpu_runtime::RuntimeBackend, the code of the CUDA and ROC backends,
 // instantiated with the strict fake runtime's call table (strict_fake_api.hpp), so that the GPU
 // conformance suite runs that code against a runtime as strict as a GPU where HIP-CPU is not.
+#include "backends/gpu_runtime/runtime_backend.hpp"
 #include "backends/strict_fake/strict_fake_api.hpp"
 
 #include "core/backend_factories.hpp"

@@ -17,6 +17,36 @@
 
 using namespace gpu_runtime_fake;
 
+// gpu_runtime::VendorApi (vendor_api.hpp) refuses a table that gets a call or a constant wrong,
+// and asks for the IPC group only where kHasIpc: variants of the fake's table, checked at compile
+// time.
+namespace vendor_api_variants {
+using devmem::gpu_runtime::VendorApi;
+struct WrongReturnType : FakeApi {
+  static int eventQuery(Event event);  // not a Status
+};
+struct WrongArgument : FakeApi {
+  static S streamSynchronize(Event event);  // an event where a stream belongs
+};
+struct SignedMaxPitch : FakeApi {
+  static constexpr int kMaxPitch = 1 << 30;  // not a std::size_t
+};
+struct SmallIpcHandle : FakeApi {
+  struct IpcMemHandle {
+    unsigned char bytes[32];  // devmem carries 64 bytes
+  };
+};
+struct SmallIpcHandleWithoutIpc : SmallIpcHandle {
+  static constexpr bool kHasIpc = false;
+};
+static_assert(VendorApi<FakeApi>);
+static_assert(!VendorApi<WrongReturnType>);
+static_assert(!VendorApi<WrongArgument>);
+static_assert(!VendorApi<SignedMaxPitch>);
+static_assert(!VendorApi<SmallIpcHandle>);
+static_assert(VendorApi<SmallIpcHandleWithoutIpc>);
+}  // namespace vendor_api_variants
+
 TEST_CASE("gpu_runtime: no device is reported with the runtime's words") {
   Fixture f;
   f.state.count_error = kNoDevice;

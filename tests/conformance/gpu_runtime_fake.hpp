@@ -638,6 +638,7 @@ struct FakeApi {
     g_state->copy_streams.push_back(stream);
   }
 };
+static_assert(devmem::gpu_runtime::VendorApi<FakeApi>);
 
 /// Runs deferred work in order until `event` has completed (all of it for nullptr).
 inline void run_pending_until(FakeState& state, const FakeEvent* event) {

@@ -1,0 +1,49 @@
+// The launch of libdevmem's strided-copy kernel (strided_copy_kernel.hpp), one source for both GPU
+// backends: the CUDA and the HIP launch differ only in their vendor's names, so the backend's
+// build picks them with one definition (the top-level CMakeLists.txt, "The strided-copy kernel"):
+//   DEVMEM_STRIDED_COPY_CUDA  devmem::cuda::launch_strided_copy (CudaApi::launchCopyStrided), over
+//                             cudaLaunchKernel: nvcc in the `cuda` preset (CUDA language), the
+//                             host compiler against HIP-CPU in `cuda-hipcpu`
+//   DEVMEM_STRIDED_COPY_ROC   devmem::roc::launch_strided_copy (HipApi::launchCopyStrided), over
+//                             hipLaunchKernel: hipcc in the `roc` preset, the host compiler
+//                             against HIP-CPU in `roc-hipcpu`
+// Hidden like the library's C++ symbols.
+#if defined(DEVMEM_STRIDED_COPY_CUDA)
+#include <cuda_runtime.h>
+#define DEVMEM_STRIDED_COPY_NAMESPACE cuda
+// The vendor's name for `name`: cudaError_t, cudaStream_t, cudaLaunchKernel.
+#define DEVMEM_STRIDED_COPY_VENDOR(name) cuda##name
+#elif defined(DEVMEM_STRIDED_COPY_ROC)
+#include <hip/hip_runtime.h>
+#define DEVMEM_STRIDED_COPY_NAMESPACE roc
+// The vendor's name for `name`: hipError_t, hipStream_t, hipLaunchKernel.
+#define DEVMEM_STRIDED_COPY_VENDOR(name) hip##name
+#else
+#error "strided_copy_launch.cpp: define DEVMEM_STRIDED_COPY_CUDA or DEVMEM_STRIDED_COPY_ROC"
+#endif
+
+// Beside this file (hipcc's include path has only devmem's public headers).
+#include "strided_copy_kernel.hpp"
+
+namespace devmem::DEVMEM_STRIDED_COPY_NAMESPACE {
+
+/// The table's launchCopyStrided: one launch on `stream`, returning that launch's own status.
+__attribute__((visibility("hidden"))) DEVMEM_STRIDED_COPY_VENDOR(Error_t)
+    launch_strided_copy(const gpu_runtime::StridedCopyArgs& args,
+                        DEVMEM_STRIDED_COPY_VENDOR(Stream_t) stream) {
+  namespace sc = gpu_runtime::strided_copy;
+  const sc::LaunchShape shape = sc::launch_shape(args.count);
+#if defined(__HIP_CPU_RT__)
+  return ::devmem::hipcpu::launch_kernel(&sc::kernel, dim3(shape.blocks), dim3(shape.threads), 0,
+                                         stream, args);
+#else
+  // The vendor's launch reports this launch's status only, never an earlier error of the thread.
+  gpu_runtime::StridedCopyArgs copy = args;
+  void* parameters[] = {&copy};
+  return DEVMEM_STRIDED_COPY_VENDOR(LaunchKernel)(reinterpret_cast<const void*>(&sc::kernel),
+                                                  dim3(shape.blocks), dim3(shape.threads),
+                                                  parameters, 0, stream);
+#endif
+}
+
+}  // namespace devmem::DEVMEM_STRIDED_COPY_NAMESPACE
