@@ -92,6 +92,35 @@ struct CudaApi {
   static S freeAsync(void* ptr, Stream stream) {
     return {cudaFreeAsync(ptr, stream), "cudaFreeAsync"};
   }
+  static S setPoolReleaseThreshold(int device, std::uint64_t bytes) {
+#if defined(__HIP_CPU_RT__)
+    // HIP-CPU's stream-ordered allocations are ordinary ones: there is no pool to configure.
+    static_cast<void>(device);
+    static_cast<void>(bytes);
+    return {cudaSuccess, "cudaMemPoolSetAttribute"};
+#else
+    cudaMemPool_t pool = nullptr;
+    if (const cudaError_t status = cudaDeviceGetDefaultMemPool(&pool, device); status != cudaSuccess) {
+      return {status, "cudaDeviceGetDefaultMemPool"};
+    }
+    std::uint64_t value = bytes;
+    return {cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &value),
+            "cudaMemPoolSetAttribute"};
+#endif
+  }
+  static S trimPoolTo(int device, std::size_t bytes) {
+#if defined(__HIP_CPU_RT__)
+    static_cast<void>(device);
+    static_cast<void>(bytes);
+    return {cudaSuccess, "cudaMemPoolTrimTo"};
+#else
+    cudaMemPool_t pool = nullptr;
+    if (const cudaError_t status = cudaDeviceGetDefaultMemPool(&pool, device); status != cudaSuccess) {
+      return {status, "cudaDeviceGetDefaultMemPool"};
+    }
+    return {cudaMemPoolTrimTo(pool, bytes), "cudaMemPoolTrimTo"};
+#endif
+  }
   static S memoryPoolsSupported(int device, bool* supported) {
     int value = 0;
     const cudaError_t status =
@@ -265,6 +294,12 @@ struct CudaApi {
   }
   static S launchCopyStrided(const gpu_runtime::StridedCopyArgs& args, Stream stream) {
     return {launch_strided_copy(args, stream), "cudaLaunchKernel"};
+  }
+  /// A launch status saying that the library has no code for the device (no sm_XX image and no
+  /// PTX the driver can compile, e.g. an sm_90-only build on an A100).
+  static bool missingKernelImage(Error code) {
+    return code == cudaErrorNoKernelImageForDevice || code == cudaErrorInvalidDeviceFunction ||
+           code == cudaErrorUnsupportedPtxVersion;
   }
 
   // ---- Errors ----

@@ -194,6 +194,20 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
             describe(stream));
   }
 
+  void set_async_release_threshold(int device, std::uint64_t bytes) override {
+    require_async_allocation("set_async_release_threshold", device);
+    check(Api::setPoolReleaseThreshold(device, bytes),
+          "setting the release threshold of device {}'s memory pool to {} bytes", device, bytes);
+  }
+
+  void trim_async_pool(int device, std::size_t keep_bytes) override {
+    require_async_allocation("trim_async_pool", device);
+    const ReleaseDevice releasing = use_device_to_release("trim_async_pool", device);
+    if (!releasing) return;  // exiting: the process's end gives the memory back
+    release(Api::trimPoolTo(device, keep_bytes), "trimming device {}'s memory pool to {} bytes",
+            device, keep_bytes);
+  }
+
   // ---- Page-locked host memory ----------------------------------------------------------------
 
   [[nodiscard]] void* host_allocate(int device, std::size_t bytes, HostAllocFlags flags) override {
@@ -574,6 +588,13 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   using typename Devices::ReleaseDevice;
 
  private:
+  void require_async_allocation(const char* operation, int device) {
+    if (!supports_async_allocation(device)) {
+      throw InvalidArgument(fmt::format("{} {}: device {} does not support memory pools",
+                                        Api::kBackend, operation, device));
+    }
+  }
+
   static unsigned host_alloc_flags(HostAllocFlags flags) noexcept {
     unsigned native_flags = 0;
     if (has_flag(flags, HostAllocFlags::Mapped)) {

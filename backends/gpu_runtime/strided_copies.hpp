@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -278,10 +279,38 @@ class StridedCopies : private VendorCalls<Api> {
     });
   }
 
-  /// The bounded path (see above); false, with nothing done, when its temporaries cannot be
-  /// allocated (the caller then uses the vendor's copies).
+  /// The bounded path (see above); false, with nothing written to `dst`, when its temporaries
+  /// cannot be allocated or the library's kernel has no code for the device (the caller then uses
+  /// the vendor's copies). A device without code is remembered: its later copies go to the
+  /// vendor's copies at once (review 2, N6: an A100 with an sm_90-only build, an MI300 with a
+  /// gfx90a-only one).
   bool copy_bounded(int device, std::byte* dst, const std::byte* src, const layout::CopyPlan& plan,
                     CopyKind kind, NativeStream stream) {
+    {
+      const std::lock_guard lock(scratch_mutex_);
+      if (kernel_missing_.contains(device)) return false;
+    }
+    try {
+      return copy_bounded_steps(device, dst, src, plan, kind, stream);
+    } catch (const MissingKernelImage&) {
+      const std::lock_guard lock(scratch_mutex_);
+      kernel_missing_.insert(device);
+      return false;
+    }
+  }
+
+  /// Whether the library's kernel was found to have no code for `device`.
+  [[nodiscard]] bool kernel_missing(int device) {
+    const std::lock_guard lock(scratch_mutex_);
+    return kernel_missing_.contains(device);
+  }
+
+ private:
+  /// What launch_strided_copy throws when the vendor says the kernel has no code for the device.
+  struct MissingKernelImage {};
+
+  bool copy_bounded_steps(int device, std::byte* dst, const std::byte* src,
+                          const layout::CopyPlan& plan, CopyKind kind, NativeStream stream) {
     BoundedTemporaries temps(*this, device, stream);
     switch (kind) {
       case CopyKind::DeviceToDevice:
@@ -302,6 +331,7 @@ class StridedCopies : private VendorCalls<Api> {
     return true;
   }
 
+ public:
   /// Frees the idle temporaries.
   void release_scratch() noexcept {
     std::map<int, ScratchCache> scratch;
@@ -519,7 +549,12 @@ class StridedCopies : private VendorCalls<Api> {
                       Api::kBackend, kStridedCopyMaxRank));
     }
     const StridedCopyArgs& args = *found;
-    check(Api::launchCopyStrided(args, native(stream)),
+    const ApiStatus status = Api::launchCopyStrided(args, native(stream));
+    if (Api::missingKernelImage(status.code)) {
+      clear_last_error();  // this launch's failure, handled here: not the next call's
+      throw MissingKernelImage{};
+    }
+    check(status,
           "launching the strided-copy kernel ({} units of {} bytes in {} axes, {} to {}) on {}",
           args.count, args.unit, args.rank, fmt::ptr(args.src), fmt::ptr(args.dst),
           describe(stream));
@@ -651,8 +686,9 @@ class StridedCopies : private VendorCalls<Api> {
     return true;
   }
 
-  std::mutex scratch_mutex_;             // guards scratch_
+  std::mutex scratch_mutex_;             // guards scratch_ and kernel_missing_
   std::map<int, ScratchCache> scratch_;  // per device
+  std::set<int> kernel_missing_;         // devices the library's kernel has no code for
 };
 
 }  // namespace devmem::gpu_runtime

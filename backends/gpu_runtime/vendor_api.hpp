@@ -131,6 +131,10 @@ concept VendorDeviceCalls =
       { Api::sharedMemPerBlockOptin(props) } -> std::convertible_to<std::size_t>;
       // Whether the device has stream-ordered memory pools (mallocAsync / freeAsync).
       { Api::memoryPoolsSupported(device, answer) } -> vendor_api_detail::ReturnsStatus<Api>;
+      // The release threshold of the device's default pool (freed bytes kept across
+      // synchronizations), and trimming that pool down to `bytes`.
+      { Api::setPoolReleaseThreshold(device, std::uint64_t{}) } -> vendor_api_detail::ReturnsStatus<Api>;
+      { Api::trimPoolTo(device, std::size_t{}) } -> vendor_api_detail::ReturnsStatus<Api>;
     };
 
 /// Device memory, page-locked and registered host memory, and what a pointer is.
@@ -203,6 +207,9 @@ concept VendorCopyCalls =
       // One launch of libdevmem's strided-copy kernel (strided_copy_kernel.hpp, compiled for the
       // vendor from strided_copy_launch.cpp).
       { Api::launchCopyStrided(args, stream) } -> vendor_api_detail::ReturnsStatus<Api>;
+      // Whether a launch's status says the library has no code for the device (the strided copy
+      // then falls back to the vendor's copies on that device).
+      { Api::missingKernelImage(typename Api::Error{}) } -> std::convertible_to<bool>;
       // deviceCanAccessPeer(answer, device, peer); enabling and disabling the current device's
       // access to a peer.
       {

@@ -147,6 +147,35 @@ struct HipApi {
   static S freeAsync(void* ptr, Stream stream) {
     return {hipFreeAsync(ptr, stream), "hipFreeAsync"};
   }
+  static S setPoolReleaseThreshold(int device, std::uint64_t bytes) {
+#if defined(__HIP_CPU_RT__)
+    // HIP-CPU's stream-ordered allocations are ordinary ones: there is no pool to configure.
+    static_cast<void>(device);
+    static_cast<void>(bytes);
+    return {hipSuccess, "hipMemPoolSetAttribute"};
+#else
+    hipMemPool_t pool = nullptr;
+    if (const hipError_t status = hipDeviceGetDefaultMemPool(&pool, device); status != hipSuccess) {
+      return {status, "hipDeviceGetDefaultMemPool"};
+    }
+    std::uint64_t value = bytes;
+    return {hipMemPoolSetAttribute(pool, hipMemPoolAttrReleaseThreshold, &value),
+            "hipMemPoolSetAttribute"};
+#endif
+  }
+  static S trimPoolTo(int device, std::size_t bytes) {
+#if defined(__HIP_CPU_RT__)
+    static_cast<void>(device);
+    static_cast<void>(bytes);
+    return {hipSuccess, "hipMemPoolTrimTo"};
+#else
+    hipMemPool_t pool = nullptr;
+    if (const hipError_t status = hipDeviceGetDefaultMemPool(&pool, device); status != hipSuccess) {
+      return {status, "hipDeviceGetDefaultMemPool"};
+    }
+    return {hipMemPoolTrimTo(pool, bytes), "hipMemPoolTrimTo"};
+#endif
+  }
   static S memoryPoolsSupported(int device, bool* supported) {
     int value = 0;
     const hipError_t status =
@@ -315,6 +344,12 @@ struct HipApi {
   }
   static S launchCopyStrided(const gpu_runtime::StridedCopyArgs& args, Stream stream) {
     return {launch_strided_copy(args, stream), "hipLaunchKernel"};
+  }
+  /// A launch status saying that the library has no code object for the device (e.g. an MI300,
+  /// gfx942, with a library built for gfx90a by a HIP that cannot target gfx942).
+  static bool missingKernelImage(Error code) {
+    return code == hipErrorNoBinaryForGpu || code == hipErrorInvalidDeviceFunction ||
+           code == hipErrorInvalidImage;
   }
 
   // ---- Errors ----

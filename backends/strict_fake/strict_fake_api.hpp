@@ -133,6 +133,9 @@ struct StrictFakeApi {
   static S mallocAsync(void** ptr, std::size_t bytes, Stream stream);
   static S freeAsync(void* ptr, Stream stream);
   static S memoryPoolsSupported(int device, bool* supported);
+  static bool missingKernelImage(Error code) { return code == kNoKernelImageForDevice; }
+  static S setPoolReleaseThreshold(int device, std::uint64_t bytes);
+  static S trimPoolTo(int device, std::size_t bytes);
   static S hostAlloc(void** ptr, std::size_t bytes, unsigned flags);
   static S hostFree(void* ptr);
   static S hostRegister(void* ptr, std::size_t bytes, unsigned flags);

@@ -621,6 +621,18 @@ S StrictFakeApi::memoryPoolsSupported(int device, bool* supported) {
   *supported = true;
   return {kOk, kFn};
 }
+// The fake's pool hands freed blocks back at once (its first-fit allocator): the settings are
+// checked, not kept.
+S StrictFakeApi::setPoolReleaseThreshold(int device, std::uint64_t /*bytes*/) {
+  STRICT_FAKE_PROLOGUE("strictFakeMemPoolSetAttribute");
+  if (device < 0 || device >= kDevices) return fail(kInvalidDevice, kFn);
+  return {kOk, kFn};
+}
+S StrictFakeApi::trimPoolTo(int device, std::size_t /*bytes*/) {
+  STRICT_FAKE_PROLOGUE("strictFakeMemPoolTrimTo");
+  if (device < 0 || device >= kDevices) return fail(kInvalidDevice, kFn);
+  return {kOk, kFn};
+}
 S StrictFakeApi::hostAlloc(void** ptr, std::size_t bytes, unsigned) {
   STRICT_FAKE_PROLOGUE("strictFakeHostAlloc");
   *ptr = nullptr;

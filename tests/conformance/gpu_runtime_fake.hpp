@@ -258,6 +258,13 @@ struct FakeApi {
     *supported = g_state->memory_pools;
     return call("fakeDeviceGetAttribute");
   }
+  static S setPoolReleaseThreshold(int device, std::uint64_t bytes) {
+    return call("fakeMemPoolSetAttribute", std::to_string(device) + ", " + std::to_string(bytes));
+  }
+  static S trimPoolTo(int device, std::size_t bytes) {
+    return call("fakeMemPoolTrimTo", std::to_string(device) + ", " + std::to_string(bytes));
+  }
+  static bool missingKernelImage(Error) { return false; }
   static S pointerDevice(const void* ptr, int* device) {
     const auto* p = static_cast<const char*>(ptr);
     auto it = g_state->device_blocks.upper_bound(p);

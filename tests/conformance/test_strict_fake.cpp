@@ -260,6 +260,38 @@ TEST_CASE("strict fake: a strided copy's temporaries read back as 0xDB once retu
   CHECK(back[static_cast<std::size_t>(kN)] == values[1]);
 }
 
+TEST_CASE("strict fake: strided copies fall back to the vendor's copies where the library's "
+          "kernel has no code", "[strict-fake]") {
+  // Review 2, N6: an A100 with an sm_90-only libdevmem, an MI300 with a gfx90a-only one.
+  constexpr std::int64_t kN = 64;
+  std::vector<float> values(static_cast<std::size_t>(kN * kN));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  const devmem::DeviceArray source = devmem::to_device(values);
+  const devmem::DeviceArray square = source.reshape({kN, kN});
+  fake::set_missing_kernel_image(0, true);
+  struct Restore {
+    ~Restore() { fake::set_missing_kernel_image(0, false); }
+  } const restore;
+  const std::size_t launches = fake::strided_copy_launches();
+  const devmem::DeviceArray transposed = devmem::device_array<float>({kN, kN});
+  transposed.copy_to_device(square.T());  // 4-byte rows: the bounded path, which finds no code
+  CHECK(fake::strided_copy_launches() == launches + 1);
+  const devmem::HostArray host = devmem::HostArray::view(values).reshape({kN, kN});
+  const devmem::DeviceArray from_host = devmem::device_array<float>({kN, kN});
+  from_host.copy_to_device(host.T());  // remembered: no second attempt
+  CHECK(fake::strided_copy_launches() == launches + 1);
+  const std::vector<float> back = transposed.to_vector<float>();
+  const std::vector<float> back_host = from_host.to_vector<float>();
+  for (std::int64_t i = 0; i < kN; ++i) {
+    for (std::int64_t j = 0; j < kN; ++j) {
+      const auto at = static_cast<std::size_t>(i * kN + j);
+      REQUIRE(back[at] == values[static_cast<std::size_t>(j * kN + i)]);
+      REQUIRE(back_host[at] == values[static_cast<std::size_t>(j * kN + i)]);
+    }
+  }
+  CHECK(devmem::current_context()->take_deallocation_errors().empty());
+}
+
 TEST_CASE("strict fake: a host dereference of device memory crashes", "[strict-fake]") {
   Backend& b = backend();
   constexpr std::size_t kBytes = 256;
@@ -499,12 +531,12 @@ TEST_CASE("strict fake, known defect N2: default-stream work beside a capture",
   CHECK(capture_survives(s, [&] { d.memset(0); }));  // default-stream work beside the capture
 }
 
-TEST_CASE("strict fake, known defect N3: the async manager allocates on the legacy stream",
-          "[.][strict-fake-known-defects]") {
-  // The manager is read when a context is made: device 1's, after the variable is set (the other
-  // known-defect tests use device 0). An allocation for a capturing stream: cudaMallocAsync on
-  // the legacy stream is an implicit dependency on the capturing stream (906), which a
-  // stream-ordered allocation on the array's own stream is not.
+TEST_CASE("strict fake: the async manager never allocates on the legacy stream beside a capture",
+          "[strict-fake]") {
+  // Review 2, N3. The manager is read when a context is made: device 1's, after the variable is
+  // set (the known-defect tests use device 0). An allocation for a capturing stream:
+  // cudaMallocAsync on the legacy stream was an implicit dependency on the capturing stream
+  // (906); on the array's own stream it is refused before any vendor call.
   setenv("DEVMEM_MEMORY_MANAGER", "async", 1);
   const devmem::DeviceScope scope = devmem::device_scope(1);
   const devmem::Stream on_one = devmem::stream();
