@@ -6,14 +6,21 @@
 #   scripts/lint.sh --fix [FILE...]     clang-format, rewriting those files in place
 #   scripts/lint.sh --tidy [FILE...]    clang-tidy (.clang-tidy) over the library's sources: core/,
 #                                     backends/, apps/ as the host preset compiles them, mpi/ as
-#                                     host-mpi does, python/ as the python preset does (or over
-#                                     each FILE among them; other files, headers included, are
-#                                     skipped)
-# The tidy check uses the compile_commands.json of build/host, build/host-mpi and build/python,
-# configuring each preset when its database is missing; without Open MPI (scripts/install-deps.sh
-# --mpi) mpi/ is skipped with a note, without pybind11 (--python) python/ is. Tools: clang-format-15 and clang-tidy-15
-# (scripts/install-deps.sh --lint), or the programs named by $CLANG_FORMAT and $CLANG_TIDY.
-# $LINT_JOBS: parallel clang-tidy runs (default: the number of processors).
+#                                     host-mpi does, python/ as the python preset does, and the
+#                                     GPU backends' sources (backends/cuda, backends/roc,
+#                                     backends/gpu_runtime) as cuda-hipcpu and roc-hipcpu compile
+#                                     them (or over each FILE among them; other files, headers
+#                                     included, are skipped)
+# The tidy check uses the compile_commands.json of build/host, build/host-mpi, build/python,
+# build/cuda-hipcpu and build/roc-hipcpu, configuring each preset when its database is missing;
+# without Open MPI (scripts/install-deps.sh --mpi) mpi/ is skipped with a note, without pybind11
+# (--python) python/ is, and without TBB (--hipcpu) or the HIP-CPU checkout
+# (../shared/third_party/hip-cpu) the GPU sources are. The HIP-CPU presets compile the CUDA and ROC
+# backends, their call tables and the strided-copy kernel's launch (once per backend) with the host
+# compiler, so clang-tidy reads them as they are built for a GPU, headers of backends/ included.
+# Tools: clang-format-15 and clang-tidy-15 (scripts/install-deps.sh --lint), or the programs named
+# by $CLANG_FORMAT and $CLANG_TIDY. $LINT_JOBS: parallel clang-tidy runs (default: the number of
+# processors).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,13 +30,15 @@ jobs=${LINT_JOBS:-$(nproc)}
 host_dir=build/host
 mpi_dir=build/host-mpi
 python_dir=build/python
+cuda_gpu_dir=build/cuda-hipcpu
+roc_gpu_dir=build/roc-hipcpu
 
 mode=all
 case "${1:-}" in
   --format) mode=format; shift ;;
   --fix) mode=fix; shift ;;
   --tidy) mode=tidy; shift ;;
-  -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   "") ;;
   *) echo "lint.sh: unknown option '$1' (known: --format, --fix, --tidy)" >&2; exit 2 ;;
 esac
@@ -94,6 +103,14 @@ tidy_with() {
   [ "$status" -eq 0 ]
 }
 
+# Whether the HIP-CPU presets can be configured: TBB's CMake package and the HIP-CPU checkout beside
+# the repository (backends/hipcpu/CMakeLists.txt).
+hipcpu_available() {
+  compgen -G '/usr/lib/*/cmake/TBB/TBBConfig.cmake' >/dev/null ||
+    compgen -G '/usr/lib/cmake/TBB/TBBConfig.cmake' >/dev/null || return 1
+  [ -f ../shared/third_party/hip-cpu/include/hip/hip_runtime.h ]
+}
+
 run_tidy() {  # the files to check (all of the library's sources when none)
   need "$clang_tidy"
   if [ ! -f "$host_dir/compile_commands.json" ]; then
@@ -115,12 +132,29 @@ run_tidy() {  # the files to check (all of the library's sources when none)
   else
     echo "clang-tidy: pybind11 is not installed (scripts/install-deps.sh --python): python/ is skipped"
   fi
-  local host_all host_files=() mpi_files=() python_files=()
+  # The CUDA and ROC backends build only with their toolkits; their HIP-CPU presets build them with
+  # the host compiler: their databases give the GPU folders' sources (a source both compile, the
+  # strided-copy kernel's launch, is checked once per backend).
+  local gpu='backends/(cuda|roc|gpu_runtime)' cuda_gpu_all="" roc_gpu_all=""
+  if { [ -f "$cuda_gpu_dir/compile_commands.json" ] &&
+    [ -f "$roc_gpu_dir/compile_commands.json" ]; } || hipcpu_available; then
+    [ -f "$cuda_gpu_dir/compile_commands.json" ] || cmake --preset cuda-hipcpu >/dev/null
+    [ -f "$roc_gpu_dir/compile_commands.json" ] || cmake --preset roc-hipcpu >/dev/null
+    cuda_gpu_all=$(tidy_files "$cuda_gpu_dir" "$gpu")
+    roc_gpu_all=$(tidy_files "$roc_gpu_dir" "$gpu")
+  else
+    echo "clang-tidy: TBB (scripts/install-deps.sh --hipcpu) or HIP-CPU" \
+      "(../shared/third_party/hip-cpu) is missing: backends/cuda, backends/roc and" \
+      "backends/gpu_runtime are skipped"
+  fi
+  local host_all host_files=() mpi_files=() python_files=() cuda_gpu_files=() roc_gpu_files=()
   host_all=$(tidy_files "$host_dir" 'core|backends|apps')
   if [ $# -eq 0 ]; then
     [ -z "$host_all" ] || mapfile -t host_files <<<"$host_all"
     [ -z "$mpi_all" ] || mapfile -t mpi_files <<<"$mpi_all"
     [ -z "$python_all" ] || mapfile -t python_files <<<"$python_all"
+    [ -z "$cuda_gpu_all" ] || mapfile -t cuda_gpu_files <<<"$cuda_gpu_all"
+    [ -z "$roc_gpu_all" ] || mapfile -t roc_gpu_files <<<"$roc_gpu_all"
   else
     local f
     for f in "$@"; do
@@ -132,9 +166,16 @@ run_tidy() {  # the files to check (all of the library's sources when none)
       elif [ -n "$python_all" ] && grep -qxF -- "$f" <<<"$python_all"; then
         python_files+=("$f")
       fi
+      if [ -n "$cuda_gpu_all" ] && grep -qxF -- "$f" <<<"$cuda_gpu_all"; then
+        cuda_gpu_files+=("$f")
+      fi
+      if [ -n "$roc_gpu_all" ] && grep -qxF -- "$f" <<<"$roc_gpu_all"; then
+        roc_gpu_files+=("$f")
+      fi
     done
   fi
-  local count=$((${#host_files[@]} + ${#mpi_files[@]} + ${#python_files[@]}))
+  local count=$((${#host_files[@]} + ${#mpi_files[@]} + ${#python_files[@]} +
+    ${#cuda_gpu_files[@]} + ${#roc_gpu_files[@]}))
   if [ "$count" -eq 0 ]; then
     echo "clang-tidy: no library sources to check"
     return 0
@@ -144,6 +185,8 @@ run_tidy() {  # the files to check (all of the library's sources when none)
   tidy_with "$host_dir" "${host_files[@]}" || status=1
   tidy_with "$mpi_dir" "${mpi_files[@]}" || status=1
   tidy_with "$python_dir" "${python_files[@]}" || status=1
+  tidy_with "$cuda_gpu_dir" "${cuda_gpu_files[@]}" || status=1
+  tidy_with "$roc_gpu_dir" "${roc_gpu_files[@]}" || status=1
   if [ "$status" -ne 0 ]; then
     echo "lint.sh: clang-tidy reported findings (above)" >&2
     return 1

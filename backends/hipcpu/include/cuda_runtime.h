@@ -8,6 +8,7 @@
 
 /// HIP-CPU has no warp-level barrier; the block barrier orders at least as much (every thread of
 /// the block, hence of the warp, arrives), as long as the whole block reaches it.
+// NOLINTNEXTLINE(bugprone-reserved-identifier): CUDA's own name, which the kernel layer calls
 inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) noexcept {
   __syncthreads();
 }

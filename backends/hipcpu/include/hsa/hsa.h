@@ -50,7 +50,7 @@ struct Runtime {
   std::mutex mutex;
   std::int32_t references = 0;
   static Runtime& get() {
-    static Runtime* const runtime = new Runtime;
+    static auto* const runtime = new Runtime;
     return *runtime;
   }
   [[nodiscard]] bool initialized() {
