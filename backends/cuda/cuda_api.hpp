@@ -100,7 +100,8 @@ struct CudaApi {
     return {cudaSuccess, "cudaMemPoolSetAttribute"};
 #else
     cudaMemPool_t pool = nullptr;
-    if (const cudaError_t status = cudaDeviceGetDefaultMemPool(&pool, device); status != cudaSuccess) {
+    if (const cudaError_t status = cudaDeviceGetDefaultMemPool(&pool, device);
+        status != cudaSuccess) {
       return {status, "cudaDeviceGetDefaultMemPool"};
     }
     std::uint64_t value = bytes;
@@ -115,7 +116,8 @@ struct CudaApi {
     return {cudaSuccess, "cudaMemPoolTrimTo"};
 #else
     cudaMemPool_t pool = nullptr;
-    if (const cudaError_t status = cudaDeviceGetDefaultMemPool(&pool, device); status != cudaSuccess) {
+    if (const cudaError_t status = cudaDeviceGetDefaultMemPool(&pool, device);
+        status != cudaSuccess) {
       return {status, "cudaDeviceGetDefaultMemPool"};
     }
     return {cudaMemPoolTrimTo(pool, bytes), "cudaMemPoolTrimTo"};

@@ -24,9 +24,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <map>
-#include <set>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <utility>
 #include <vector>
 

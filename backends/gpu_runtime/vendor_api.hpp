@@ -133,7 +133,9 @@ concept VendorDeviceCalls =
       { Api::memoryPoolsSupported(device, answer) } -> vendor_api_detail::ReturnsStatus<Api>;
       // The release threshold of the device's default pool (freed bytes kept across
       // synchronizations), and trimming that pool down to `bytes`.
-      { Api::setPoolReleaseThreshold(device, std::uint64_t{}) } -> vendor_api_detail::ReturnsStatus<Api>;
+      {
+        Api::setPoolReleaseThreshold(device, std::uint64_t{})
+        } -> vendor_api_detail::ReturnsStatus<Api>;
       { Api::trimPoolTo(device, std::size_t{}) } -> vendor_api_detail::ReturnsStatus<Api>;
     };
 

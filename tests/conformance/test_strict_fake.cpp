@@ -260,8 +260,10 @@ TEST_CASE("strict fake: a strided copy's temporaries read back as 0xDB once retu
   CHECK(back[static_cast<std::size_t>(kN)] == values[1]);
 }
 
-TEST_CASE("strict fake: strided copies fall back to the vendor's copies where the library's "
-          "kernel has no code", "[strict-fake]") {
+TEST_CASE(
+    "strict fake: strided copies fall back to the vendor's copies where the library's "
+    "kernel has no code",
+    "[strict-fake]") {
   // Review 2, N6: an A100 with an sm_90-only libdevmem, an MI300 with a gfx90a-only one.
   constexpr std::int64_t kN = 64;
   std::vector<float> values(static_cast<std::size_t>(kN * kN));
