@@ -42,6 +42,7 @@
 #include "backends/gpu_runtime/vendor_api.hpp"
 
 #include <devmem/backend.hpp>
+#include <devmem/byte_size.hpp>
 #include <devmem/error.hpp>
 #include <devmem/layout.hpp>
 
