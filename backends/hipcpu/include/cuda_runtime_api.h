@@ -54,6 +54,10 @@ inline constexpr cudaError_t cudaErrorIllegalInstruction = static_cast<cudaError
 inline constexpr cudaError_t cudaErrorMisalignedAddress = static_cast<cudaError_t>(716);
 inline constexpr cudaError_t cudaErrorInvalidAddressSpace = static_cast<cudaError_t>(717);
 inline constexpr cudaError_t cudaErrorInvalidPc = static_cast<cudaError_t>(718);
+// No code for the device (CudaApi::missingKernelImage); HIP-CPU runs every kernel, never these.
+inline constexpr cudaError_t cudaErrorNoKernelImageForDevice = hipErrorNoBinaryForGpu;
+inline constexpr cudaError_t cudaErrorInvalidDeviceFunction = hipErrorInvalidDeviceFunction;
+inline constexpr cudaError_t cudaErrorUnsupportedPtxVersion = static_cast<cudaError_t>(222);
 
 inline constexpr cudaMemcpyKind cudaMemcpyHostToHost = hipMemcpyHostToHost;
 inline constexpr cudaMemcpyKind cudaMemcpyHostToDevice = hipMemcpyHostToDevice;
