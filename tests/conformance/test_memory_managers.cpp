@@ -1005,22 +1005,27 @@ bool streams_run_independently() {
   }();
   return independent;
 }
+
+/// Installs the async manager where the checks of stream independence can run; false (with a
+/// warning saying why) where they cannot.
+bool async_stream_checks_apply(const std::shared_ptr<devmem::Context>& ctx) {
+  if (!streams_run_independently()) {
+    WARN("the " << ctx->backend_name() << " backend runs streams one after another");
+    return false;
+  }
+  if (!use_async_manager(ctx)) {
+    WARN("device " << ctx->device() << " has no stream-ordered allocator");
+    return false;
+  }
+  return true;
+}
 }  // namespace
 
 TEST_CASE("async: allocating for one stream does not wait for another stream's work",
           "[memory-manager][async][stream]") {
   const MemoryStateGuard mem;
   const auto& ctx = mem.context();
-  if (!streams_run_independently()) {
-    WARN("the " << ctx->backend_name()
-                << " backend runs streams one after another: nothing to "
-                   "check");
-    return;
-  }
-  if (!use_async_manager(ctx)) {
-    WARN("device " << ctx->device() << " has no stream-ordered allocator: nothing to check");
-    return;
-  }
+  if (!async_stream_checks_apply(ctx)) return;
   const devmem::Stream busy = devmem::stream();
   const devmem::Stream other = devmem::stream();
   // `busy` runs a long kernel of the application's; `other` must not queue behind it (review 2,
@@ -1043,16 +1048,7 @@ TEST_CASE("async: work on another stream waits for the allocation on the array's
           "[memory-manager][async][stream]") {
   const MemoryStateGuard mem;
   const auto& ctx = mem.context();
-  if (!streams_run_independently()) {
-    WARN("the " << ctx->backend_name()
-                << " backend runs streams one after another: nothing to "
-                   "check");
-    return;
-  }
-  if (!use_async_manager(ctx)) {
-    WARN("device " << ctx->device() << " has no stream-ordered allocator: nothing to check");
-    return;
-  }
+  if (!async_stream_checks_apply(ctx)) return;
   const devmem::Stream owner = devmem::stream();
   const devmem::Stream user = devmem::stream();
   std::vector<float> values(4096);
