@@ -7,6 +7,7 @@
 #include <bit>
 #include <concepts>
 #include <cstdlib>
+#include <future>
 #include <limits>
 #include <optional>
 #include <string_view>
@@ -992,14 +993,19 @@ bool streams_run_independently() {
   static const bool independent = [] {
     const devmem::Stream held = devmem::stream();
     const devmem::Stream free_running = devmem::stream();
+    const DeviceArray probe =
+        devmem::device_array<std::uint8_t>({64}, devmem::Order::C, free_running);
+    probe.memset(1, free_running);
+    free_running.synchronize();
     StreamGate gate(held, std::chrono::seconds(5));
-    const devmem::Event done = free_running.record();
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    bool completed = false;
-    while (!(completed = done.query()) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    // What the checks do on the free stream: device work and a copy back to pageable memory.
+    auto copy = std::async(std::launch::async, [&] {
+      probe.memset(2, free_running);
+      return probe.to_vector<std::uint8_t>(free_running);
+    });
+    const bool completed = copy.wait_for(std::chrono::seconds(2)) == std::future_status::ready;
     gate.open();
+    static_cast<void>(copy.get());
     held.synchronize();
     return completed;
   }();
