@@ -430,7 +430,10 @@ DLManagedTensor* to_dlpack(const HostArray& array) {
   if (array.kind() != HostMemoryKind::Pageable && memory && memory->context) {
     const std::string_view backend = memory->context->backend_name();
     if (backend == "cuda" || backend == "strict-fake") type = kDLCUDAHost;
-    if (backend == "roc") type = kDLROCMHost;
+    // devmem's ROCm page-locked memory is non-coherent (a DMA staging buffer; review 1, finding
+    // 27): a consumer's kernel must not read it as device-accessible host memory, so only mapped
+    // (coherent) memory is kDLROCMHost; pinned memory is exported as the host memory it is.
+    if (backend == "roc" && array.kind() == HostMemoryKind::Mapped) type = kDLROCMHost;
   }
   return make_export(array.layout(), array.dtype(), array.data(), DLDevice{type, 0},
                      std::make_shared<const HostArray>(array), [] {});

@@ -208,9 +208,12 @@ TEST_CASE("to_dlpack: an array on a stream is synchronised first", "[interop][dl
 
 TEST_CASE("to_dlpack: host arrays", "[interop][dlpack]") {
   const std::string backend = devmem::backend_name();
-  const DLDeviceType pinned_type = backend == "cuda" || backend == "strict-fake" ? kDLCUDAHost
-                                   : backend == "roc"                            ? kDLROCMHost
-                                                                                 : kDLCPU;
+  const bool cuda_like = backend == "cuda" || backend == "strict-fake";
+  // ROCm: page-locked memory is non-coherent there (kDLCPU), mapped memory coherent.
+  const DLDeviceType pinned_type = cuda_like ? kDLCUDAHost : kDLCPU;
+  const DLDeviceType mapped_type = cuda_like          ? kDLCUDAHost
+                                   : backend == "roc" ? kDLROCMHost
+                                                      : kDLCPU;
   SECTION("pageable: kDLCPU, values readable through the plain struct") {
     HostArray h = iota_host({2, 3});
     const std::weak_ptr<const void> watch = h.owner();
@@ -236,7 +239,7 @@ TEST_CASE("to_dlpack: host arrays", "[interop][dlpack]") {
   SECTION("mapped") {
     const devmem::MappedArray mapped = devmem::mapped_array<double>({4});
     DLManagedTensor* m = devmem::to_dlpack(mapped);
-    CHECK(m->dl_tensor.device.device_type == pinned_type);
+    CHECK(m->dl_tensor.device.device_type == mapped_type);
     CHECK(m->dl_tensor.data == mapped.data());
     m->deleter(m);
   }
