@@ -71,11 +71,12 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   using Strided = StridedCopies<Api>;
 
  public:
-  using Code = typename Api::Error;
-  using ApiStatus = Status<Code>;
-  using VendorStream = typename Api::Stream;
-  using VendorEvent = typename Api::Event;
-  using MemcpyKind = typename Api::MemcpyKind;
+  // The vendor's types under the names every helper uses (VendorCalls defines them).
+  using typename Calls::ApiStatus;
+  using typename Calls::Code;
+  using typename Calls::MemcpyKind;
+  using typename Calls::VendorEvent;
+  using typename Calls::VendorStream;
   using StagingOptions = gpu_runtime::StagingOptions;
 
   RuntimeBackend() = default;

@@ -7,7 +7,6 @@
 #include <bit>
 #include <concepts>
 #include <cstdlib>
-#include <future>
 #include <limits>
 #include <optional>
 #include <string_view>
@@ -986,30 +985,13 @@ std::shared_ptr<devmem::MemoryManager> use_async_manager(
   return async;
 }
 
-/// Whether work on one stream runs while another stream is held up (GPUs, the host backend and the
-/// strict fake; not HIP-CPU, whose one worker thread runs every stream's work in submission order
-/// and resolves stream waits on the calling thread).
+/// Whether work on one stream runs while another stream is held up: on GPUs, the host backend and
+/// the strict fake, not on HIP-CPU (the GPU backends without IPC), whose one worker thread runs
+/// every stream's work in submission order and resolves stream waits on the calling thread (a
+/// timing probe there passed or not from run to run).
 bool streams_run_independently() {
-  static const bool independent = [] {
-    const devmem::Stream held = devmem::stream();
-    const devmem::Stream free_running = devmem::stream();
-    const DeviceArray probe =
-        devmem::device_array<std::uint8_t>({64}, devmem::Order::C, free_running);
-    probe.memset(1, free_running);
-    free_running.synchronize();
-    StreamGate gate(held, std::chrono::seconds(5));
-    // What the checks do on the free stream: device work and a copy back to pageable memory.
-    auto copy = std::async(std::launch::async, [&] {
-      probe.memset(2, free_running);
-      return probe.to_vector<std::uint8_t>(free_running);
-    });
-    const bool completed = copy.wait_for(std::chrono::seconds(2)) == std::future_status::ready;
-    gate.open();
-    static_cast<void>(copy.get());
-    held.synchronize();
-    return completed;
-  }();
-  return independent;
+  const std::string backend = devmem::backend_name();
+  return !((backend == "cuda" || backend == "roc") && !devmem::ipc_supported());
 }
 
 /// Installs the async manager where the checks of stream independence can run; false (with a
