@@ -346,6 +346,10 @@ void select_device(int index) {
         fmt::format("select_device: device {} does not exist (backend '{}' has {} device{})", index,
                     backend.name(), n, n == 1 ? "" : "s"));
   }
+  // The runtime's current device too, so that the application's own vendor calls (a kernel of its
+  // own, a raw cudaMalloc) follow the selection, as after Numba's select_device. Every other
+  // devmem call leaves the runtime's device as it found it (review 2, N9).
+  backend.make_current(index);
   g_current_device = index;
 }
 
@@ -440,8 +444,13 @@ DeviceScope::DeviceScope(int device) : device_(device), previous_(thread_device(
 
 DeviceScope::~DeviceScope() {
   // The previous device was valid when it was selected and the device count never changes, so
-  // this cannot fail.
+  // devmem's side cannot fail; the runtime's may (a lost device, a runtime torn down at exit),
+  // and a destructor has no one to tell: the next call on the thread reports such a state.
   g_current_device = previous_;
+  try {
+    active_backend().make_current(previous_);
+  } catch (...) {  // see above
+  }
 }
 
 DeviceScope device_scope(int device) {

@@ -112,7 +112,8 @@ PreparedLaunch launch_prepare(const LaunchConfig& config, std::string_view compi
         kernel_name, device, props.name, props.architecture, compiled_architectures,
         compiled_architectures, props.architecture));
   }
-  context->backend().make_current(device);
+  // The device is made current by the launch itself, in the kernel's own runtime, and only for
+  // the launch (detail::KernelDevice): the application's current device is left as it was.
   return PreparedLaunch{std::move(stream), device, std::string(kernel_name),
                         static_cast<std::size_t>(props.max_shared_memory_per_block),
                         static_cast<std::size_t>(props.max_shared_memory_per_block_optin)};
@@ -163,9 +164,8 @@ std::string kernel_symbol_name(const void* kernel) {
 }
 
 int constant_memory_device(const Stream& stream) {
-  const std::shared_ptr<Context> context = stream.context();
-  context->backend().make_current(context->device());
-  return context->device();
+  // copy_to_constant makes it current for the copy only (detail::KernelDevice).
+  return stream.context()->device();
 }
 
 std::shared_ptr<const void> launch_view_owner(const void* data) {

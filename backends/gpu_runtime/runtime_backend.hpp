@@ -125,7 +125,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   }
 
   [[nodiscard]] MemoryInfo memory_info(int device) override {
-    use_device("memory_info", device);
+    const ScopedDevice on_device = use_device("memory_info", device);
     std::size_t free_bytes = 0;
     std::size_t total_bytes = 0;
     check(Api::memGetInfo(&free_bytes, &total_bytes), "memory_info of device {}", device);
@@ -135,7 +135,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   // ---- Device memory --------------------------------------------------------------------------
 
   [[nodiscard]] void* allocate(int device, std::size_t bytes) override {
-    use_device("allocate", device);
+    const ScopedDevice on_device = use_device("allocate", device);
     if (bytes == 0) return nullptr;  // like cudaMalloc(0): success without memory
     void* ptr = nullptr;
     const ApiStatus status = Api::malloc(&ptr, bytes);
@@ -148,7 +148,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   }
 
   void deallocate(int device, void* ptr) override {
-    const ReleaseDevice releasing = use_device_to_release("deallocate", device);
+    const ScopedDevice releasing = use_device_to_release("deallocate", device);
     if (!releasing || ptr == nullptr) return;
     release(Api::free(ptr), "freeing device memory at {} on device {}", fmt::ptr(ptr), device);
   }
@@ -156,7 +156,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   // ---- Stream-ordered device memory -----------------------------------------------------------
 
   [[nodiscard]] bool supports_async_allocation(int device) override {
-    use_device("supports_async_allocation", device);
+    const ScopedDevice on_device = use_device("supports_async_allocation", device);
     {
       const std::lock_guard lock(pools_mutex_);
       if (const auto it = pools_supported_.find(device); it != pools_supported_.end()) {
@@ -177,6 +177,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
           "{} allocate_async: device {} does not support memory pools (asked for {} bytes)",
           Api::kBackend, device, bytes));
     }
+    const ScopedDevice on_device = use_device("allocate_async", device);
     if (bytes == 0) return nullptr;
     void* ptr = nullptr;
     const ApiStatus status = Api::mallocAsync(&ptr, bytes, native(stream));
@@ -189,7 +190,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   }
 
   void deallocate_async(int device, void* ptr, NativeStream stream) override {
-    const ReleaseDevice releasing = use_device_to_release("deallocate_async", device);
+    const ScopedDevice releasing = use_device_to_release("deallocate_async", device);
     if (!releasing || ptr == nullptr) return;
     release(Api::freeAsync(ptr, native(stream)),
             "freeing device memory at {} on device {}, ordered on {}", fmt::ptr(ptr), device,
@@ -198,13 +199,14 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
 
   void set_async_release_threshold(int device, std::uint64_t bytes) override {
     require_async_allocation("set_async_release_threshold", device);
+    const ScopedDevice on_device = use_device("set_async_release_threshold", device);
     check(Api::setPoolReleaseThreshold(device, bytes),
           "setting the release threshold of device {}'s memory pool to {} bytes", device, bytes);
   }
 
   void trim_async_pool(int device, std::size_t keep_bytes) override {
     require_async_allocation("trim_async_pool", device);
-    const ReleaseDevice releasing = use_device_to_release("trim_async_pool", device);
+    const ScopedDevice releasing = use_device_to_release("trim_async_pool", device);
     if (!releasing) return;  // exiting: the process's end gives the memory back
     release(Api::trimPoolTo(device, keep_bytes), "trimming device {}'s memory pool to {} bytes",
             device, keep_bytes);
@@ -213,7 +215,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   // ---- Page-locked host memory ----------------------------------------------------------------
 
   [[nodiscard]] void* host_allocate(int device, std::size_t bytes, HostAllocFlags flags) override {
-    use_device("host_allocate", device);
+    const ScopedDevice on_device = use_device("host_allocate", device);
     if (bytes == 0) return nullptr;
     void* ptr = nullptr;
     const ApiStatus status = Api::hostAlloc(&ptr, bytes, host_alloc_flags(flags));
@@ -226,13 +228,13 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   }
 
   void host_deallocate(int device, void* ptr) override {
-    const ReleaseDevice releasing = use_device_to_release("host_deallocate", device);
+    const ScopedDevice releasing = use_device_to_release("host_deallocate", device);
     if (!releasing || ptr == nullptr) return;
     release(Api::hostFree(ptr), "freeing page-locked host memory at {}", fmt::ptr(ptr));
   }
 
   void host_register(int device, void* ptr, std::size_t bytes, HostRegisterFlags flags) override {
-    use_device("host_register", device);
+    const ScopedDevice on_device = use_device("host_register", device);
     unsigned native_flags = 0;
     if (has_flag(flags, HostRegisterFlags::Mapped)) native_flags |= Api::kHostRegisterMapped;
     if (has_flag(flags, HostRegisterFlags::Portable)) native_flags |= Api::kHostRegisterPortable;
@@ -252,13 +254,13 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   }
 
   void host_unregister(int device, void* ptr) override {
-    const ReleaseDevice releasing = use_device_to_release("host_unregister", device);
+    const ScopedDevice releasing = use_device_to_release("host_unregister", device);
     if (!releasing) return;
     release(Api::hostUnregister(ptr), "unregistering {}", fmt::ptr(ptr));
   }
 
   [[nodiscard]] void* mapped_device_pointer(int device, void* host_ptr) override {
-    use_device("mapped_device_pointer", device);
+    const ScopedDevice on_device = use_device("mapped_device_pointer", device);
     void* device_ptr = nullptr;
     check(Api::hostGetDevicePointer(&device_ptr, host_ptr, 0u),
           "device address of mapped host memory at {} on device {}", fmt::ptr(host_ptr), device);
@@ -278,14 +280,14 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   [[nodiscard]] bool device_lost() const noexcept override { return DeviceLost::latched(); }
 
   [[nodiscard]] NativeStream create_stream(int device) override {
-    use_device("create_stream", device);
+    const ScopedDevice on_device = use_device("create_stream", device);
     VendorStream stream{};
     check(Api::streamCreate(&stream), "creating a stream on device {}", device);
     return stream;
   }
 
   void destroy_stream(int device, NativeStream stream) override {
-    const ReleaseDevice releasing = use_device_to_release("destroy_stream", device);
+    const ScopedDevice releasing = use_device_to_release("destroy_stream", device);
     if (!releasing) return;
     release(Api::streamDestroy(native(stream)), "destroying stream {} of device {}",
             fmt::ptr(stream), device);
@@ -295,14 +297,16 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   // and queries call nothing and the work counts as done: the runtime finishes or abandons it
   // with the process anyway (review 2, N5). See use_device_to_wait.
   void synchronize_stream(int device, NativeStream stream) override {
-    if (!use_device_to_wait("synchronize_stream", device)) return;
+    const ScopedDevice waiting = use_device_to_wait("synchronize_stream", device);
+    if (!waiting) return;
     const ApiStatus status = Api::streamSynchronize(native(stream));
     if (runtime_unloaded(status)) return;
     check(status, "synchronizing {} of device {}", describe(stream), device);
   }
 
   [[nodiscard]] bool query_stream(int device, NativeStream stream) override {
-    if (!use_device_to_wait("query_stream", device)) return true;
+    const ScopedDevice waiting = use_device_to_wait("query_stream", device);
+    if (!waiting) return true;
     const ApiStatus status = Api::streamQuery(native(stream));
     if (runtime_unloaded(status)) return true;
     return ready(status, "querying {} of device {}", describe(stream), device);
@@ -311,7 +315,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   // ---- Events ---------------------------------------------------------------------------------
 
   [[nodiscard]] NativeEvent create_event(int device) override {
-    use_device("create_event", device);
+    const ScopedDevice on_device = use_device("create_event", device);
     VendorEvent event{};
     // Default flags: timing enabled (elapsed_ms), blocking synchronisation off.
     check(Api::eventCreate(&event), "creating an event on device {}", device);
@@ -321,7 +325,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   /// Without timing (cheaper to record) and with blocking synchronisation (a waiting thread
   /// sleeps instead of spinning): the events devmem records to learn that work is done.
   [[nodiscard]] NativeEvent create_completion_event(int device) override {
-    use_device("create_completion_event", device);
+    const ScopedDevice on_device = use_device("create_completion_event", device);
     VendorEvent event{};
     check(Api::eventCreateWithFlags(&event, Api::kEventDisableTiming | Api::kEventBlockingSync),
           "creating a completion event on device {}", device);
@@ -329,34 +333,36 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   }
 
   void destroy_event(int device, NativeEvent event) override {
-    const ReleaseDevice releasing = use_device_to_release("destroy_event", device);
+    const ScopedDevice releasing = use_device_to_release("destroy_event", device);
     if (!releasing) return;
     release(Api::eventDestroy(native_event(event)), "destroying event {} of device {}",
             fmt::ptr(event), device);
   }
 
   void record_event(int device, NativeEvent event, NativeStream stream) override {
-    use_device("record_event", device);
+    const ScopedDevice on_device = use_device("record_event", device);
     check(Api::eventRecord(native_event(event), native(stream)), "recording event {} on {}",
           fmt::ptr(event), describe(stream));
   }
 
   void synchronize_event(int device, NativeEvent event) override {
-    if (!use_device_to_wait("synchronize_event", device)) return;
+    const ScopedDevice waiting = use_device_to_wait("synchronize_event", device);
+    if (!waiting) return;
     const ApiStatus status = Api::eventSynchronize(native_event(event));
     if (runtime_unloaded(status)) return;
     check(status, "synchronizing event {}", fmt::ptr(event));
   }
 
   [[nodiscard]] bool query_event(int device, NativeEvent event) override {
-    if (!use_device_to_wait("query_event", device)) return true;
+    const ScopedDevice waiting = use_device_to_wait("query_event", device);
+    if (!waiting) return true;
     const ApiStatus status = Api::eventQuery(native_event(event));
     if (runtime_unloaded(status)) return true;
     return ready(status, "querying event {}", fmt::ptr(event));
   }
 
   [[nodiscard]] float elapsed_ms(int device, NativeEvent start, NativeEvent end) override {
-    use_device("elapsed_ms", device);
+    const ScopedDevice on_device = use_device("elapsed_ms", device);
     float ms = 0.0f;
     // NotReady (an event not yet completed) is an error here, unlike in the queries.
     check(Api::eventElapsedTime(&ms, native_event(start), native_event(end)),
@@ -365,7 +371,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   }
 
   void stream_wait_event(int device, NativeStream stream, NativeEvent event) override {
-    use_device("stream_wait_event", device);
+    const ScopedDevice on_device = use_device("stream_wait_event", device);
     check(Api::streamWaitEvent(native(stream), native_event(event), 0u), "{} waiting for event {}",
           describe(stream), fmt::ptr(event));
   }
@@ -389,7 +395,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
     // The legacy default stream cannot be captured, and asking about it while another stream
     // captures in global mode is itself an error.
     if (stream == nullptr) return false;
-    use_device("is_capturing", device);
+    const ScopedDevice on_device = use_device("is_capturing", device);
     bool capturing = false;
     check(Api::streamIsCapturing(native(stream), &capturing), "asking whether {} is capturing",
           describe(stream));
@@ -410,7 +416,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   /// Idempotent: the vendors' "already enabled" status is success here (and cleared from the
   /// runtime's last-error state, so that it is not reported by a later unrelated call).
   void enable_peer_access(int device, int peer) override {
-    use_device("enable_peer_access", device);
+    const ScopedDevice on_device = use_device("enable_peer_access", device);
     const ApiStatus status = Api::deviceEnablePeerAccess(peer);
     if (status.code == Api::kErrorPeerAccessAlreadyEnabled) {
       clear_last_error();
@@ -421,7 +427,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
 
   /// Idempotent: "not enabled" is success here.
   void disable_peer_access(int device, int peer) override {
-    use_device("disable_peer_access", device);
+    const ScopedDevice on_device = use_device("disable_peer_access", device);
     const ApiStatus status = Api::deviceDisablePeerAccess(peer);
     if (status.code == Api::kErrorPeerAccessNotEnabled) {
       clear_last_error();
@@ -433,7 +439,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   /// On `stream` of `dst_device`, which is made current (the stream must belong to it).
   void copy_peer(int dst_device, void* dst, int src_device, const void* src, std::size_t bytes,
                  NativeStream stream) override {
-    use_device("copy_peer", dst_device);
+    const ScopedDevice on_device = use_device("copy_peer", dst_device);
     if (bytes == 0) return;
     check(Api::memcpyPeerAsync(dst, dst_device, src, src_device, bytes, native(stream)),
           "copying {} bytes from {} on device {} to {} on device {} on {}", bytes, fmt::ptr(src),
@@ -444,7 +450,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
 
   void copy(int device, void* dst, const void* src, std::size_t bytes, CopyKind kind,
             NativeStream stream) override {
-    use_device("copy", device);
+    const ScopedDevice on_device = use_device("copy", device);
     if (bytes == 0) return;
     if (staging_.should_stage(dst, src, bytes, kind)) {
       staging_.copy_staged(device, dst, src, bytes, kind, stream);
@@ -455,7 +461,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
 
   void copy_2d(int device, void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
                std::size_t width, std::size_t height, CopyKind kind, NativeStream stream) override {
-    use_device("copy_2d", device);
+    const ScopedDevice on_device = use_device("copy_2d", device);
     Strided::copy_rows(dst, dst_pitch, src, src_pitch, width, height, kind, stream);
   }
 
@@ -465,7 +471,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   /// vendor's copies.
   void copy_strided(int device, void* dst, const void* src, const layout::CopyPlan& plan,
                     CopyKind kind, NativeStream stream) override {
-    use_device("copy_strided", device);
+    const ScopedDevice on_device = use_device("copy_strided", device);
     if (plan.empty()) return;
     auto* const dst0 = static_cast<std::byte*>(dst);
     const auto* const src0 = static_cast<const std::byte*>(src);
@@ -485,21 +491,21 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
 
   void memset(int device, void* dst, int byte_value, std::size_t bytes,
               NativeStream stream) override {
-    use_device("memset", device);
+    const ScopedDevice on_device = use_device("memset", device);
     if (bytes == 0) return;
     check(Api::memsetAsync(dst, byte_value, bytes, native(stream)),
           "setting {} bytes at {} to {:#04x} on {}", bytes, fmt::ptr(dst), byte_value & 0xff,
           describe(stream));
   }
 
-  void make_current(int device) override { use_device("make_current", device); }
+  void make_current(int device) override { make_device_current("make_current", device); }
 
   // ---- Inter-process sharing (docs/scaling-out.md#ipc) ----------------------------------------
   // A runtime without IPC (Api::kHasIpc false: HIP-CPU) keeps Backend's defaults, which say so.
 
   [[nodiscard]] bool supports_ipc(int device) override {
     if constexpr (Api::kHasIpc) {
-      use_device("supports_ipc", device);
+      const ScopedDevice on_device = use_device("supports_ipc", device);
       return true;
     } else {
       return Backend::supports_ipc(device);
@@ -508,7 +514,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
 
   [[nodiscard]] AllocationRange allocation_range(int device, const void* ptr) override {
     if constexpr (Api::kHasIpc) {
-      use_device("allocation_range", device);
+      const ScopedDevice on_device = use_device("allocation_range", device);
       void* base = nullptr;
       std::size_t bytes = 0;
       check(Api::memGetAddressRange(&base, &bytes, ptr),
@@ -521,7 +527,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
 
   [[nodiscard]] VendorIpcHandle ipc_get_handle(int device, void* base) override {
     if constexpr (Api::kHasIpc) {
-      use_device("ipc_get_handle", device);
+      const ScopedDevice on_device = use_device("ipc_get_handle", device);
       typename Api::IpcMemHandle vendor_handle{};
       check(Api::ipcGetMemHandle(&vendor_handle, base),
             "exporting the allocation at {} of device {}", fmt::ptr(base), device);
@@ -535,7 +541,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
 
   [[nodiscard]] void* ipc_open(int device, const VendorIpcHandle& handle) override {
     if constexpr (Api::kHasIpc) {
-      use_device("ipc_open", device);
+      const ScopedDevice on_device = use_device("ipc_open", device);
       typename Api::IpcMemHandle vendor_handle{};
       std::memcpy(&vendor_handle, handle.data(), sizeof vendor_handle);
       void* base = nullptr;
@@ -549,7 +555,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
 
   void ipc_close(int device, void* base) override {
     if constexpr (Api::kHasIpc) {
-      const ReleaseDevice releasing = use_device_to_release("ipc_close", device);
+      const ScopedDevice releasing = use_device_to_release("ipc_close", device);
       if (!releasing) return;
       release(Api::ipcCloseMemHandle(base), "closing the mapping at {} on device {}",
               fmt::ptr(base), device);
@@ -559,7 +565,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   }
 
   void launch_host_function(int device, NativeStream stream, std::function<void()> fn) override {
-    use_device("launch_host_function", device);
+    const ScopedDevice on_device = use_device("launch_host_function", device);
     if (!fn) {
       throw InvalidArgument(fmt::format("{} launch_host_function: empty function", Api::kBackend));
     }
@@ -583,11 +589,12 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
   using Calls::runtime_unloaded;
   using Devices::census;
   using Devices::explain_no_device;
+  using Devices::make_device_current;
   using Devices::require_device;
   using Devices::use_device;
   using Devices::use_device_to_release;
   using Devices::use_device_to_wait;
-  using typename Devices::ReleaseDevice;
+  using typename Devices::ScopedDevice;
 
  private:
   void require_async_allocation(const char* operation, int device) {

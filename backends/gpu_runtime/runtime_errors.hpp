@@ -19,8 +19,10 @@
 //   setDevice only when the runtime's current device differs. The comparison asks the runtime
 //   (getDevice reads the runtime's own per-thread current device, no driver round trip), rather
 //   than a private thread_local copy, which would go stale whenever the application or another
-//   library calls cudaSetDevice/hipSetDevice on the same thread. The previous device is not
-//   restored, like Numba's context activation, except after a release (ReleaseDevice).
+//   library calls cudaSetDevice/hipSetDevice on the same thread. The previous device is
+//   restored when the call ends (ScopedDevice), so that devmem never changes the device the
+//   application's own vendor calls go to; only Backend::make_current (devmem::select_device and
+//   DeviceScope) leaves a device current on purpose.
 #pragma once
 
 #include "backends/gpu_runtime/vendor_api.hpp"
@@ -338,30 +340,32 @@ class DeviceSelection : protected VendorCalls<Api> {
     }
   }
 
-  /// Makes `device` the calling thread's current device (see the file's comment). An index out
-  /// of range fails in setDevice with the runtime's invalid-device error.
-  void use_device(const char* operation, int device) {
-    static_cast<void>(select_device(operation, device, /*releasing=*/false));
-  }
-
-  /// Makes a release's device current for the release only: releases run in destructors, at
-  /// points the caller did not choose, so the caller's current device is restored afterwards.
-  /// Inactive (the release must call nothing) once the process has begun to exit (ProcessExit)
-  /// or when the runtime has already been torn down (see VendorCalls::release).
-  class ReleaseDevice {
+  /// Makes a device current for one backend call, and the caller's device current again when
+  /// the call ends (review 2, N9): an application that chose its device with cudaSetDevice,
+  /// torch.cuda.set_device or a rank binding finds it unchanged after any devmem call, including
+  /// those reached from destructors (a stream's, a scope's). Inactive (the call must do nothing)
+  /// when a wait, query or release finds the process exiting or the runtime torn down.
+  class [[nodiscard]] ScopedDevice {
    public:
-    ReleaseDevice(DeviceSelection& selection, const char* operation, int device) {
-      if (ProcessExit::begun()) return;
+    enum class Purpose {
+      Use,      // an ordinary call: every failure throws
+      Wait,     // a wait or query: inactive once exiting; rethrows a latched device loss
+      Release,  // a release: inactive once exiting or after a device loss
+    };
+    ScopedDevice(DeviceSelection& selection, const char* operation, int device, Purpose purpose) {
+      if (purpose != Purpose::Use && ProcessExit::begun()) return;
+      if (purpose == Purpose::Wait && DeviceLost::latched()) DeviceLost::rethrow();
       int previous = -1;
-      active_ = selection.select_device(operation, device, /*releasing=*/true, &previous);
-      if (active_ && previous != device) previous_ = previous;
+      active_ = selection.select_device(operation, device, purpose != Purpose::Use, &previous);
+      if (active_ && previous != device && previous >= 0) previous_ = previous;
     }
-    ReleaseDevice(const ReleaseDevice&) = delete;
-    ReleaseDevice& operator=(const ReleaseDevice&) = delete;
-    ReleaseDevice(ReleaseDevice&&) = delete;
-    ReleaseDevice& operator=(ReleaseDevice&&) = delete;
-    ~ReleaseDevice() {
-      // Best effort: a failure to switch back is not the release's failure.
+    ScopedDevice(const ScopedDevice&) = delete;
+    ScopedDevice& operator=(const ScopedDevice&) = delete;
+    ScopedDevice(ScopedDevice&&) = delete;
+    ScopedDevice& operator=(ScopedDevice&&) = delete;
+    ~ScopedDevice() {
+      // Best effort: a failure to switch back is not the call's failure (and a destructor must
+      // not throw); the runtime's last-error state is left clean.
       if (previous_ && Api::setDevice(*previous_).code != Api::kSuccess) clear_last_error();
     }
     [[nodiscard]] explicit operator bool() const noexcept { return active_; }
@@ -371,19 +375,31 @@ class DeviceSelection : protected VendorCalls<Api> {
     std::optional<int> previous_;
   };
 
-  /// For waits and queries, which destructors reach at points the caller did not choose: makes
-  /// `device` current, or returns false (call nothing, the work counts as done) once the process
-  /// is exiting or the runtime answers that it has been torn down. After a sticky error it throws
-  /// that error (see DeviceLost).
-  [[nodiscard]] bool use_device_to_wait(const char* operation, int device) {
-    if (ProcessExit::begun()) return false;
-    if (DeviceLost::latched()) DeviceLost::rethrow();  // fail fast: the work will never finish
-    return select_device(operation, device, /*releasing=*/true);
+  /// `device` current for the call (see ScopedDevice). An index out of range fails in setDevice
+  /// with the runtime's invalid-device error.
+  [[nodiscard]] ScopedDevice use_device(const char* operation, int device) {
+    return ScopedDevice(*this, operation, device, ScopedDevice::Purpose::Use);
   }
 
-  /// A ReleaseDevice for `device` (see there).
-  [[nodiscard]] ReleaseDevice use_device_to_release(const char* operation, int device) {
-    return ReleaseDevice(*this, operation, device);
+  /// For waits and queries, which destructors reach at points the caller did not choose:
+  /// inactive (call nothing, the work counts as done) once the process is exiting or the runtime
+  /// answers that it has been torn down. After a sticky error it throws that error (see
+  /// DeviceLost).
+  [[nodiscard]] ScopedDevice use_device_to_wait(const char* operation, int device) {
+    return ScopedDevice(*this, operation, device, ScopedDevice::Purpose::Wait);
+  }
+
+  /// For releases (frees, stream and event destruction): inactive (the release must call
+  /// nothing) once the process has begun to exit (ProcessExit), after a device loss, or when the
+  /// runtime has already been torn down (see VendorCalls::release).
+  [[nodiscard]] ScopedDevice use_device_to_release(const char* operation, int device) {
+    return ScopedDevice(*this, operation, device, ScopedDevice::Purpose::Release);
+  }
+
+  /// Makes `device` the calling thread's current device and leaves it so: for the application's
+  /// own vendor calls after devmem::select_device (Backend::make_current).
+  void make_device_current(const char* operation, int device) {
+    static_cast<void>(select_device(operation, device, /*releasing=*/false));
   }
 
  private:

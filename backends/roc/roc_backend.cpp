@@ -255,7 +255,7 @@ class RocBackend final : public gpu_runtime::RuntimeBackend<HipApi> {
   /// The hint is withdrawn first (hsa_memory_deregister), then HIP unregisters the memory; a
   /// failure of the former is reported after the latter has run.
   void host_unregister(int device, void* ptr) override {
-    const ReleaseDevice releasing = use_device_to_release("host_unregister", device);
+    const ScopedDevice releasing = use_device_to_release("host_unregister", device);
     if (!releasing) return;
     std::optional<std::size_t> hinted;
     {

@@ -104,7 +104,10 @@ class DEVMEM_API Context {
 
 /// Number of devices of the active backend (0 when it has none).
 [[nodiscard]] DEVMEM_API int device_count();
-/// Makes device `index` current for the calling thread. Throws NoDevice when it does not exist.
+/// Makes device `index` current for the calling thread: devmem's calls without a device or stream
+/// go to it, and so do the application's own vendor calls on this thread (it is made the
+/// runtime's current device, as cudaSetDevice does). Every other devmem call leaves the runtime's
+/// current device as it found it. Throws NoDevice when it does not exist.
 DEVMEM_API void select_device(int index);
 /// The device current for the calling thread.
 [[nodiscard]] DEVMEM_API int current_device() noexcept;
@@ -135,8 +138,9 @@ struct DeviceInfo {
 /// backend has no device.
 [[nodiscard]] DEVMEM_API DeviceInfo get_current_device();
 
-/// Makes a device current for the calling thread for the scope's lifetime, then makes the device
-/// that was current before current again, also when the scope is left by an exception (Numba's
+/// Makes a device current for the calling thread for the scope's lifetime (as select_device does,
+/// the runtime's current device included), then makes the device that was current before current
+/// again, also when the scope is left by an exception (Numba's
 /// `with cuda.gpus[i]:`). Scopes nest. Neither copyable nor movable: it belongs to the thread and
 /// the block that made it.
 class [[nodiscard]] DEVMEM_API DeviceScope {

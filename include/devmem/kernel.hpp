@@ -299,7 +299,7 @@ struct PreparedLaunch {
 launch_prepare(const LaunchConfig& config, std::string_view compiled_for,
                std::string_view kernel_name, std::string_view compiled_architectures = {});
 /// The device whose constant memory const_array_like fills: `stream`'s device, or the current
-/// context's for an unspecified stream; made current on this thread by the library.
+/// context's for an unspecified stream (copy_to_constant makes it current for the copy only).
 [[nodiscard]] DEVMEM_API int constant_memory_device(const Stream& stream = {});
 /// InvalidArgument "devmem::launch(<kernel>): argument <index>: <what>".
 [[noreturn]] DEVMEM_API void throw_argument_error(const PreparedLaunch& launch, std::size_t index,

@@ -2,11 +2,14 @@ cmake_minimum_required(VERSION 3.25)
 # Compiles SOURCE (cmake -P, for CTest):
 #   -DCOMPILER=<c++> -DSOURCE=<file> -DINCLUDES=<dirs separated by '|'> -DOUTCOME=FAIL|PASS
 #   [-DEXPECT=<regex the compiler's output must contain when it fails>]
+#   [-DFLAGS=<more compiler flags, separated by '|', placed before the source>]
 # A FAIL test also refuses diagnostics from inside devmem::detail::KernelArgument: the point of the
 # static_asserts is that they are the whole message.
 string(REPLACE "|" ";" include_list "${INCLUDES}")
 list(TRANSFORM include_list PREPEND "-I")
-execute_process(COMMAND "${COMPILER}" -std=c++20 -fsyntax-only ${include_list} "${SOURCE}"
+string(REPLACE "|" ";" flag_list "${FLAGS}")
+execute_process(COMMAND "${COMPILER}" -std=c++20 -fsyntax-only ${include_list} ${flag_list}
+                        "${SOURCE}"
                 RESULT_VARIABLE exit_code OUTPUT_VARIABLE out ERROR_VARIABLE out)
 set(shown "${COMPILER} ${SOURCE}\n--- exit ${exit_code}\n--- output\n${out}")
 if(OUTCOME STREQUAL "PASS")

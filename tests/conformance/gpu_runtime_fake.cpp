@@ -73,7 +73,8 @@ TEST_CASE("gpu_runtime: a count of 0 without an error") {
   CHECK(f.backend.no_device_reason() == "fakeGetDeviceCount reports 0 devices");
 }
 
-TEST_CASE("gpu_runtime: the device is made current only when it differs") {
+TEST_CASE("gpu_runtime: the device is made current only when it differs, and only for the call") {
+  // Review 2, N9: after each call the caller's device (0 here) is current again.
   Fixture f;
   CHECK(f.backend.device_count() == 2);
   CHECK(f.backend.no_device_reason().empty());
@@ -81,10 +82,16 @@ TEST_CASE("gpu_runtime: the device is made current only when it differs") {
   CHECK_FALSE(f.called("fakeSetDevice"));
   void* b = f.backend.allocate(1, 64);
   CHECK(f.count("fakeSetDevice(1)") == 1);
-  f.backend.deallocate(1, b);
-  CHECK(f.count("fakeSetDevice") == 1);
-  f.backend.deallocate(0, a);
   CHECK(f.count("fakeSetDevice(0)") == 1);
+  CHECK(f.state.current == 0);
+  f.backend.deallocate(1, b);
+  CHECK(f.count("fakeSetDevice") == 4);
+  CHECK(f.state.current == 0);
+  f.backend.deallocate(0, a);
+  CHECK(f.count("fakeSetDevice") == 4);
+  // Backend::make_current (devmem::select_device) leaves its device current.
+  f.backend.make_current(1);
+  CHECK(f.state.current == 1);
   SECTION("an index out of range fails in setDevice with the runtime's error") {
     try {
       (void)f.backend.allocate(5, 64);
@@ -516,7 +523,8 @@ TEST_CASE("gpu_runtime: a peer copy is one memcpyPeerAsync on the destination de
   REQUIRE(f.state.peer_copies.size() == 1);
   CHECK(f.state.peer_copies[0] == std::tuple<int, int, std::size_t>{1, 0, 200});
   CHECK(f.state.copy_streams.back() == static_cast<FakeStream*>(stream));
-  CHECK(f.state.current == 1);
+  CHECK(f.count("fakeSetDevice(1)") == 1);  // the destination's device, for the copy only
+  CHECK(f.state.current == 0);
   CHECK(static_cast<unsigned char*>(dst)[199] == 7);
   CHECK(static_cast<unsigned char*>(dst)[200] == 0);
   // Nothing to copy: no call.

@@ -17,11 +17,14 @@ TEST_CASE("gpu_runtime IPC: export, open and close go to the vendor's IPC calls"
   CHECK(range.bytes == 4096);
   const devmem::VendorIpcHandle handle = backend.ipc_get_handle(1, block);
   CHECK(f.called("fakeIpcGetMemHandle"));
-  CHECK(f.state.current == 1);
+  // Device 1 was made current for each call, and the caller's device 0 again after it.
+  CHECK(f.count("fakeSetDevice(1)") == 4);  // allocate, allocation_range, ipc_get_handle...
+  CHECK(f.state.current == 0);
   // Opened on another device: that device is made current for the call.
+  f.backend.make_current(1);
   void* const opened = backend.ipc_open(0, handle);
   CHECK(opened == block);
-  CHECK(f.state.current == 0);
+  CHECK(f.state.current == 1);
   CHECK(f.state.ipc_mappings.size() == 1);
   backend.ipc_close(0, opened);
   CHECK(f.state.ipc_mappings.empty());

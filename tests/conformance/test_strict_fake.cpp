@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -569,4 +570,60 @@ TEST_CASE("strict fake: a thread's devmem device starts from the application's c
   });
   second.join();
   CHECK(seen == 1);
+}
+
+TEST_CASE("strict fake: devmem calls leave the application's current device as they found it",
+          "[strict-fake]") {
+  // Review 2, N9 and finding 22 of the first review. The application works on device 1 (its
+  // cudaSetDevice); devmem works on device 0 through a stream of device 0. Every devmem call, the
+  // ones reached from destructors included, must leave device 1 current: the application's next
+  // raw call (a kernel of its own, a cudaMalloc) would otherwise go to device 0.
+  std::vector<std::string> moved;  // the operations after which the runtime's device was not 1
+  bool scope_selects = false;
+  std::thread worker([&] {
+    if (fake::raw_set_device(1) != 0) return;
+    const auto expect_one = [&](const char* what) {
+      if (fake::raw_get_device() != 1) moved.emplace_back(what);
+      static_cast<void>(fake::raw_set_device(1));
+    };
+    devmem::Stream on_zero;
+    {
+      // A DeviceScope selects device 0 for the runtime too (the application's own calls inside
+      // it go there, as in Numba's `with cuda.gpus[0]`) and gives device 1 back at its end.
+      const devmem::DeviceScope scope = devmem::device_scope(0);
+      scope_selects = fake::raw_get_device() == 0;
+      on_zero = devmem::stream();
+    }
+    expect_one("the end of a DeviceScope");
+    {
+      const DeviceArray a = devmem::device_array<float>(Shape{64, 64}, Order::C, on_zero);
+      expect_one("device_array");
+      a.memset(0);
+      expect_one("memset");
+      std::vector<float> values(64 * 64);
+      for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+      a.copy_to_device(values, on_zero);
+      expect_one("copy_to_device from the host");
+      const DeviceArray b = devmem::device_array<float>(Shape{64, 64}, Order::C, on_zero);
+      b.copy_to_device(a.transpose(), on_zero);  // a strided copy on the device
+      expect_one("a strided device-to-device copy");
+      const std::vector<float> back = b.to_vector<float>(on_zero);
+      expect_one("to_vector");
+      CHECK(back[1] == values[64]);
+      on_zero.synchronize();
+      expect_one("Stream::synchronize");
+      static_cast<void>(on_zero.query());
+      expect_one("Stream::query");
+    }
+    expect_one("an array's release");
+    on_zero = devmem::Stream{};  // the stream's destructor: its pending uses are collected
+    expect_one("a stream's release");
+    devmem::context_for_device(0)->synchronize();
+    expect_one("Context::synchronize");
+  });
+  worker.join();
+  CHECK(scope_selects);
+  for (const std::string& what : moved) {
+    FAIL_CHECK("the runtime's current device was not the application's after " << what);
+  }
 }

@@ -45,17 +45,35 @@ inline void check_kernel_runtime(typename KernelRuntime::Error status, const cha
   }
 }
 
-/// Makes `device` current in the runtime this translation unit calls. That is not necessarily the
-/// runtime instance libdevmem selected the device in: a CUDA target linked with the static cudart
-/// has its own copy, with its own per-thread current device, and a kernel launched there without
-/// this runs on that copy's device (device 0 unless the caller chose another).
-inline void use_kernel_device(int device) {
-  int current = -1;
-  check_kernel_runtime(KernelRuntime::get_device(&current), KernelRuntime::kGetDeviceCall);
-  if (current != device) {
-    check_kernel_runtime(KernelRuntime::set_device(device), KernelRuntime::kSetDeviceCall);
+/// Makes `device` current in the runtime this translation unit calls for the guard's lifetime,
+/// then the caller's device again (review 2, N9: a launch leaves the application's current device
+/// as it was). That runtime is not necessarily the instance libdevmem selects devices in: a CUDA
+/// target linked with the static cudart has its own copy, with its own per-thread current device,
+/// and a kernel launched there without this runs on that copy's device.
+class [[nodiscard]] KernelDevice {
+ public:
+  explicit KernelDevice(int device) {
+    int current = -1;
+    check_kernel_runtime(KernelRuntime::get_device(&current), KernelRuntime::kGetDeviceCall);
+    if (current != device) {
+      check_kernel_runtime(KernelRuntime::set_device(device), KernelRuntime::kSetDeviceCall);
+      previous_ = current;
+    }
   }
-}
+  KernelDevice(const KernelDevice&) = delete;
+  KernelDevice& operator=(const KernelDevice&) = delete;
+  KernelDevice(KernelDevice&&) = delete;
+  KernelDevice& operator=(KernelDevice&&) = delete;
+  ~KernelDevice() {
+    // Best effort: the launch's own outcome is what the caller hears about.
+    if (previous_ >= 0 && KernelRuntime::set_device(previous_) != KernelRuntime::kSuccess) {
+      static_cast<void>(KernelRuntime::last_error());
+    }
+  }
+
+ private:
+  int previous_ = -1;
+};
 
 /// Enqueues the kernel; returns this launch's own status (never an earlier error the thread's
 /// last-error state may hold, which a triple-chevron launch followed by get-last-error would take
@@ -112,7 +130,7 @@ template <class... Params, class Tuple>
 void launch_on_backend(const PreparedLaunch& launch, const LaunchConfig& config,
                        void (*kernel)(Params...), Tuple&& arguments,
                        std::vector<std::shared_ptr<const void>> keep_alive) {
-  use_kernel_device(launch.device);
+  const KernelDevice on_device(launch.device);
   if (config.shared_bytes > launch.default_shared_limit) {
     opt_in_shared_memory(reinterpret_cast<const void*>(kernel), launch, config.shared_bytes);
   }
@@ -126,8 +144,8 @@ void launch_on_backend(const PreparedLaunch& launch, const LaunchConfig& config,
 template <class T, std::size_t N>
 void copy_to_constant(T (&symbol)[N], int device, const void* values, std::size_t bytes) {
   // Constant memory is per device: the copy goes to the current device of this translation
-  // unit's runtime, which must be the context's (see use_kernel_device).
-  use_kernel_device(device);
+  // unit's runtime, which must be the context's (see KernelDevice).
+  const KernelDevice on_device(device);
   check_kernel_runtime(
       KernelRuntime::copy_to_symbol(static_cast<const void*>(&symbol), values, bytes),
       KernelRuntime::kToSymbolCall);

@@ -5,6 +5,16 @@
 
 #include <hip/hip_runtime.h>
 
+// devmem's default stream is the legacy blocking stream (a null handle in libdevmem). Under
+// -fgpu-default-stream=per-thread a null handle in this translation unit means the thread's own
+// stream instead, which does not wait for devmem's default-stream work: the launch would race it.
+// HIP names the legacy stream hipStreamLegacy from ROCm 6; an older HIP has no name for it.
+#if defined(HIP_API_PER_THREAD_DEFAULT_STREAM) && !defined(hipStreamLegacy) && \
+    !defined(__HIP_CPU_RT__)
+#error \
+    "devmem: this HIP has no hipStreamLegacy, so under -fgpu-default-stream=per-thread a kernel launched on devmem's default stream would run on the per-thread stream and race devmem's work; compile kernel sources with the legacy default stream, or use ROCm 6 or newer"
+#endif
+
 #include <cstddef>
 #include <string_view>
 
@@ -32,8 +42,15 @@ struct KernelRuntime {
   static Error last_error() { return hipGetLastError(); }
   static Error get_device(int* device) { return hipGetDevice(device); }
   static Error set_device(int device) { return hipSetDevice(device); }
-  /// HIP's null stream is the legacy blocking default stream.
-  static Stream stream(void* handle) { return static_cast<Stream>(handle); }
+  /// devmem's default stream (a null handle) is the legacy blocking stream: hipStreamLegacy where
+  /// HIP names it (then right under -fgpu-default-stream=per-thread too), else HIP's null stream
+  /// (see the #error above).
+  static Stream stream(void* handle) {
+#if defined(hipStreamLegacy)
+    if (handle == nullptr) return hipStreamLegacy;
+#endif
+    return static_cast<Stream>(handle);
+  }
 #if !defined(__HIP_CPU_RT__)
   static Error launch_kernel(const void* kernel, dim3 grid, dim3 block, void** parameters,
                              std::size_t shared_bytes, Stream stream) {
