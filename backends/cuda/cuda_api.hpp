@@ -20,6 +20,8 @@ namespace devmem::cuda {
 /// One launch of libdevmem's strided-copy kernel (backends/gpu_runtime/strided_copy_launch.cpp),
 /// compiled by the vendor's compiler into libdevmem.
 cudaError_t launch_strided_copy(const gpu_runtime::StridedCopyArgs& args, cudaStream_t stream);
+/// The architectures that kernel was compiled for, comma-separated; empty when not recorded.
+const char* strided_copy_architectures() noexcept;
 
 struct CudaApi {
   using Error = cudaError_t;
@@ -296,6 +298,9 @@ struct CudaApi {
   }
   static S launchCopyStrided(const gpu_runtime::StridedCopyArgs& args, Stream stream) {
     return {launch_strided_copy(args, stream), "cudaLaunchKernel"};
+  }
+  static std::string_view stridedCopyArchitectures() noexcept {
+    return strided_copy_architectures();
   }
   /// A launch status saying that the library has no code for the device (no sm_XX image and no
   /// PTX the driver can compile, e.g. an sm_90-only build on an A100).

@@ -475,7 +475,8 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
     if (plan.empty()) return;
     auto* const dst0 = static_cast<std::byte*>(dst);
     const auto* const src0 = static_cast<const std::byte*>(src);
-    if (!Strided::vendor_copies_suffice(plan) && kernel_args(plan, dst0, src0)) {
+    if (!Strided::vendor_copies_suffice(plan) && kernel_args(plan, dst0, src0) &&
+        library_kernel_has_code(device)) {
       // During stream capture the bounded path cannot run between host and device; the vendor's
       // copies can, up to a bound (see require_capturable). The core refused pageable host
       // memory already.
@@ -604,6 +605,35 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
     }
   }
 
+  /// Whether libdevmem's strided-copy kernel was built for `device`'s architecture, when the build
+  /// recorded the architectures (hipcc's; review 2, N6): on ROCm a launch without a code object
+  /// may abort the process instead of failing, so such a device is never tried. Where nothing was
+  /// recorded (nvcc, whose PTX also runs on later GPUs; HIP-CPU) the launch's own status decides
+  /// (StridedCopies::copy_bounded). Asked once per device and list.
+  bool library_kernel_has_code(int device) {
+    const std::string_view built_for = Api::stridedCopyArchitectures();
+    if (built_for.empty()) return true;
+    {
+      const std::lock_guard lock(kernel_code_mutex_);
+      if (const auto it = kernel_code_.find(device);
+          it != kernel_code_.end() && it->second.first == built_for) {
+        return it->second.second;
+      }
+    }
+    const std::string architecture = properties(device).architecture;
+    bool found = false;
+    std::string_view rest = built_for;
+    while (!rest.empty() && !found) {
+      const std::size_t end = std::min(rest.find(','), rest.size());
+      const std::string_view entry = rest.substr(0, end);
+      found = entry.substr(0, entry.find(':')) == architecture;  // "gfx90a:xnack-" is gfx90a
+      rest.remove_prefix(std::min(end + 1, rest.size()));
+    }
+    const std::lock_guard lock(kernel_code_mutex_);
+    kernel_code_[device] = {std::string(built_for), found};
+    return found;
+  }
+
   static unsigned host_alloc_flags(HostAllocFlags flags) noexcept {
     unsigned native_flags = 0;
     if (has_flag(flags, HostAllocFlags::Mapped)) {
@@ -660,6 +690,9 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
 
   std::mutex pools_mutex_;
   std::map<int, bool> pools_supported_;  // per device: memoryPoolsSupported, asked once
+  std::mutex kernel_code_mutex_;
+  // Per device: the architecture list it was checked against, and the answer.
+  std::map<int, std::pair<std::string, bool>> kernel_code_;
   StagingPipelines<Api> staging_;
   Strided strided_;
 };

@@ -46,4 +46,14 @@ __attribute__((visibility("hidden"))) DEVMEM_STRIDED_COPY_VENDOR(Error_t)
 #endif
 }
 
+/// The table's stridedCopyArchitectures: the GPU architectures the kernel above was compiled for,
+/// comma-separated, where the build records them (hipcc: DEVMEM_HIP_ARCHITECTURES); else empty.
+__attribute__((visibility("hidden"))) const char* strided_copy_architectures() noexcept {
+#if defined(DEVMEM_HIP_ARCHITECTURES)
+  return DEVMEM_HIP_ARCHITECTURES;
+#else
+  return "";
+#endif
+}
+
 }  // namespace devmem::DEVMEM_STRIDED_COPY_NAMESPACE

@@ -212,6 +212,9 @@ concept VendorCopyCalls =
       // Whether a launch's status says the library has no code for the device (the strided copy
       // then falls back to the vendor's copies on that device).
       { Api::missingKernelImage(typename Api::Error{}) } -> std::convertible_to<bool>;
+      // The architectures libdevmem's kernel was compiled for ("gfx90a,gfx1030"), or empty when
+      // the build does not record them: the strided copy never launches it on another device.
+      { Api::stridedCopyArchitectures() } -> std::convertible_to<std::string_view>;
       // deviceCanAccessPeer(answer, device, peer); enabling and disabling the current device's
       // access to a peer.
       {

@@ -21,6 +21,8 @@ namespace devmem::roc {
 /// One launch of libdevmem's strided-copy kernel (backends/gpu_runtime/strided_copy_launch.cpp),
 /// compiled by the vendor's compiler into libdevmem.
 hipError_t launch_strided_copy(const gpu_runtime::StridedCopyArgs& args, hipStream_t stream);
+/// The architectures that kernel was compiled for, comma-separated; empty when not recorded.
+const char* strided_copy_architectures() noexcept;
 
 struct HipApi {
   using Error = hipError_t;
@@ -344,6 +346,9 @@ struct HipApi {
   }
   static S launchCopyStrided(const gpu_runtime::StridedCopyArgs& args, Stream stream) {
     return {launch_strided_copy(args, stream), "hipLaunchKernel"};
+  }
+  static std::string_view stridedCopyArchitectures() noexcept {
+    return strided_copy_architectures();
   }
   /// A launch status saying that the library has no code object for the device (e.g. an MI300,
   /// gfx942, with a library built for gfx90a by a HIP that cannot target gfx942).

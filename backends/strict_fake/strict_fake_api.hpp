@@ -134,6 +134,7 @@ struct StrictFakeApi {
   static S freeAsync(void* ptr, Stream stream);
   static S memoryPoolsSupported(int device, bool* supported);
   static bool missingKernelImage(Error code) { return code == kNoKernelImageForDevice; }
+  static std::string_view stridedCopyArchitectures() noexcept;
   static S setPoolReleaseThreshold(int device, std::uint64_t bytes);
   static S trimPoolTo(int device, std::size_t bytes);
   static S hostAlloc(void** ptr, std::size_t bytes, unsigned flags);

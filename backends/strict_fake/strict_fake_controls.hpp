@@ -44,6 +44,10 @@ DEVMEM_API int raw_launch_copy(void* dst, const void* src, std::size_t bytes, Na
 DEVMEM_API void set_missing_kernel_image(int device, bool missing);
 /// Launches of the strided-copy kernel asked for so far, the refused ones included.
 DEVMEM_API std::size_t strided_copy_launches();
+/// The architectures the strided-copy kernel reports it was built for (the table's
+/// stridedCopyArchitectures, comma-separated, as hipcc's build records them), "" (not recorded)
+/// by default. `list` must outlive its use: pass a string literal.
+DEVMEM_API void set_strided_copy_architectures(const char* list);
 
 /// The last temporary of a strided copy that the backend put back in its cache (poisoned then),
 /// and how many have gone back so far.

@@ -79,6 +79,7 @@ struct Block {
 thread_local int t_current = 0;
 std::atomic<bool> g_missing_kernel_image[kDevices] = {};  // set_missing_kernel_image
 std::atomic<std::size_t> g_strided_copy_launches{0};
+std::atomic<const char*> g_strided_copy_architectures{""};  // set_strided_copy_architectures
 thread_local int t_last_error = kOk;
 
 // The handle of the legacy default stream: resolved to the current device's legacy stream.
@@ -1105,6 +1106,10 @@ void StrictFakeApi::scratchReturned(void* ptr, std::size_t bytes, bool host) noe
   std::memset(host ? static_cast<char*>(ptr) : r.host_view(ptr), kPoison, bytes);
   g_returned_scratch = ReturnedScratch{ptr, bytes, host, g_returned_scratch.returns + 1};
 }
+std::string_view StrictFakeApi::stridedCopyArchitectures() noexcept {
+  return g_strided_copy_architectures.load();
+}
+
 S StrictFakeApi::launchCopyStrided(const gpu_runtime::StridedCopyArgs& args, Stream stream) {
   STRICT_FAKE_PROLOGUE("strictFakeLaunchKernel");
   g_strided_copy_launches.fetch_add(1);
@@ -1290,6 +1295,9 @@ void set_missing_kernel_image(int device, bool missing) {
 }
 std::size_t strided_copy_launches() {
   return g_strided_copy_launches.load();
+}
+void set_strided_copy_architectures(const char* list) {
+  g_strided_copy_architectures.store(list == nullptr ? "" : list);
 }
 ReturnedScratch last_returned_scratch() {
   Runtime& r = rt();

@@ -27,6 +27,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -265,6 +266,7 @@ struct FakeApi {
     return call("fakeMemPoolTrimTo", std::to_string(device) + ", " + std::to_string(bytes));
   }
   static bool missingKernelImage(Error) { return false; }
+  static std::string_view stridedCopyArchitectures() noexcept { return {}; }
   static S pointerDevice(const void* ptr, int* device) {
     const auto* p = static_cast<const char*>(ptr);
     auto it = g_state->device_blocks.upper_bound(p);

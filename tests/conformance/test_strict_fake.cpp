@@ -295,6 +295,51 @@ TEST_CASE(
   CHECK(devmem::current_context()->take_deallocation_errors().empty());
 }
 
+TEST_CASE(
+    "strict fake: the library's kernel is never launched on a device whose architecture its "
+    "build did not list",
+    "[strict-fake]") {
+  // Review 2, N6: on ROCm a launch without a code object for the device may abort the process
+  // rather than fail, so the architecture list hipcc recorded is checked before the first launch.
+  constexpr std::int64_t kN = 64;
+  std::vector<float> values(static_cast<std::size_t>(kN * kN));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  const devmem::DeviceArray square = devmem::to_device(values).reshape({kN, kN});
+  const std::string architecture = devmem::current_context()->properties().architecture;
+  struct Restore {
+    ~Restore() { fake::set_strided_copy_architectures(""); }
+  } const restore;
+  const auto transposed_copy = [&] {
+    const devmem::DeviceArray out = devmem::device_array<float>({kN, kN});
+    out.copy_to_device(square.T());  // 4-byte rows: the bounded path when the kernel may run
+    return out.to_vector<float>();
+  };
+  const auto transposed_right = [&](const std::vector<float>& back) {
+    for (std::int64_t i = 0; i < kN; ++i) {
+      for (std::int64_t j = 0; j < kN; ++j) {
+        if (back[static_cast<std::size_t>(i * kN + j)] !=
+            values[static_cast<std::size_t>(j * kN + i)]) {
+          return false;
+        }
+      }
+    }
+    return true;
+  };
+
+  // Built for two AMD architectures only: the vendor's copies, no launch.
+  fake::set_strided_copy_architectures("gfx90a,gfx1030");
+  std::size_t launches = fake::strided_copy_launches();
+  CHECK(transposed_right(transposed_copy()));
+  CHECK(fake::strided_copy_launches() == launches);
+
+  // A list with the device's architecture (target features after ':' do not matter): launched.
+  REQUIRE(architecture == "strict_fake_90");
+  fake::set_strided_copy_architectures("gfx90a:xnack-,strict_fake_90:sramecc+");
+  launches = fake::strided_copy_launches();
+  CHECK(transposed_right(transposed_copy()));
+  CHECK(fake::strided_copy_launches() == launches + 1);
+}
+
 TEST_CASE("strict fake: a host dereference of device memory crashes", "[strict-fake]") {
   Backend& b = backend();
   constexpr std::size_t kBytes = 256;
