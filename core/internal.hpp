@@ -215,9 +215,15 @@ struct ContextState {
 
 /// The stream state to use: `requested` if specified, else `fallback` if specified, else the
 /// default stream of `context`. Throws InvalidArgument when the chosen stream belongs to another
-/// context, naming `operation`.
+/// context, or is the default stream while a stream of the device is being captured
+/// (refuse_default_stream_during_capture), naming `operation`.
 StreamState& resolve_stream(const Stream& requested, const Stream& fallback, Context& context,
                             const char* operation);
+
+/// InvalidArgument naming `operation`, before any vendor call, when a stream of `context`'s device
+/// is being captured: work on the legacy default stream would join that capture implicitly and
+/// invalidate it (review 2, N2).
+void refuse_default_stream_during_capture(const char* operation, Context& context);
 
 /// Completes an operation enqueued on `stream`: on the default stream waits for it (the API
 /// promises completion); on another stream keeps `keep_alive` until the work is done.

@@ -57,12 +57,54 @@ NativeEvent InFlightWork::take_event() {
   return backend().create_completion_event(device());
 }
 
+GraphHostUse::~GraphHostUse() {
+  for (auto& end : deferred_) {
+    try {
+      end();
+    } catch (const std::exception& e) {
+      report_error(fmt::format("ending a scope after its graph memory was released: {}", e.what()));
+    }
+  }
+}
+
+bool GraphHostUse::touches(std::span<const HostSpan> spans,
+                           std::span<const void* const> objects) const {
+  const bool spans_overlap = std::any_of(spans_.begin(), spans_.end(), [&](const HostSpan& used) {
+    return std::any_of(spans.begin(), spans.end(),
+                       [&](const HostSpan& span) { return used.overlaps(span); });
+  });
+  return spans_overlap || std::any_of(objects_.begin(), objects_.end(), [&](const void* used) {
+           return std::find(objects.begin(), objects.end(), used) != objects.end();
+         });
+}
+
+void GraphHostUse::defer_until_released(std::function<void()> end) {
+  const std::lock_guard lock(mutex_);
+  deferred_.push_back(std::move(end));
+}
+
 void InFlightWork::retire_after(StreamState& stream,
                                 std::vector<std::shared_ptr<const void>> objects,
                                 std::vector<HostSpan> host_spans) {
   if (objects.empty()) return;
   const auto hold_for_context = [&] {
+    // The host memory and the objects the graph uses, for scopes that would end under it: held
+    // with the rest, so that it lives exactly as long as the graph memory.
+    std::vector<const void*> identities;
+    identities.reserve(objects.size());
+    for (const auto& object : objects) identities.push_back(object.get());
+    auto use = std::make_shared<GraphHostUse>(std::move(host_spans), std::move(identities));
+    // Carried by the first object's holder (same pointer, so GraphMemory counts the objects).
+    struct WithUse {
+      std::shared_ptr<const void> object;
+      std::shared_ptr<GraphHostUse> use;
+    };
+    const void* const first = objects.front().get();
+    auto carrier = std::make_shared<WithUse>(WithUse{std::move(objects.front()), use});
+    objects.front() = std::shared_ptr<const void>(std::move(carrier), first);
     std::lock_guard lock(mutex_);
+    std::erase_if(graph_uses_, [](const auto& weak) { return weak.expired(); });
+    graph_uses_.push_back(std::move(use));
     for (auto& object : objects) held_for_graphs_.push_back({stream.handle, std::move(object)});
   };
   NativeEvent event = nullptr;
@@ -203,6 +245,15 @@ void InFlightWork::wait_for_host_uses(std::span<const HostSpan> spans,
   } waiting{*this};
   for (NativeEvent event : waits) backend().synchronize_event(device(), event);
   collect_retired();
+}
+
+std::shared_ptr<GraphHostUse> InFlightWork::graph_use_of(std::span<const HostSpan> spans,
+                                                         std::span<const void* const> objects) {
+  std::lock_guard lock(mutex_);
+  for (const auto& weak : graph_uses_) {
+    if (auto use = weak.lock(); use && use->touches(spans, objects)) return use;
+  }
+  return nullptr;
 }
 
 std::vector<std::shared_ptr<const void>> InFlightWork::take_held_for_graphs(NativeStream stream) {

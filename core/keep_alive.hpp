@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -35,6 +36,32 @@ struct HostSpan {
 /// event has been reached. Thread-safe: one mutex guards the pending operations and the idle
 /// events, and is never held while a keep-alive is released or another lock of the context is
 /// taken.
+/// What work captured into a graph uses of host memory (byte ranges) and of device memory objects
+/// (by identity; mapped views), held with the captured work's memory: for the context until
+/// Stream::take_graph_memory, then by the application's GraphMemory. A scope over that host
+/// memory cannot end while it lives (the graph may still run); a scope destroyed meanwhile hands
+/// its end to it (defer_until_released), done when the graph memory is released.
+class GraphHostUse {
+ public:
+  GraphHostUse(std::vector<HostSpan> spans, std::vector<const void*> objects)
+      : spans_(std::move(spans)), objects_(std::move(objects)) {}
+  GraphHostUse(const GraphHostUse&) = delete;
+  GraphHostUse& operator=(const GraphHostUse&) = delete;
+  /// Runs the deferred scope ends; failures are reported, not thrown.
+  ~GraphHostUse();
+  /// Whether the captured work uses host memory overlapping `spans` or one of `objects`.
+  [[nodiscard]] bool touches(std::span<const HostSpan> spans,
+                             std::span<const void* const> objects) const;
+  /// Runs `end` when the graph memory is released (after the graph may no longer run).
+  void defer_until_released(std::function<void()> end);
+
+ private:
+  std::vector<HostSpan> spans_;
+  std::vector<const void*> objects_;
+  std::mutex mutex_;  // guards deferred_
+  std::vector<std::function<void()>> deferred_;
+};
+
 class InFlightWork {
  public:
   /// The work of `owner`, whose backend and device record and query the events.
@@ -65,6 +92,10 @@ class InFlightWork {
   void wait_for_host_uses(std::span<const HostSpan> spans, std::span<const void* const> objects);
   /// What work captured on `stream` uses, held since the captures; the caller now keeps it.
   [[nodiscard]] std::vector<std::shared_ptr<const void>> take_held_for_graphs(NativeStream stream);
+  /// A live record of captured work (held here or in a GraphMemory) that uses host memory
+  /// overlapping `spans` or one of `objects`; null when none (review 2, N2: scopes).
+  [[nodiscard]] std::shared_ptr<GraphHostUse> graph_use_of(std::span<const HostSpan> spans,
+                                                           std::span<const void* const> objects);
   /// Operations whose keep-alives are still held (tests and diagnostics).
   [[nodiscard]] std::size_t pending_uses() const;
 
@@ -88,6 +119,7 @@ class InFlightWork {
     std::shared_ptr<const void> object;
   };
   std::vector<HeldForGraph> held_for_graphs_;
+  std::vector<std::weak_ptr<GraphHostUse>> graph_uses_;  // live while their graph memory is held
   // Threads inside wait_for_host_uses, which waits on events outside the lock: while any waits,
   // retired events are kept (idle) instead of destroyed, so none is destroyed under a wait
   // (review 2, N8). An idle event may be recorded again meanwhile: the wait is then longer than

@@ -71,6 +71,10 @@ PreparedLaunch launch_prepare(const LaunchConfig& config, std::string_view compi
   const std::shared_ptr<Context> context = stream.context();
   const int device = context->device();
   const DeviceProperties& props = detail::ContextState::of(*context).properties();
+  if (stream.is_default()) {
+    refuse_default_stream_during_capture(fmt::format("devmem::launch({})", kernel_name).c_str(),
+                                         *context);
+  }
 
   const std::array<std::int64_t, 3> block_limits{props.max_block_dim[0], props.max_block_dim[1],
                                                  props.max_block_dim[2]};

@@ -150,17 +150,49 @@ Range range_of(const HostArray& a) {
 // Waits for the copies and kernels devmem enqueued that still use the arrays' host bytes, or (by
 // identity) `objects`: memory unregistered under a running DMA or kernel faults the device (CUDA:
 // a sticky illegal-address error; ROCm: the VM-fault handler aborts the process).
-void wait_for_uses(Context& ctx, const std::vector<HostArray>& arrays,
-                   std::vector<const void*> objects = {}) {
+struct HostUses {
   std::vector<detail::HostSpan> spans;
+  std::vector<const void*> objects;
+};
+
+HostUses host_uses(const std::vector<HostArray>& arrays, std::vector<const void*> objects) {
+  HostUses uses{{}, std::move(objects)};
   for (const HostArray& a : arrays) {
-    if (detail::ArrayAccess::memory(a)) objects.push_back(detail::ArrayAccess::memory(a).get());
+    if (detail::ArrayAccess::memory(a)) {
+      uses.objects.push_back(detail::ArrayAccess::memory(a).get());
+    }
     const Range r = range_of(a);
     if (r.bytes == 0) continue;
     const auto* begin = static_cast<const std::byte*>(r.begin);
-    spans.push_back({begin, begin + r.bytes});
+    uses.spans.push_back({begin, begin + r.bytes});
   }
-  detail::ContextState::of(ctx).in_flight.wait_for_host_uses(spans, objects);
+  return uses;
+}
+
+void wait_for_uses(Context& ctx, const std::vector<HostArray>& arrays,
+                   std::vector<const void*> objects = {}) {
+  const HostUses uses = host_uses(arrays, std::move(objects));
+  detail::ContextState::of(ctx).in_flight.wait_for_host_uses(uses.spans, uses.objects);
+}
+
+// Work captured into a graph that uses the arrays' memory (or `objects`) and may still run: the
+// graph memory taken from its stream (or still held for the context) has not been released.
+std::shared_ptr<detail::GraphHostUse> graph_use(Context& ctx, const std::vector<HostArray>& arrays,
+                                                std::vector<const void*> objects = {}) {
+  const HostUses uses = host_uses(arrays, std::move(objects));
+  return detail::ContextState::of(ctx).in_flight.graph_use_of(uses.spans, uses.objects);
+}
+
+// A scope cannot end while a graph may still read or write its memory: unregistering it then
+// would fault the device at the graph's next launch (review 2, N2).
+void refuse_end_under_graph(Context& ctx, const std::vector<HostArray>& arrays,
+                            std::vector<const void*> objects, const char* operation) {
+  if (!graph_use(ctx, arrays, std::move(objects))) return;
+  throw InvalidArgument(fmt::format(
+      "{} scope: cannot end while work captured into a graph uses its memory (the graph may run "
+      "again); after the capture take the memory with Stream::take_graph_memory(), destroy the "
+      "graph and its executables, release the GraphMemory, then end the scope",
+      operation));
 }
 
 void check_registrable(const HostArray& a, std::size_t i, const char* operation) {
@@ -244,6 +276,7 @@ PinnedScope::PinnedScope(PinnedScope&& other) noexcept
 
 void PinnedScope::close() {
   if (registered_.empty()) return;
+  refuse_end_under_graph(*context_, arrays_, {}, operation_);
   wait_for_uses(*context_, arrays_);
   // Ranges that fail stay in registered_: the destructor tries them once more.
   if (auto error = unregister_all(*context_, registered_)) std::rethrow_exception(error);
@@ -251,6 +284,19 @@ void PinnedScope::close() {
 
 PinnedScope::~PinnedScope() {
   if (registered_.empty()) return;
+  try {
+    // Under a graph that may run again the scope ends when its graph memory is released instead
+    // (the memory stays page-locked until then).
+    if (!context_->backend().exiting()) {
+      if (const auto use = graph_use(*context_, arrays_)) {
+        auto rest = std::make_shared<PinnedScope>(std::move(*this));
+        use->defer_until_released([rest]() mutable { rest.reset(); });  // ends it, or defers again
+        return;
+      }
+    }
+  } catch (const std::exception& e) {
+    detail::report_error(fmt::format("{} scope exit: {}; unregistering now", operation_, e.what()));
+  }
   try {
     // After a sticky error nothing can be waited for, and the program has been told once.
     if (!context_->backend().device_lost()) wait_for_uses(*context_, arrays_);
@@ -315,23 +361,48 @@ MappedScope::MappedScope(std::vector<HostArray> arrays, const MapOptions& option
 
 void MappedScope::wait_for_views() const {
   if (views_.empty()) return;
-  // Kernels hold the views' device memory objects (not host spans): look for those too.
+  // Kernels hold the views' device memory objects (not host spans): look for those too. Every
+  // view has a memory object (made by the constructor), which holds the scope's context.
+  wait_for_uses(*detail::ArrayAccess::memory(views_.front())->context, pins_.arrays(),
+                view_memory());
+}
+
+std::vector<const void*> MappedScope::view_memory() const {
   std::vector<const void*> objects;
   for (const DeviceArray& view : views_) {
-    if (detail::ArrayAccess::memory(view))
+    if (detail::ArrayAccess::memory(view)) {
       objects.push_back(detail::ArrayAccess::memory(view).get());
+    }
   }
-  // Every view has a memory object (made by the constructor), which holds the scope's context.
-  wait_for_uses(*detail::ArrayAccess::memory(views_.front())->context, pins_.arrays(),
-                std::move(objects));
+  return objects;
 }
 
 void MappedScope::close() {
+  if (!views_.empty()) {
+    refuse_end_under_graph(*detail::ArrayAccess::memory(views_.front())->context, pins_.arrays(),
+                           view_memory(), "mapped");
+  }
   wait_for_views();
   pins_.close();
 }
 
 MappedScope::~MappedScope() {
+  try {
+    // Under a graph that may run again (a captured kernel on a view, a captured copy), the scope
+    // ends when its graph memory is released instead (see PinnedScope).
+    if (!views_.empty()) {
+      Context& ctx = *detail::ArrayAccess::memory(views_.front())->context;
+      if (!ctx.backend().exiting()) {
+        if (const auto use = graph_use(ctx, pins_.arrays(), view_memory())) {
+          auto rest = std::make_shared<MappedScope>(std::move(*this));
+          use->defer_until_released([rest]() mutable { rest.reset(); });  // ends it, or defers again
+          return;
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    detail::report_error(fmt::format("mapped scope exit: {}; unmapping now", e.what()));
+  }
   try {
     // After a sticky error nothing can be waited for, and the program has been told once.
     const bool lost = !views_.empty() &&

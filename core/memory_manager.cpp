@@ -35,8 +35,10 @@ namespace {
 /// stays capture-safe.
 void refuse_during_capture(Context& context, std::string_view manager, std::size_t bytes,
                            const Stream& stream) {
-  if (stream.is_default()) return;  // the legacy default stream is never captured
-  if (!context.backend().is_capturing(context.device(), stream.native_handle())) return;
+  // For the default stream: whether a stream of the device is capturing (the allocation would
+  // join that capture implicitly; is_capturing's answer for a null handle).
+  const NativeStream native = stream.is_default() ? nullptr : stream.native_handle();
+  if (!context.backend().is_capturing(context.device(), native)) return;
   throw InvalidArgument(fmt::format(
       "memory manager '{}': cannot allocate {} on a stream during stream capture (the vendor "
       "forbids allocating while a graph is captured); allocate the arrays before beginning the "

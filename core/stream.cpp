@@ -37,11 +37,24 @@ EventState::~EventState() {
   }
 }
 
+void refuse_default_stream_during_capture(const char* operation, Context& context) {
+  if (!context.backend().is_capturing(context.device(), nullptr)) return;
+  throw InvalidArgument(fmt::format(
+      "{}: cannot use the default stream of device {} during stream capture: a stream of the "
+      "device is being captured into a graph, and work on the default stream would join that "
+      "capture implicitly and invalidate it; pass the capturing stream (or another devmem "
+      "stream) to the call, or end the capture first",
+      operation, context.device()));
+}
+
 StreamState& resolve_stream(const Stream& requested, const Stream& fallback, Context& context,
                             const char* operation) {
   const auto& chosen =
       requested.is_specified() ? StreamState::of(requested) : StreamState::of(fallback);
-  if (!chosen) return *detail::ContextState::of(context).default_stream;
+  if (!chosen || chosen->is_default) {
+    refuse_default_stream_during_capture(operation, context);
+    if (!chosen) return *detail::ContextState::of(context).default_stream;
+  }
   if (chosen->context.get() != &context) {
     throw InvalidArgument(fmt::format(
         "{}: the stream belongs to device {} of backend '{}' but the array is on device {} of "

@@ -40,6 +40,7 @@ struct CudaApi {
   static constexpr Error kErrorRuntimeUnloading = cudaErrorCudartUnloading;
   static constexpr Error kErrorPeerAccessAlreadyEnabled = cudaErrorPeerAccessAlreadyEnabled;
   static constexpr Error kErrorPeerAccessNotEnabled = cudaErrorPeerAccessNotEnabled;
+  static constexpr Error kErrorStreamCaptureImplicit = cudaErrorStreamCaptureImplicit;
 
   static constexpr MemcpyKind kHostToHost = cudaMemcpyHostToHost;
   static constexpr MemcpyKind kHostToDevice = cudaMemcpyHostToDevice;

@@ -391,14 +391,19 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
     }
   }
 
+  /// For the legacy default stream (a null handle), which is never captured itself: whether a
+  /// blocking stream of the device is capturing, when the runtime answers StreamCaptureImplicit
+  /// (the query leaves that capture valid): work on the legacy stream now would join the capture
+  /// implicitly and invalidate it (review 2, N2).
   [[nodiscard]] bool is_capturing(int device, NativeStream stream) override {
-    // The legacy default stream cannot be captured, and asking about it while another stream
-    // captures in global mode is itself an error.
-    if (stream == nullptr) return false;
     const ScopedDevice on_device = use_device("is_capturing", device);
     bool capturing = false;
-    check(Api::streamIsCapturing(native(stream), &capturing), "asking whether {} is capturing",
-          describe(stream));
+    const ApiStatus status = Api::streamIsCapturing(native(stream), &capturing);
+    if (stream == nullptr && status.code == Api::kErrorStreamCaptureImplicit) {
+      clear_last_error();
+      return true;
+    }
+    check(status, "asking whether {} is capturing", describe(stream));
     return capturing;
   }
 

@@ -87,6 +87,9 @@ concept VendorConstants =
     // Enabling peer access twice, disabling it when not enabled (success for devmem).
     vendor_api_detail::ErrorConstant<decltype(Api::kErrorPeerAccessAlreadyEnabled), Api> &&
     vendor_api_detail::ErrorConstant<decltype(Api::kErrorPeerAccessNotEnabled), Api> &&
+    // streamIsCapturing's answer for the legacy stream while a blocking stream of its device
+    // captures (work on the legacy stream would join that capture implicitly).
+    vendor_api_detail::ErrorConstant<decltype(Api::kErrorStreamCaptureImplicit), Api> &&
     // The explicit copy kinds devmem passes (never a per-call pointer lookup), and Default.
     vendor_api_detail::KindConstant<decltype(Api::kHostToHost), Api> &&
     vendor_api_detail::KindConstant<decltype(Api::kHostToDevice), Api> &&

@@ -42,6 +42,7 @@ struct HipApi {
   static constexpr Error kErrorRuntimeUnloading = hipErrorDeinitialized;
   static constexpr Error kErrorPeerAccessAlreadyEnabled = hipErrorPeerAccessAlreadyEnabled;
   static constexpr Error kErrorPeerAccessNotEnabled = hipErrorPeerAccessNotEnabled;
+  static constexpr Error kErrorStreamCaptureImplicit = hipErrorStreamCaptureImplicit;
 
   static constexpr MemcpyKind kHostToHost = hipMemcpyHostToHost;
   static constexpr MemcpyKind kHostToDevice = hipMemcpyHostToDevice;

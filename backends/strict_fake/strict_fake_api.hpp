@@ -95,6 +95,7 @@ struct StrictFakeApi {
   static constexpr Error kErrorRuntimeUnloading = kUnloading;
   static constexpr Error kErrorPeerAccessAlreadyEnabled = kPeerAlreadyEnabled;
   static constexpr Error kErrorPeerAccessNotEnabled = kPeerNotEnabled;
+  static constexpr Error kErrorStreamCaptureImplicit = kStreamCaptureImplicit;
   static constexpr MemcpyKind kHostToHost = kH2H;
   static constexpr MemcpyKind kHostToDevice = kH2D;
   static constexpr MemcpyKind kDeviceToHost = kD2H;

@@ -839,6 +839,9 @@ S StrictFakeApi::streamIsCapturing(Stream stream, bool* capturing) {
   *capturing = false;
   const auto s = r.resolve(stream);
   if (!s) return fail(kInvalidResourceHandle, kFn);
+  // The legacy stream while a blocking stream of its device captures: CUDA answers 906 and
+  // leaves that capture valid (the query enqueues nothing).
+  if (s->legacy && r.capture_on_device(s->device)) return fail(kStreamCaptureImplicit, kFn);
   *capturing = static_cast<bool>(s->capture);
   return {kOk, kFn};
 }

@@ -222,7 +222,9 @@ class DEVMEM_API Backend {
   }
   /// True while `stream` is being captured into a graph (cudaStreamIsCapturing): work enqueued on
   /// it then runs only when the graph is launched, perhaps many times, so an event recorded now
-  /// says nothing about when that work is done. False on backends without graphs.
+  /// says nothing about when that work is done. For the default stream (a null handle), which is
+  /// never captured itself: true while a blocking stream of the device is capturing, when work on
+  /// the default stream would join that capture implicitly. False on backends without graphs.
   [[nodiscard]] virtual bool is_capturing(int device, NativeStream stream);
 
   // Data movement. All enqueue on `stream`; pointers must stay valid until the work completes.

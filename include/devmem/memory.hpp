@@ -127,10 +127,14 @@ class [[nodiscard]] DEVMEM_API PinnedScope {
   /// Waits for the copies and kernels devmem enqueued that still use the memory (on any stream:
   /// unregistering memory a DMA or kernel still touches faults the device), then unregisters; a
   /// failure is written to stderr (destructors do not throw). Work devmem does not see (a kernel
-  /// of the application's own on a raw pointer) must be finished by the caller first.
+  /// of the application's own on a raw pointer) must be finished by the caller first. While work
+  /// captured into a graph uses the memory (its graph memory, Stream::take_graph_memory, is not
+  /// released yet: the graph may run again), the memory stays page-locked and the scope ends
+  /// when that graph memory is released.
   ~PinnedScope();
   /// Waits as the destructor does, then unregisters now, throwing the first failure (every range
-  /// is still attempted). Ranges whose
+  /// is still attempted); InvalidArgument, with nothing changed, while captured work uses the
+  /// memory (see the destructor). Ranges whose
   /// unregistration failed are tried once more by the destructor (or the next close()), so a
   /// transient vendor failure does not leave the memory page-locked after the scope.
   void close();
@@ -162,7 +166,8 @@ class [[nodiscard]] DEVMEM_API MappedScope {
   MappedScope(MappedScope&& other) noexcept = default;
   MappedScope& operator=(MappedScope&&) = delete;
   /// Waits for the copies and kernels devmem enqueued that still use the memory (on any stream),
-  /// then unmaps; a failure is written to stderr (destructors do not throw).
+  /// then unmaps; a failure is written to stderr (destructors do not throw). Under a graph that
+  /// may run again, ends when its graph memory is released (see ~PinnedScope).
   ~MappedScope();
   /// The device views, one per array, in order (what Numba's `with mapped(a) as d:` binds).
   [[nodiscard]] const std::vector<DeviceArray>& device_arrays() const noexcept { return views_; }
@@ -171,11 +176,12 @@ class [[nodiscard]] DEVMEM_API MappedScope {
   /// Number of arrays mapped.
   [[nodiscard]] std::size_t size() const noexcept { return views_.size(); }
   /// Waits for the work devmem enqueued that uses the memory, then unmaps now, throwing the first
-  /// failure.
+  /// failure; InvalidArgument, with nothing changed, while captured work uses the memory.
   void close();
 
  private:
   void wait_for_views() const;
+  [[nodiscard]] std::vector<const void*> view_memory() const;
   PinnedScope pins_;
   std::vector<DeviceArray> views_;
 };

@@ -62,6 +62,7 @@ enum FakeError : int {
   kPeerAlreadyEnabled = 704,
   kPeerNotEnabled = 705,
   kIllegalAddress = 700,  // sticky (isSticky)
+  kStreamCaptureImplicit = 906,
 };
 
 enum FakeKind : int { kH2H = 0, kH2D = 1, kD2H = 2, kD2D = 3, kDefault = 4 };
@@ -142,6 +143,7 @@ struct FakeApi {
   static constexpr Error kErrorRuntimeUnloading = kUnloading;
   static constexpr Error kErrorPeerAccessAlreadyEnabled = kPeerAlreadyEnabled;
   static constexpr Error kErrorPeerAccessNotEnabled = kPeerNotEnabled;
+  static constexpr Error kErrorStreamCaptureImplicit = kStreamCaptureImplicit;
   static constexpr MemcpyKind kHostToHost = kH2H;
   static constexpr MemcpyKind kHostToDevice = kH2D;
   static constexpr MemcpyKind kDeviceToHost = kD2H;
@@ -432,6 +434,11 @@ struct FakeApi {
   }
   static S streamIsCapturing(Stream stream, bool* capturing) {
     *capturing = g_state->capturing.contains(stream);
+    // The legacy stream while another stream captures: CUDA's answer (the capture stays valid).
+    if (stream == &g_state->legacy && !g_state->capturing.empty()) {
+      static_cast<void>(call("fakeStreamIsCapturing"));
+      return fail_with(kStreamCaptureImplicit, "fakeStreamIsCapturing");
+    }
     return call("fakeStreamIsCapturing");
   }
   static S eventElapsedTime(float* ms, Event, Event) {
@@ -601,6 +608,8 @@ struct FakeApi {
         return "fakeErrorRuntimeUnloading";
       case kInvalidPitch:
         return "fakeErrorInvalidPitchValue";
+      case kStreamCaptureImplicit:
+        return "fakeErrorStreamCaptureImplicit";
       case kNoDevice:
         return "fakeErrorNoDevice";
       case kInvalidDevice:

@@ -42,6 +42,7 @@ inline constexpr cudaError_t cudaErrorHostMemoryAlreadyRegistered =
 inline constexpr cudaError_t cudaErrorHostMemoryNotRegistered = hipErrorHostMemoryNotRegistered;
 inline constexpr cudaError_t cudaErrorPeerAccessAlreadyEnabled = hipErrorPeerAccessAlreadyEnabled;
 inline constexpr cudaError_t cudaErrorPeerAccessNotEnabled = hipErrorPeerAccessNotEnabled;
+inline constexpr cudaError_t cudaErrorStreamCaptureImplicit = hipErrorStreamCaptureImplicit;
 // The sticky errors (CudaApi::isSticky): HIP's twins where HIP has one; CUDA's own values for the
 // five HIP does not name (HIP-CPU never returns them).
 inline constexpr cudaError_t cudaErrorIllegalAddress = hipErrorIllegalAddress;

@@ -63,6 +63,8 @@
 
 // Defined in ROCm's enum, absent from HIP-CPU's (the value is ROCm's).
 inline constexpr hipError_t hipErrorInvalidPitchValue = static_cast<hipError_t>(12);
+// HIP-CPU never captures, so never answers this.
+inline constexpr hipError_t hipErrorStreamCaptureImplicit = static_cast<hipError_t>(906);
 
 // ROCm's pointer attributes (HIP 5.2 layout).
 enum hipMemoryType {
