@@ -395,7 +395,8 @@ MappedScope::~MappedScope() {
       if (!ctx.backend().exiting()) {
         if (const auto use = graph_use(ctx, pins_.arrays(), view_memory())) {
           auto rest = std::make_shared<MappedScope>(std::move(*this));
-          use->defer_until_released([rest]() mutable { rest.reset(); });  // ends it, or defers again
+          use->defer_until_released(
+              [rest]() mutable { rest.reset(); });  // ends it, or defers again
           return;
         }
       }

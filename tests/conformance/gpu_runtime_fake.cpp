@@ -405,8 +405,9 @@ TEST_CASE("gpu_runtime: an event query says NotReady until the work before the e
   f.backend.destroy_stream(0, stream);
 }
 
-TEST_CASE("gpu_runtime: stream capture is asked of the runtime; the default stream's answer says "
-          "whether another stream captures") {
+TEST_CASE(
+    "gpu_runtime: stream capture is asked of the runtime; the default stream's answer says "
+    "whether another stream captures") {
   Fixture f;
   const NativeStream stream = f.backend.create_stream(0);
   CHECK_FALSE(f.backend.is_capturing(0, stream));

@@ -613,8 +613,7 @@ TEST_CASE("strict fake: a scope does not end under a graph that may still use it
   CHECK(devmem::current_context()->take_deallocation_errors().empty());
 }
 
-TEST_CASE("strict fake: default-stream work beside a capture is refused first",
-          "[strict-fake]") {
+TEST_CASE("strict fake: default-stream work beside a capture is refused first", "[strict-fake]") {
   // Review 2, N2: work on the legacy default stream while another stream of the device captures
   // would join the capture implicitly (906) and invalidate it. Each is refused before any vendor
   // call that could, and the capture stays valid.
