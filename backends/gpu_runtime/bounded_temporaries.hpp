@@ -10,8 +10,8 @@
 // device) and reused; a set is used by one copy at a time, and goes back to the pool as soon as its
 // copy has enqueued its work, still in flight. The next copy that takes it:
 // - for a buffer the host will touch, waits for the slot's event (eventSynchronize);
-// - for device work only, asks the event: done, or the same stream (stream order suffices), or
-//   else its stream waits for the event on the device (streamWaitEvent): the host never waits.
+// - for device work only, asks the event: done, or else its stream waits for the event on the
+//   device (streamWaitEvent): the host never waits.
 // So no copy frees memory (cudaFree / hipFree synchronize the device) or synchronizes a stream to
 // retire its temporaries; memory is freed only by release_idle_buffers, a change of chunk size, a
 // slot that must grow, and a failed copy (its set is freed, which waits for its events).
@@ -58,9 +58,8 @@ class BoundedTemporaries : private VendorCalls<Api> {
     std::byte* host = nullptr;
     std::size_t host_bytes = 0;
     VendorEvent done{};
-    NativeStream stream = nullptr;  // the stream of its last use
-    bool in_flight = false;         // `done` recorded after work whose end was not yet seen
-    bool dirty = false;             // holds bytes of a finished use, not yet retired
+    bool in_flight = false;  // `done` recorded after work whose end was not yet seen
+    bool dirty = false;      // holds bytes of a finished use, not yet retired
 
     Slot() = default;
     Slot(const Slot&) = delete;
@@ -136,7 +135,8 @@ class BoundedTemporaries : private VendorCalls<Api> {
     }
 
     /// Before device work only uses `s`: ordered after its earlier work, without the host waiting
-    /// for it (done already, the same stream, or the stream waits for its event on the device).
+    /// for it (done already, or the stream waits for its event on the device). Even on the stream
+    /// of its last use: that stream may have been destroyed since and its handle reused.
     void acquire_for_device(Slot& s) {
       if (s.in_flight && Calls::ready(Api::eventQuery(s.done),
                                       "asking whether a strided copy's temporary is free")) {
@@ -146,7 +146,6 @@ class BoundedTemporaries : private VendorCalls<Api> {
         retire(s);
         return;
       }
-      if (s.stream == stream_) return;  // stream order
       check(Api::streamWaitEvent(native(stream_), s.done, 0),
             "ordering {} after an earlier strided copy's use of its temporary", describe(stream_));
     }
@@ -163,7 +162,6 @@ class BoundedTemporaries : private VendorCalls<Api> {
       check(Api::eventRecord(s.done, native(stream_)), "recording a strided-copy event on {}",
             describe(stream_));
       s.in_flight = true;
-      s.stream = stream_;
       unrecorded_ = false;
     }
 
