@@ -82,8 +82,9 @@ std::int64_t payload(const CopyCase& c) {
 
 /// A side of `shape` whose axes lie in memory in `order` (outermost first), every `step`-th item
 /// of the innermost, axes in `reversed` running backwards.
-SideLayout side(const devmem::Shape& shape, std::int64_t itemsize, std::vector<std::size_t> order,
-                std::int64_t step = 1, std::vector<std::size_t> reversed = {}) {
+SideLayout side(const devmem::Shape& shape, std::int64_t itemsize,
+                const std::vector<std::size_t>& order, std::int64_t step = 1,
+                const std::vector<std::size_t>& reversed = {}) {
   SideLayout out;
   out.strides.assign(shape.size(), 0);
   std::int64_t stride = itemsize * step;  // the gaps between the innermost axis's items
