@@ -122,7 +122,10 @@ inline std::optional<Extent> dense_extent(const layout::CopyPlan& plan, bool dst
 // whole blocks, else whole rows, else runs of a row's bytes), each moved through one of two slots
 // of at most `chunk` bytes per side (bounded_temporaries.hpp; `chunk` is the staging pipeline's
 // StagingOptions::chunk, so one setting bounds both paths): while the DMA engine and the kernel
-// work on one slot's chunk the host packs or places the other's. A 4 GiB copy uses at most
+// work on one slot's chunk the host packs or places the other's. (The DMAs and kernels of a copy
+// that the host does not touch all run on the caller's stream, one after another: a chunk's
+// kernel moves it at device-memory speed, a small fraction of its DMA's time, and a second,
+// internal stream would have to be ordered with the caller's.) A 4 GiB copy uses at most
 // 2 x chunk of device memory and 2 x chunk of page-locked memory beside its arrays.
 // - D2D: the kernel, from one side to the other; nothing else.
 // - H2D, a source whose extent is at most twice its elements' bytes (no gaps, small gaps, a
