@@ -13,7 +13,8 @@
 //   runtime_errors.hpp    the error discipline (check, release, ready; ProcessExit, DeviceLost)
 //                         and device selection
 //   strided_copies.hpp    copy_strided's plans, the vendor 2-D/3-D path and the bounded path
-//                         with the strided-copy kernel (strided_copy_kernel.hpp)
+//                         with the strided-copy kernel (strided_copy_kernel.hpp), chunked by
+//                         plan_chunks.hpp through bounded_temporaries.hpp
 //   staging_pipeline.hpp  large pageable copies staged through devmem's page-locked buffers
 //
 // Conventions (backend.hpp has the contract; runtime_errors.hpp adds errors and device selection):
@@ -29,8 +30,9 @@
 //   pipeline (staging_pipeline.hpp) instead of the runtime's own pageable path, which copies
 //   through a small staging buffer one piece at a time.
 // - A strided copy takes a bounded number of vendor calls whatever its layout: the vendor's 2-D
-//   and 3-D copies when a few of them do it, otherwise at most 8 calls and one launch of the
-//   strided-copy kernel (strided_copies.hpp).
+//   and 3-D copies when a few of them do it, otherwise a few calls and one launch of the
+//   strided-copy kernel per chunk, through bounded temporaries retired by events
+//   (strided_copies.hpp).
 // - Thread safety: the vendor runtimes are thread safe; the state here is the device census,
 //   computed once under std::call_once, the memory-pool answers, and the idle staging pipelines
 //   and strided-copy temporaries, each under a mutex.
@@ -470,8 +472,8 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
     Strided::copy_rows(dst, dst_pitch, src, src_pitch, width, height, kind, stream);
   }
 
-  /// The vendor's copies when a few of them do it well (vendor_copies_suffice); otherwise a
-  /// bounded number of calls and one kernel launch (copy_bounded). A plan with more axes than the
+  /// The vendor's copies when a few of them do it well (vendor_copies_suffice); otherwise the
+  /// kernel, chunk by chunk (copy_bounded). A plan with more axes than the
   /// kernel takes (at least 2^32 units), or whose temporaries cannot be allocated, keeps the
   /// vendor's copies.
   void copy_strided(int device, void* dst, const void* src, const layout::CopyPlan& plan,
@@ -490,7 +492,10 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
         Strided::copy_blocks(dst0, src0, plan, kind, stream);
         return;
       }
-      if (strided_.copy_bounded(device, dst0, src0, plan, kind, stream)) return;
+      // The staging chunk bounds the bounded path's temporaries too: one setting for both.
+      if (strided_.copy_bounded(device, dst0, src0, plan, kind, stream, staging_.options().chunk)) {
+        return;
+      }
     }
     Strided::copy_blocks(dst0, src0, plan, kind, stream);
   }

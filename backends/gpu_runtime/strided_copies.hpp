@@ -1,13 +1,16 @@
 // Strided copies of the GPU backends' shared implementation (runtime_backend.hpp's copy_strided and
 // copy_2d): a layout::CopyPlan carried out with a bounded number of vendor calls whatever its
 // layout. The vendor's 2-D and 3-D copies do it when a few of them suffice (copy_blocks);
-// otherwise at most 8 calls and one launch of libdevmem's strided-copy kernel
-// (strided_copy_kernel.hpp, launched through Api::launchCopyStrided) do it (copy_bounded), with
-// temporaries kept for the next copy. Apart from the backend because it is a subject of its own:
-// the plan's geometry (axes, extents, dense images), the choice between the two paths, and the
-// temporaries' lifetime. Not installed.
+// otherwise libdevmem's strided-copy kernel (strided_copy_kernel.hpp, launched through
+// Api::launchCopyStrided) does it, chunk by chunk through bounded temporaries kept for the next
+// copy (copy_bounded; plan_chunks.hpp cuts the plan, bounded_temporaries.hpp holds the
+// temporaries and retires them by events). Apart from the backend because it is a subject of its
+// own: the plan's geometry (axes, extents, dense images), the choice between the two paths, and
+// the bounded path's steps. Not installed.
 #pragma once
 
+#include "backends/gpu_runtime/bounded_temporaries.hpp"
+#include "backends/gpu_runtime/plan_chunks.hpp"
 #include "backends/gpu_runtime/runtime_errors.hpp"
 #include "backends/gpu_runtime/strided_copy_args.hpp"
 #include "backends/gpu_runtime/vendor_api.hpp"
@@ -33,27 +36,6 @@
 namespace devmem::gpu_runtime {
 
 // ---- The plan's geometry (no vendor calls) ----------------------------------------------------
-
-/// One axis of a plan: `n` steps of `src` and `dst` bytes.
-struct PlanAxis {
-  std::int64_t n = 1;
-  std::int64_t src = 0;
-  std::int64_t dst = 0;
-};
-
-/// The plan's axes, outermost first: the outer axes, the rows of a block, then the bytes of a
-/// row (always last, with strides 1).
-inline std::vector<PlanAxis> plan_axes(const layout::CopyPlan& plan) {
-  std::vector<PlanAxis> axes;
-  axes.reserve(plan.outer_shape.size() + 2);
-  for (std::size_t k = 0; k < plan.outer_shape.size(); ++k) {
-    axes.push_back(
-        PlanAxis{plan.outer_shape[k], plan.outer_src_strides[k], plan.outer_dst_strides[k]});
-  }
-  axes.push_back(PlanAxis{plan.height, plan.src_pitch, plan.dst_pitch});
-  axes.push_back(PlanAxis{plan.width, 1, 1});
-  return axes;
-}
 
 /// The kernel's arguments for `plan` between element (0, ..., 0) at `dst` and at `src`: the
 /// plan's axes (rows as an axis of `unit`-byte units), merged where one continues another on
@@ -114,17 +96,6 @@ inline layout::CopyPlan with_dense(const layout::CopyPlan& plan, bool dense_dst)
   return out;
 }
 
-/// The bytes one side of `plan` spans, relative to its element (0, ..., 0).
-inline Extent side_extent(const layout::CopyPlan& plan, bool dst_side) {
-  Extent extent{dst_side ? plan.dst_offset : plan.src_offset, 0};
-  extent.end = extent.begin + 1;
-  for (const PlanAxis& axis : plan_axes(plan)) {
-    const std::int64_t span = (axis.n - 1) * (dst_side ? axis.dst : axis.src);
-    (span < 0 ? extent.begin : extent.end) += span;
-  }
-  return extent;
-}
-
 /// One side's extent when that side's elements fill every byte of it exactly once (in some
 /// axis order): a single contiguous copy of the extent then moves exactly those elements.
 inline std::optional<Extent> dense_extent(const layout::CopyPlan& plan, bool dst_side) {
@@ -145,25 +116,43 @@ inline std::optional<Extent> dense_extent(const layout::CopyPlan& plan, bool dst
 
 // ---- The copies -------------------------------------------------------------------------------
 //
-// The bounded path (copy_bounded): a plan of many blocks or short rows is copied with at most 8
-// vendor calls (device selection, synchronisation and temporaries included) and one launch of the
-// strided-copy kernel:
+// The bounded path (copy_bounded): a plan of many blocks or short rows is copied with a few vendor
+// calls per chunk and one launch of the strided-copy kernel per chunk, through bounded
+// temporaries (review 2, N7). The plan is cut into chunks (plan_chunks.hpp: boxes of its axes,
+// whole blocks, else whole rows, else runs of a row's bytes), each moved through one of two slots
+// of at most `chunk` bytes per side (bounded_temporaries.hpp; `chunk` is the staging pipeline's
+// StagingOptions::chunk, so one setting bounds both paths): while the DMA engine and the kernel
+// work on one slot's chunk the host packs or places the other's. (The DMAs and kernels of a copy
+// that the host does not touch all run on the caller's stream, one after another: a chunk's
+// kernel moves it at device-memory speed, a small fraction of its DMA's time, and a second,
+// internal stream would have to be ordered with the caller's.) A 4 GiB copy uses at most
+// 2 x chunk of device memory and 2 x chunk of page-locked memory beside its arrays.
 // - D2D: the kernel, from one side to the other; nothing else.
-// - H2D: the host packs the source (layout::copy_host_strided) into page-locked staging, as an
-//   image of the destination's extent when the destination has no gaps (then one copy of the
-//   extent), else densely in the destination's axis order, copied to a device temporary that
-//   the kernel unpacks. A source without gaps skips the host pack: its extent is copied to the
-//   device temporary as it is. The destination's bytes between its elements are never written.
-// - D2H: the kernel packs the source into a device temporary as an image of the destination's
-//   extent when the destination has no gaps (then one copy of the extent); otherwise the source's
-//   extent, when at most twice the elements' bytes, is copied to staging as it is, else the
-//   kernel packs it densely first; the host then places the elements (copy_host_strided).
+// - H2D, a source whose extent is at most twice its elements' bytes (no gaps, small gaps, a
+//   transpose, broadcast axes): chunks in the source's order; each chunk's source extent is
+//   copied to a device temporary as it is, and the kernel scatters it. The host never touches the
+//   bytes: on an H100 a transposing copy from pinned memory ran at 0.4 GB/s when the host packed
+//   it and the contiguous copy runs at 52 GB/s.
+// - H2D, otherwise: chunks in the destination's order; the host packs each chunk into page-locked
+//   staging, as the image of its destination extent when the destination has no gaps (then one
+//   copy to the destination), else densely, copied to a device temporary that the kernel unpacks.
+// - D2H, a destination without gaps: chunks in the destination's order; the kernel packs each
+//   into a device temporary as the image of its destination extent, copied there in one piece.
+// - D2H, a destination with gaps: each chunk's source extent (in the source's order, when at most
+//   twice the elements' bytes) or the kernel's dense packing of it (in the destination's order)
+//   is copied to page-locked staging, and the host places the elements. A DMA writes whole
+//   ranges and the bytes between the destination's elements are never written, so only the host
+//   can place them: this copy is complete when the call returns, whatever the host memory.
 // - H2H: the host copies, once earlier work on the stream is done.
-// Completion: the host reads the source only after earlier work on the stream (which may write
-// it) is done, and the copy is complete when the call returns, whatever the host memory: the
-// temporaries are reused or freed only once the stream has finished with them. (The runtimes'
-// pageable copies behave the same; for page-locked host memory this path is synchronous where
-// the vendor copies are not.)
+// Completion and the temporaries' lifetime: the host reads a source only after earlier work on
+// the stream (which may write it) is done. A copy whose host side is page-locked (pinned, mapped
+// or registered) returns once its work is enqueued (and the host has packed what it packs), like
+// the vendor's copies of such memory: an H2D from a source of the first kind and a D2H into a
+// destination without gaps make no synchronizing call at all. Its temporaries are retired by the
+// events recorded after their last use, which the next copy that takes them waits for (on the
+// device where only device work uses them). A copy whose host side is pageable is complete when
+// the call returns, as the runtimes' pageable copies are. Temporaries are never freed per copy.
+// During stream capture copy_strided never comes here (require_capturable).
 
 /// The strided copies of one backend; it keeps the bounded path's idle temporaries.
 template <VendorApi Api>
@@ -188,10 +177,6 @@ class StridedCopies : private VendorCalls<Api> {
   /// Up to this many rows in all, the vendor path is still the cheapest, whatever their length:
   /// the copy is small, and the bounded path's extra calls would cost more than the rows.
   static constexpr std::int64_t kMaxShortRows = 64;
-  /// Temporaries of the bounded path up to this size are kept for the next copy (one device and
-  /// one page-locked buffer per device); larger ones are freed after their copy.
-  static constexpr std::size_t kMaxCachedScratch = std::size_t{64} << 20;
-
   /// The number of vendor copy calls copy_blocks issues for `plan`.
   static std::int64_t vendor_copy_calls(const layout::CopyPlan& plan) {
     if (plan.empty()) return 0;
@@ -285,13 +270,13 @@ class StridedCopies : private VendorCalls<Api> {
   /// vendor's copies at once (review 2, N6: an A100 with an sm_90-only build, an MI300 with a
   /// gfx90a-only one).
   bool copy_bounded(int device, std::byte* dst, const std::byte* src, const layout::CopyPlan& plan,
-                    CopyKind kind, NativeStream stream) {
+                    CopyKind kind, NativeStream stream, std::size_t chunk) {
     {
       const std::lock_guard lock(scratch_mutex_);
       if (kernel_missing_.contains(device)) return false;
     }
     try {
-      return copy_bounded_steps(device, dst, src, plan, kind, stream);
+      return copy_bounded_steps(device, dst, src, plan, kind, stream, chunk);
     } catch (const MissingKernelImage&) {
       const std::lock_guard lock(scratch_mutex_);
       kernel_missing_.insert(device);
@@ -309,9 +294,14 @@ class StridedCopies : private VendorCalls<Api> {
   /// What launch_strided_copy throws when the vendor says the kernel has no code for the device.
   struct MissingKernelImage {};
 
+  using Temps = BoundedTemporaries<Api>;
+  using Lease = typename Temps::Lease;
+  using Slot = typename Temps::Slot;
+  using Order = PlanChunks::Order;
+
   bool copy_bounded_steps(int device, std::byte* dst, const std::byte* src,
-                          const layout::CopyPlan& plan, CopyKind kind, NativeStream stream) {
-    BoundedTemporaries temps(*this, device, stream);
+                          const layout::CopyPlan& plan, CopyKind kind, NativeStream stream,
+                          std::size_t chunk) {
     switch (kind) {
       case CopyKind::DeviceToDevice:
         launch_strided_copy(kernel_args(plan, dst, src), stream);
@@ -321,26 +311,37 @@ class StridedCopies : private VendorCalls<Api> {
         layout::copy_host_strided(plan, dst, src);
         return true;
       case CopyKind::HostToDevice:
-        if (!to_device(temps, dst, src, plan, stream)) return false;
-        break;
       case CopyKind::DeviceToHost:
-        if (!to_host(temps, dst, src, plan, stream)) return false;
         break;
     }
-    temps.finish();
+    const bool to_device = kind == CopyKind::HostToDevice;
+    // Element (0, ..., 0) lies in the host side's allocation, whatever the strides.
+    const bool pinned = !pageable(to_device ? static_cast<const void*>(src) : dst);
+    Lease lease(temps_, device, stream, chunk);
+    const auto limit = static_cast<std::int64_t>(chunk);
+    if (!(to_device ? copy_to_device(lease, dst, src, plan, stream, limit)
+                    : copy_to_host(lease, dst, src, plan, stream, limit))) {
+      lease.succeeded();  // nothing enqueued: the set goes back as it is
+      return false;
+    }
+    // A pageable host side: complete on return, like the runtimes' pageable copies (and the
+    // temporaries are retired now). A page-locked one: retired by their events.
+    if (!pinned) lease.finish();
+    lease.succeeded();
     return true;
+  }
+
+  /// Whether host memory is ordinary pageable memory (not page-locked, mapped or registered).
+  static bool pageable(const void* host) {
+    bool answer = false;
+    check(Api::isPageable(host, &answer), "looking up host memory at {} for a strided copy",
+          fmt::ptr(host));
+    return answer;
   }
 
  public:
   /// Frees the idle temporaries.
-  void release_scratch() noexcept {
-    std::map<int, ScratchCache> scratch;
-    {
-      const std::lock_guard lock(scratch_mutex_);
-      scratch.swap(scratch_);
-    }
-    // Freed here, outside the lock, by their destructors.
-  }
+  void release_scratch() noexcept { temps_.release(); }
 
  private:
   /// The heights (in rows) of one 3-D slice on each side.
@@ -398,147 +399,6 @@ class StridedCopies : private VendorCalls<Api> {
     }
   }
 
-  /// A temporary buffer of the bounded path: device memory or page-locked host memory. Owns it.
-  struct ScratchBuffer {
-    std::byte* ptr = nullptr;
-    std::size_t bytes = 0;
-    bool host = false;
-
-    ScratchBuffer() = default;
-    ScratchBuffer(const ScratchBuffer&) = delete;
-    ScratchBuffer& operator=(const ScratchBuffer&) = delete;
-    ScratchBuffer(ScratchBuffer&& other) noexcept
-        : ptr(std::exchange(other.ptr, nullptr)), bytes(other.bytes), host(other.host) {}
-    ScratchBuffer& operator=(ScratchBuffer&& other) noexcept {
-      if (this != &other) {
-        reset();
-        ptr = std::exchange(other.ptr, nullptr);
-        bytes = other.bytes;
-        host = other.host;
-      }
-      return *this;
-    }
-    ~ScratchBuffer() { reset(); }
-    /// Frees the memory (errors ignored: nothing can be done about them here). The caller makes
-    /// sure no work enqueued on a stream still uses it.
-    void reset() noexcept {
-      if (ptr == nullptr) return;
-      if (!ProcessExit::begun()) {  // the runtime may be gone: see ProcessExit
-        static_cast<void>(host ? Api::hostFree(ptr) : Api::free(ptr));
-        clear_last_error();
-      }
-      ptr = nullptr;
-    }
-  };
-
-  /// The temporaries of one bounded copy. Until finish() says the stream is done with them, they
-  /// are released only after synchronizing the stream (a failure path: its errors are ignored,
-  /// the copy's own error is the one reported, and the buffers are freed rather than reused).
-  class BoundedTemporaries {
-   public:
-    BoundedTemporaries(StridedCopies& owner, int device, NativeStream stream)
-        : owner_(owner), device_(device), stream_(stream) {}
-    BoundedTemporaries(const BoundedTemporaries&) = delete;
-    BoundedTemporaries& operator=(const BoundedTemporaries&) = delete;
-    BoundedTemporaries(BoundedTemporaries&&) = delete;
-    BoundedTemporaries& operator=(BoundedTemporaries&&) = delete;
-    ~BoundedTemporaries() {
-      if (in_use_ && !ProcessExit::begun()) {
-        static_cast<void>(Api::streamSynchronize(native(stream_)));
-        clear_last_error();
-      }
-      if (!finished_) return;  // freed by the members' destructors
-      owner_.return_scratch(device_, std::move(device_buffer_));
-      owner_.return_scratch(device_, std::move(host_buffer_));
-    }
-    /// `bytes` of device memory, or nullptr when the device has no room for them.
-    [[nodiscard]] std::byte* device(std::size_t bytes) {
-      return take(device_buffer_, bytes, /*host=*/false);
-    }
-    /// `bytes` of page-locked host memory, or nullptr when none can be had.
-    [[nodiscard]] std::byte* host(std::size_t bytes) {
-      return take(host_buffer_, bytes, /*host=*/true);
-    }
-    /// From here enqueued work may use the temporaries.
-    void in_use() noexcept { in_use_ = true; }
-    /// Waits for the stream to be done with the temporaries.
-    void finish() {
-      if (in_use_) {
-        check(Api::streamSynchronize(native(stream_)), "waiting for a strided copy on {}",
-              describe(stream_));
-      }
-      in_use_ = false;
-      finished_ = true;
-    }
-
-   private:
-    std::byte* take(ScratchBuffer& buffer, std::size_t bytes, bool host) {
-      buffer = owner_.take_scratch(device_, bytes, host);
-      return buffer.ptr;
-    }
-
-    StridedCopies& owner_;
-    int device_;
-    NativeStream stream_;
-    ScratchBuffer device_buffer_;
-    ScratchBuffer host_buffer_;
-    bool in_use_ = false;
-    bool finished_ = false;
-  };
-
-  /// The kept temporaries of one device: at most one of each kind, idle.
-  struct ScratchCache {
-    ScratchBuffer device;
-    ScratchBuffer host;
-  };
-
-  /// A buffer of at least `bytes`: the kept one when it is large enough (a smaller one is freed:
-  /// the cache holds the largest recent size), else a new one; empty when out of memory.
-  ScratchBuffer take_scratch(int device, std::size_t bytes, bool host) {
-    ScratchBuffer buffer;
-    {
-      const std::lock_guard lock(scratch_mutex_);
-      ScratchCache& cache = scratch_[device];
-      buffer = std::move(host ? cache.host : cache.device);
-    }
-    if (buffer.ptr != nullptr && buffer.bytes >= bytes) return buffer;
-    buffer.reset();
-    void* ptr = nullptr;
-    // Portable: page-locked for every device's context, whichever is current.
-    const ApiStatus status =
-        host ? Api::hostAlloc(&ptr, bytes, Api::kHostAllocPortable) : Api::malloc(&ptr, bytes);
-    if (status.code == Api::kErrorMemoryAllocation) {
-      clear_last_error();
-      return buffer;
-    }
-    check(status, "allocating a {} ({} bytes) {} temporary of a strided copy on device {}",
-          format_bytes(bytes), bytes, host ? "page-locked" : "device", device);
-    buffer.ptr = static_cast<std::byte*>(ptr);
-    buffer.bytes = bytes;
-    buffer.host = host;
-    return buffer;
-  }
-
-  /// Keeps an idle buffer for the next bounded copy, or frees it (too large, or one is kept
-  /// already).
-  void return_scratch(int device, ScratchBuffer buffer) noexcept {
-    if (buffer.ptr == nullptr || buffer.bytes > kMaxCachedScratch) return;
-    // A test runtime may poison a buffer when it goes back to the cache (the strict fake fills it
-    // with 0xDB), so that a later copy that reads it before writing it is caught. No work uses it
-    // any more: BoundedTemporaries::finish synchronized the stream.
-    if constexpr (requires { Api::scratchReturned(buffer.ptr, buffer.bytes, buffer.host); }) {
-      Api::scratchReturned(buffer.ptr, buffer.bytes, buffer.host);
-    }
-    try {
-      const std::lock_guard lock(scratch_mutex_);
-      ScratchCache& cache = scratch_[device];
-      ScratchBuffer& kept = buffer.host ? cache.host : cache.device;
-      if (kept.ptr == nullptr) kept = std::move(buffer);
-    } catch (...) {
-      // Out of memory growing the map: the buffer is freed instead (its destructor).
-    }
-  }
-
   static void launch_strided_copy(const std::optional<StridedCopyArgs>& found,
                                   NativeStream stream) {
     if (!found) {
@@ -567,128 +427,135 @@ class StridedCopies : private VendorCalls<Api> {
           describe(stream));
   }
 
-  // ---- The bounded path's steps ----
+  // ---- The bounded path's steps (see "The copies" above) ----
   // Each returns false, with nothing enqueued, when its temporaries cannot be had.
 
-  /// Host to device: the first of the ways described above that has room for its temporaries.
-  static bool to_device(BoundedTemporaries& temps, std::byte* dst, const std::byte* src,
-                        const layout::CopyPlan& plan, NativeStream stream) {
-    const std::optional<Extent> source = dense_extent(plan, /*dst_side=*/false);
-    if (source && to_device_as_it_is(temps, dst, src, plan, *source, stream)) return true;
-    if (const std::optional<Extent> image = dense_extent(plan, /*dst_side=*/true)) {
-      return to_device_through_image(temps, dst, src, plan, *image, stream);
+  static std::size_t size(const Extent& extent) { return static_cast<std::size_t>(extent.bytes()); }
+
+  /// Whether the source's extent is at most twice the elements' bytes (and the kernel takes the
+  /// plan's axes in the source's order): it is then moved as it is, chunk by chunk in the
+  /// source's order.
+  static bool source_as_it_is(const layout::CopyPlan& plan, std::byte* dst, const std::byte* src,
+                              bool with_kernel) {
+    if (side_extent(plan, /*dst_side=*/false).bytes() > 2 * plan.total_bytes()) return false;
+    if (!with_kernel) return true;
+    const layout::CopyPlan ordered = PlanChunks(plan, Order::Source, 1).whole();
+    return kernel_args(ordered, dst, src).has_value();
+  }
+
+  /// Host to device.
+  static bool copy_to_device(Lease& lease, std::byte* dst, const std::byte* src,
+                             const layout::CopyPlan& plan, NativeStream stream,
+                             std::int64_t limit) {
+    if (source_as_it_is(plan, dst, src, /*with_kernel=*/true)) {
+      PlanChunks chunks(plan, Order::Source, limit);
+      if (!lease.reserve(static_cast<std::size_t>(chunks.count()),
+                         static_cast<std::size_t>(chunks.largest()), 0)) {
+        return false;
+      }
+      for (std::size_t i = 0; std::optional<layout::CopyPlan> part = chunks.next(); ++i) {
+        Slot& slot = lease.slot(i);
+        lease.acquire_for_device(slot);
+        const Extent source = side_extent(*part, /*dst_side=*/false);
+        lease.enqueued();
+        copy_1d(slot.device, src + source.begin, size(source), CopyKind::HostToDevice, stream);
+        launch_strided_copy(kernel_args(*part, dst, slot.device - source.begin), stream);
+        lease.record(slot);
+      }
+      return true;
     }
-    if (source) return false;  // no device memory for the source's copy: the vendor's copies
-    return to_device_packed(temps, dst, src, plan, stream);
-  }
-
-  /// A source without gaps goes over as it is and the device reorders it: on an H100 a
-  /// transposing copy from pinned memory ran at 0.4 GB/s when the host packed it first (a
-  /// transpose on one core) and the contiguous copy runs at 52 GB/s. Packing on the host is the
-  /// fallback when the device has no room for the temporary.
-  static bool to_device_as_it_is(BoundedTemporaries& temps, std::byte* dst, const std::byte* src,
-                                 const layout::CopyPlan& plan, const Extent& source,
-                                 NativeStream stream) {
-    const auto bytes = static_cast<std::size_t>(source.bytes());
-    std::byte* const source_copy = temps.device(bytes);
-    if (source_copy == nullptr) return false;
-    temps.in_use();
-    copy_1d(source_copy, src + source.begin, bytes, CopyKind::HostToDevice, stream);
-    launch_strided_copy(kernel_args(plan, dst, source_copy - source.begin), stream);
-    return true;
-  }
-
-  /// The host packs the source into staging as an image of the destination's extent (which has
-  /// no gaps): one copy of the extent.
-  static bool to_device_through_image(BoundedTemporaries& temps, std::byte* dst,
-                                      const std::byte* src, const layout::CopyPlan& plan,
-                                      const Extent& image, NativeStream stream) {
-    const auto bytes = static_cast<std::size_t>(image.bytes());
-    std::byte* const staging = temps.host(bytes);
-    if (staging == nullptr) return false;
-    synchronize_before(stream);
-    layout::copy_host_strided(plan, staging - image.begin, src);
-    temps.in_use();
-    copy_1d(dst + image.begin, staging, bytes, CopyKind::HostToDevice, stream);
-    return true;
-  }
-
-  /// The host packs the source densely, in the destination's axis order; the kernel unpacks it.
-  static bool to_device_packed(BoundedTemporaries& temps, std::byte* dst, const std::byte* src,
-                               const layout::CopyPlan& plan, NativeStream stream) {
-    const auto payload = static_cast<std::size_t>(plan.total_bytes());
-    std::byte* const staging = temps.host(payload);
-    std::byte* const temp = staging == nullptr ? nullptr : temps.device(payload);
-    if (temp == nullptr) return false;
-    synchronize_before(stream);
-    layout::copy_host_strided(with_dense(plan, /*dense_dst=*/true), staging, src);
-    temps.in_use();
-    copy_1d(temp, staging, payload, CopyKind::HostToDevice, stream);
-    launch_strided_copy(kernel_args(with_dense(plan, /*dense_dst=*/false), dst, temp), stream);
-    return true;
-  }
-
-  /// Device to host: the first of the ways described above that applies.
-  static bool to_host(BoundedTemporaries& temps, std::byte* dst, const std::byte* src,
-                      const layout::CopyPlan& plan, NativeStream stream) {
-    if (const std::optional<Extent> image = dense_extent(plan, /*dst_side=*/true)) {
-      return to_host_through_image(temps, dst, src, plan, *image, stream);
+    const bool image = dense_extent(plan, /*dst_side=*/true).has_value();
+    PlanChunks chunks(plan, Order::Destination, limit);
+    const auto largest = static_cast<std::size_t>(chunks.largest());
+    if (!lease.reserve(static_cast<std::size_t>(chunks.count()), image ? 0 : largest, largest)) {
+      return false;
     }
-    const auto payload = static_cast<std::size_t>(plan.total_bytes());
-    if (const Extent source = side_extent(plan, /*dst_side=*/false);
-        static_cast<std::size_t>(source.bytes()) <= 2 * payload) {
-      return to_host_as_it_is(temps, dst, src, plan, source, stream);
+    synchronize_before(stream);  // the host reads the source: earlier work may still write it
+    for (std::size_t i = 0; std::optional<layout::CopyPlan> part = chunks.next(); ++i) {
+      Slot& slot = lease.slot(i);
+      lease.acquire_for_host(slot);
+      if (image) {
+        const Extent target = side_extent(*part, /*dst_side=*/true);
+        layout::copy_host_strided(*part, slot.host - target.begin, src);
+        lease.enqueued();
+        copy_1d(dst + target.begin, slot.host, size(target), CopyKind::HostToDevice, stream);
+      } else {
+        layout::copy_host_strided(with_dense(*part, /*dense_dst=*/true), slot.host, src);
+        lease.enqueued();
+        copy_1d(slot.device, slot.host, static_cast<std::size_t>(part->total_bytes()),
+                CopyKind::HostToDevice, stream);
+        launch_strided_copy(kernel_args(with_dense(*part, /*dense_dst=*/false), dst, slot.device),
+                            stream);
+      }
+      lease.record(slot);
     }
-    return to_host_packed(temps, dst, src, plan, stream);
-  }
-
-  /// The kernel packs the source as an image of the destination's extent (which has no gaps):
-  /// one copy of the extent.
-  static bool to_host_through_image(BoundedTemporaries& temps, std::byte* dst, const std::byte* src,
-                                    const layout::CopyPlan& plan, const Extent& image,
-                                    NativeStream stream) {
-    const auto bytes = static_cast<std::size_t>(image.bytes());
-    std::byte* const temp = temps.device(bytes);
-    if (temp == nullptr) return false;
-    temps.in_use();
-    launch_strided_copy(kernel_args(plan, temp - image.begin, src), stream);
-    copy_1d(dst + image.begin, temp, bytes, CopyKind::DeviceToHost, stream);
     return true;
   }
 
-  /// The source's extent (at most twice the elements' bytes) is copied to staging as it is; the
-  /// host places the elements.
-  static bool to_host_as_it_is(BoundedTemporaries& temps, std::byte* dst, const std::byte* src,
-                               const layout::CopyPlan& plan, const Extent& source,
-                               NativeStream stream) {
-    const auto bytes = static_cast<std::size_t>(source.bytes());
-    std::byte* const staging = temps.host(bytes);
-    if (staging == nullptr) return false;
-    temps.in_use();
-    copy_1d(staging, src + source.begin, bytes, CopyKind::DeviceToHost, stream);
-    temps.finish();
-    layout::copy_host_strided(plan, dst, staging - source.begin);
-    return true;
+  /// Device to host.
+  static bool copy_to_host(Lease& lease, std::byte* dst, const std::byte* src,
+                           const layout::CopyPlan& plan, NativeStream stream, std::int64_t limit) {
+    if (dense_extent(plan, /*dst_side=*/true)) {
+      PlanChunks chunks(plan, Order::Destination, limit);
+      if (!lease.reserve(static_cast<std::size_t>(chunks.count()),
+                         static_cast<std::size_t>(chunks.largest()), 0)) {
+        return false;
+      }
+      for (std::size_t i = 0; std::optional<layout::CopyPlan> part = chunks.next(); ++i) {
+        Slot& slot = lease.slot(i);
+        lease.acquire_for_device(slot);
+        const Extent target = side_extent(*part, /*dst_side=*/true);
+        lease.enqueued();
+        launch_strided_copy(kernel_args(*part, slot.device - target.begin, src), stream);
+        copy_1d(dst + target.begin, slot.device, size(target), CopyKind::DeviceToHost, stream);
+        lease.record(slot);
+      }
+      return true;
+    }
+    // The destination has gaps: the host places the elements from staging.
+    const bool as_it_is = source_as_it_is(plan, dst, src, /*with_kernel=*/false);
+    PlanChunks chunks(plan, as_it_is ? Order::Source : Order::Destination, limit);
+    const auto largest = static_cast<std::size_t>(chunks.largest());
+    if (!lease.reserve(static_cast<std::size_t>(chunks.count()), as_it_is ? 0 : largest, largest)) {
+      return false;
+    }
+    // Two chunks in flight: chunk i is enqueued before chunk i - 1 is placed.
+    std::optional<layout::CopyPlan> previous;
+    for (std::size_t i = 0;; ++i) {
+      std::optional<layout::CopyPlan> part = chunks.next();
+      if (part) {
+        Slot& slot = lease.slot(i);
+        lease.acquire_for_host(slot);  // chunk i - 2, placed already, or an earlier copy's
+        lease.enqueued();
+        if (as_it_is) {
+          const Extent source = side_extent(*part, /*dst_side=*/false);
+          copy_1d(slot.host, src + source.begin, size(source), CopyKind::DeviceToHost, stream);
+        } else {
+          launch_strided_copy(kernel_args(with_dense(*part, /*dense_dst=*/true), slot.device, src),
+                              stream);
+          copy_1d(slot.host, slot.device, static_cast<std::size_t>(part->total_bytes()),
+                  CopyKind::DeviceToHost, stream);
+        }
+        lease.record(slot);
+      }
+      if (previous) {
+        Slot& slot = lease.slot(i - 1);
+        Lease::wait(slot);
+        if (as_it_is) {
+          const Extent source = side_extent(*previous, /*dst_side=*/false);
+          layout::copy_host_strided(*previous, dst, slot.host - source.begin);
+        } else {
+          layout::copy_host_strided(with_dense(*previous, /*dense_dst=*/false), dst, slot.host);
+        }
+      }
+      if (!part) return true;
+      previous = std::move(part);
+    }
   }
 
-  /// The kernel packs the source densely into a device temporary; the host places the elements.
-  static bool to_host_packed(BoundedTemporaries& temps, std::byte* dst, const std::byte* src,
-                             const layout::CopyPlan& plan, NativeStream stream) {
-    const auto payload = static_cast<std::size_t>(plan.total_bytes());
-    std::byte* const temp = temps.device(payload);
-    std::byte* const staging = temp == nullptr ? nullptr : temps.host(payload);
-    if (staging == nullptr) return false;
-    temps.in_use();
-    launch_strided_copy(kernel_args(with_dense(plan, /*dense_dst=*/true), temp, src), stream);
-    copy_1d(staging, temp, payload, CopyKind::DeviceToHost, stream);
-    temps.finish();
-    layout::copy_host_strided(with_dense(plan, /*dense_dst=*/false), dst, staging);
-    return true;
-  }
-
-  std::mutex scratch_mutex_;             // guards scratch_ and kernel_missing_
-  std::map<int, ScratchCache> scratch_;  // per device
-  std::set<int> kernel_missing_;         // devices the library's kernel has no code for
+  Temps temps_;                   // the bounded path's temporaries, per device
+  std::mutex scratch_mutex_;      // guards kernel_missing_
+  std::set<int> kernel_missing_;  // devices the library's kernel has no code for
 };
 
 }  // namespace devmem::gpu_runtime

@@ -4,9 +4,11 @@
 // conformance suite runs that code against a runtime as strict as a GPU where HIP-CPU is not.
 #include "backends/gpu_runtime/runtime_backend.hpp"
 #include "backends/strict_fake/strict_fake_api.hpp"
+#include "backends/strict_fake/strict_fake_controls.hpp"
 
 #include "core/backend_factories.hpp"
 
+#include <cstddef>
 #include <memory>
 
 namespace devmem {
@@ -16,6 +18,18 @@ namespace {
 class StrictFakeBackend final : public gpu_runtime::RuntimeBackend<StrictFakeApi> {};
 
 }  // namespace
+
+std::size_t set_copy_chunk(std::size_t chunk) {
+  auto* const fake = dynamic_cast<StrictFakeBackend*>(&active_backend());
+  if (fake == nullptr) {
+    throw InvalidArgument("strict_fake::set_copy_chunk: the active backend is not the strict fake");
+  }
+  gpu_runtime::StagingOptions options = fake->staging_options();
+  const std::size_t previous = options.chunk;
+  options.chunk = chunk;
+  fake->set_staging_options(options);  // refuses 0
+  return previous;
+}
 }  // namespace strict_fake
 
 std::unique_ptr<Backend> make_strict_fake_backend() {

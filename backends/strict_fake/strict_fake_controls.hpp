@@ -59,4 +59,25 @@ struct ReturnedScratch {
 };
 DEVMEM_API ReturnedScratch last_returned_scratch();
 
+/// What the runtime was asked since the last reset_counters(), for tests that bound a path's
+/// temporaries and waits (review 2, N7): the most device memory (cudaMalloc and stream-ordered
+/// allocations, rounded to the allocator's 512 bytes) and page-locked memory (cudaHostAlloc) live
+/// at once beyond what was live at the reset, and the calls that free memory (cudaFree,
+/// cudaFreeHost: they synchronize the device) or make the host wait for a stream or an event.
+struct Counters {
+  std::size_t device_peak = 0;
+  std::size_t pinned_peak = 0;
+  std::size_t frees = 0;
+  std::size_t stream_synchronizes = 0;
+  std::size_t event_synchronizes = 0;
+};
+DEVMEM_API void reset_counters();
+DEVMEM_API Counters counters();
+
+/// Sets the strict fake backend's copy chunk (StagingOptions::chunk of RuntimeBackend: the pinned
+/// staging of pageable copies and the bounded strided copies' temporaries) and returns the
+/// previous one, so that a test moves many chunks with little memory. InvalidArgument when the
+/// active backend is not the strict fake, or for 0.
+DEVMEM_API std::size_t set_copy_chunk(std::size_t chunk);
+
 }  // namespace devmem::strict_fake

@@ -114,7 +114,13 @@ struct Runtime {
   std::size_t used[kDevices] = {};
   std::map<const char*, Block> blocks;  // live device allocations by start
 
-  std::map<const char*, std::size_t> pinned;             // hostAlloc: start -> bytes (mmap'd)
+  std::map<const char*, std::size_t> pinned;  // hostAlloc: start -> bytes (mmap'd)
+  // What counters() reports: bytes live now and at the last reset_counters(), and the counts.
+  std::size_t device_live = 0;
+  std::size_t device_level = 0;
+  std::size_t pinned_live = 0;
+  std::size_t pinned_level = 0;
+  Counters counters;
   std::map<const char*, std::size_t> registered;         // hostRegister: start -> bytes
   std::deque<std::pair<char*, std::size_t>> quarantine;  // freed pinned memory, poisoned
   std::size_t quarantine_bytes = 0;
@@ -228,6 +234,10 @@ struct Runtime {
       ranges.erase(it);
       if (rest != 0) ranges.emplace(offset + size, rest);
       used[device] += size;
+      device_live += size;
+      if (device_live > device_level) {
+        counters.device_peak = std::max(counters.device_peak, device_live - device_level);
+      }
       char* const ptr = device_base + offset;
       blocks[ptr] = Block{bytes, device, nullptr};
       return ptr;
@@ -239,6 +249,7 @@ struct Runtime {
     const std::size_t size = (block.bytes + kAlign - 1) / kAlign * kAlign;
     std::memset(host_view(ptr), kPoison, block.bytes);
     used[block.device] -= size;
+    device_live -= size;
     auto& ranges = free_ranges[block.device];
     auto offset = static_cast<std::size_t>(ptr - device_base);
     std::size_t length = size;
@@ -566,6 +577,7 @@ S StrictFakeApi::free(void* ptr) {
   if (it == r.blocks.end()) return fail(kInvalidValue, kFn);
   const Block block = it->second;
   r.blocks.erase(it);
+  ++r.counters.frees;
   r.run_all(lock);  // like cudaFree: the device's work has completed first
   r.give_back(static_cast<const char*>(ptr), block);
   return {kOk, kFn};
@@ -645,6 +657,10 @@ S StrictFakeApi::hostAlloc(void** ptr, std::size_t bytes, unsigned) {
   if (p == MAP_FAILED) return fail(kOutOfMemory, kFn);
   *ptr = p;
   r.pinned.emplace(static_cast<const char*>(p), bytes);
+  r.pinned_live += bytes;
+  if (r.pinned_live > r.pinned_level) {
+    r.counters.pinned_peak = std::max(r.counters.pinned_peak, r.pinned_live - r.pinned_level);
+  }
   return {kOk, kFn};
 }
 S StrictFakeApi::hostFree(void* ptr) {
@@ -657,6 +673,8 @@ S StrictFakeApi::hostFree(void* ptr) {
   if (it == r.pinned.end()) return fail(kInvalidValue, kFn);
   const std::size_t bytes = it->second;
   r.pinned.erase(it);
+  r.pinned_live -= bytes;
+  ++r.counters.frees;
   r.run_all(lock);  // like cudaFreeHost: the device's work has completed first
   // Poisoned and kept mapped for a while, so a late reader (host or DMA) reads 0xDB.
   std::memset(ptr, kPoison, bytes);
@@ -758,6 +776,7 @@ S StrictFakeApi::streamSynchronize(Stream stream) {
   STRICT_FAKE_PROLOGUE("strictFakeStreamSynchronize");
   Runtime& r = rt();
   std::unique_lock lock(r.mu);
+  ++r.counters.stream_synchronizes;
   const auto s = r.resolve(stream);
   if (!s) return fail(kInvalidResourceHandle, kFn);
   if (s->capture) {
@@ -926,6 +945,7 @@ S StrictFakeApi::eventSynchronize(Event event) {
   STRICT_FAKE_PROLOGUE("strictFakeEventSynchronize");
   Runtime& r = rt();
   std::unique_lock lock(r.mu);
+  ++r.counters.event_synchronizes;
   const auto e = r.resolve(event);
   if (!e) return fail(kInvalidResourceHandle, kFn);
   if (e->captured) {
@@ -1301,6 +1321,18 @@ std::size_t strided_copy_launches() {
 }
 void set_strided_copy_architectures(const char* list) {
   g_strided_copy_architectures.store(list == nullptr ? "" : list);
+}
+void reset_counters() {
+  Runtime& r = rt();
+  const std::lock_guard lock(r.mu);
+  r.counters = Counters{};
+  r.device_level = r.device_live;
+  r.pinned_level = r.pinned_live;
+}
+Counters counters() {
+  Runtime& r = rt();
+  const std::lock_guard lock(r.mu);
+  return r.counters;
 }
 ReturnedScratch last_returned_scratch() {
   Runtime& r = rt();

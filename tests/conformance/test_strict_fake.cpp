@@ -236,9 +236,10 @@ TEST_CASE("strict fake: freed device, pool and page-locked memory read back as 0
 
 TEST_CASE("strict fake: a strided copy's temporaries read back as 0xDB once returned",
           "[strict-fake]") {
-  // The bounded path of a strided copy keeps its temporaries for the next copy; when one goes
-  // back to the cache the fake poisons it, so a copy that read a kept temporary before writing it
-  // would copy 0xDB instead of stale data that happens to be right.
+  // The bounded path of a strided copy keeps its temporaries for the next copy; when one is
+  // retired (the work of its last use seen done: here, at the end of a copy from pageable memory)
+  // the fake poisons it, so a copy that read a kept temporary before writing it would copy 0xDB
+  // instead of stale data that happens to be right.
   constexpr std::int64_t kN = 256;
   std::vector<float> values(static_cast<std::size_t>(kN * kN));
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
