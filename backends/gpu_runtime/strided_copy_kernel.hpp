@@ -102,34 +102,73 @@ DEVMEM_STRIDED_COPY_DEVICE void batch_offsets(const StridedCopyArgs& a, Index ba
   }
 }
 
+/// The two tiled axes of a copy for the tiled kernel: A, the source's unit-stride axis, and B, the
+/// destination's; lengths and byte strides.
+struct TiledAxes {
+  std::int64_t n_a = 0;
+  std::int64_t n_b = 0;
+  std::int64_t src_a = 0;
+  std::int64_t src_b = 0;
+  std::int64_t dst_a = 0;
+  std::int64_t dst_b = 0;
+};
+
+/// A tile of the tiled kernel in shared memory, B's units along its rows. One padding column: the
+/// write phase reads a column of the tile, whose units then fall into different shared-memory
+/// banks (a 32-way conflict without it, for 4-byte units).
+template <class Unit>
+using SharedTile = Unit[kTiledCopyTile][kTiledCopyTile + 1];
+
+/// Moves the tile whose first unit is (a0, b0) of the batch at `src` and `dst`, by the block's
+/// threads (tx, ty): reads with consecutive threads on consecutive units of A (the source's rows,
+/// coalesced), writes with consecutive threads on consecutive units of B (the destination's rows,
+/// coalesced). Every thread of the block calls it, for the barriers.
+template <class Unit>
+DEVMEM_STRIDED_COPY_DEVICE void copy_tile(SharedTile<Unit>& tile, const unsigned char* src,
+                                          unsigned char* dst, const TiledAxes& t, std::int64_t a0,
+                                          std::int64_t b0, int tx, int ty) {
+  constexpr int kTile = kTiledCopyTile;
+  constexpr int kRows = kTiledCopyRows;
+  if (a0 + tx < t.n_a) {
+    const std::int64_t row = (a0 + tx) * t.src_a;
+    for (int j = 0; j < kTile; j += kRows) {
+      if (b0 + ty + j < t.n_b) {
+        tile[ty + j][tx] = *reinterpret_cast<const Unit*>(src + row + (b0 + ty + j) * t.src_b);
+      }
+    }
+  }
+  __syncthreads();
+  if (b0 + tx < t.n_b) {
+    const std::int64_t column = (b0 + tx) * t.dst_b;
+    for (int j = 0; j < kTile; j += kRows) {
+      if (a0 + ty + j < t.n_a) {
+        *reinterpret_cast<Unit*>(dst + column + (a0 + ty + j) * t.dst_a) = tile[tx][ty + j];
+      }
+    }
+  }
+  // The next tile overwrites this one only after every thread has written its units out.
+  __syncthreads();
+}
+
 /// The tiled kernel (review 2, N12), for the copies tiled_copy_args picks and reorders: axis
 /// rank - 2 (A) is the source's unit-stride axis, rank - 1 (B) the destination's, the others a
-/// batch. A block of kTiledCopyTile x kTiledCopyRows threads reads a tile of
-/// kTiledCopyTile x kTiledCopyTile units with consecutive threads on consecutive units of A (the
-/// source's rows, coalesced), and writes it back with consecutive threads on consecutive units
-/// of B (the destination's rows, coalesced); shared memory turns it around. The grid's x walks
+/// batch. A block of kTiledCopyTile x kTiledCopyRows threads moves tiles of
+/// kTiledCopyTile x kTiledCopyTile units through shared memory (copy_tile). The grid's x walks
 /// B's tiles, y A's and z the batches, each looping past the grid's limits. Expected on an H100
 /// (not measured here): a 4- or 8-byte transpose near the 2+ TB/s of a plain device copy, where
 /// the gather reaches 0.3-0.5 TB/s; 1- and 2-byte units stay below that (one unit per thread and
 /// load).
 template <class Unit>
 DEVMEM_STRIDED_COPY_KERNEL void tiled_kernel(StridedCopyArgs args) {
-  constexpr int kTile = kTiledCopyTile;
-  constexpr int kRows = kTiledCopyRows;
-  // One padding column: the write phase reads a column of the tile, whose units then fall into
-  // different shared-memory banks (a 32-way conflict without it, for 4-byte units).
-  __shared__ Unit tile[kTile][kTile + 1];
+  constexpr std::int64_t kTile = kTiledCopyTile;
+  __shared__ SharedTile<Unit> tile;
   auto* const dst = static_cast<unsigned char*>(args.dst);
   const auto* const src = static_cast<const unsigned char*>(args.src);
-  const int a_axis = args.rank - 2;
-  const int b_axis = args.rank - 1;
-  const std::int64_t n_a = args.shape[a_axis];
-  const std::int64_t n_b = args.shape[b_axis];
-  const std::int64_t src_a = args.src_strides[a_axis];
-  const std::int64_t src_b = args.src_strides[b_axis];
-  const std::int64_t dst_a = args.dst_strides[a_axis];
-  const std::int64_t dst_b = args.dst_strides[b_axis];
-  const std::int64_t batches = args.count / (n_a * n_b);
+  const int a = args.rank - 2;
+  const int b = args.rank - 1;
+  const TiledAxes t{args.shape[a],       args.shape[b],       args.src_strides[a],
+                    args.src_strides[b], args.dst_strides[a], args.dst_strides[b]};
+  const std::int64_t batches = args.count / (t.n_a * t.n_b);
   const auto tx = static_cast<int>(threadIdx.x);
   const auto ty = static_cast<int>(threadIdx.y);
   const bool narrow = static_cast<std::uint64_t>(batches) + gridDim.z <= (std::uint64_t{1} << 32);
@@ -142,29 +181,9 @@ DEVMEM_STRIDED_COPY_KERNEL void tiled_kernel(StridedCopyArgs args) {
     } else {
       batch_offsets(args, static_cast<std::uint64_t>(batch), s, d);
     }
-    for (std::int64_t a0 = static_cast<std::int64_t>(blockIdx.y) * kTile; a0 < n_a;
-         a0 += static_cast<std::int64_t>(gridDim.y) * kTile) {
-      for (std::int64_t b0 = static_cast<std::int64_t>(blockIdx.x) * kTile; b0 < n_b;
-           b0 += static_cast<std::int64_t>(gridDim.x) * kTile) {
-        if (a0 + tx < n_a) {
-          const std::int64_t row = s + (a0 + tx) * src_a;
-          for (int j = 0; j < kTile; j += kRows) {
-            if (b0 + ty + j < n_b) {
-              tile[ty + j][tx] = *reinterpret_cast<const Unit*>(src + row + (b0 + ty + j) * src_b);
-            }
-          }
-        }
-        __syncthreads();
-        if (b0 + tx < n_b) {
-          const std::int64_t column = d + (b0 + tx) * dst_b;
-          for (int j = 0; j < kTile; j += kRows) {
-            if (a0 + ty + j < n_a) {
-              *reinterpret_cast<Unit*>(dst + column + (a0 + ty + j) * dst_a) = tile[tx][ty + j];
-            }
-          }
-        }
-        // The next tile overwrites this one only after every thread has written its units out.
-        __syncthreads();
+    for (std::int64_t a0 = blockIdx.y * kTile; a0 < t.n_a; a0 += gridDim.y * kTile) {
+      for (std::int64_t b0 = blockIdx.x * kTile; b0 < t.n_b; b0 += gridDim.x * kTile) {
+        copy_tile<Unit>(tile, src + s, dst + d, t, a0, b0, tx, ty);
       }
     }
   }
