@@ -26,4 +26,61 @@ struct StridedCopyArgs {
   std::int64_t dst_strides[kStridedCopyMaxRank] = {};
 };
 
+// ---- The tiled path (review 2, N12) -----------------------------------------------------------
+// A copy whose destination runs along one axis in unit steps while the source runs along another
+// (a 2-D transpose, the (0, 2, 1) permutation of a batch of matrices, a full reversal of the
+// axes) makes the gather kernel read with a stride: every unit of a warp's load is a separate
+// 32-byte sector. The tiled kernel instead moves a square tile of those two axes through shared
+// memory, reading rows along the source's unit-stride axis and writing rows along the
+// destination's, so that both sides are coalesced; every other axis is a batch.
+
+/// Units per side of a tile; a block of kTiledCopyTile x kTiledCopyRows threads moves one tile,
+/// each thread kTiledCopyTile / kTiledCopyRows units of it.
+inline constexpr int kTiledCopyTile = 32;
+inline constexpr int kTiledCopyRows = 8;
+/// Both tiled axes must be at least this long. With fewer units a tile's rows are shorter than a
+/// 32-byte sector (4-byte units), most of a block idles, and the gather's strided reads along
+/// such an axis fall into few sectors anyway.
+inline constexpr std::int64_t kTiledCopyMinExtent = 8;
+
+/// Whether `args` is a copy for the tiled kernel. Then `tiled` is the same copy with its axes
+/// reordered: the others (the batch) first in their order, then the axis the source walks in
+/// steps of one unit (index rank - 2), then the one the destination does (rank - 1). Decided from
+/// the strides alone (either sign), so the launch needs no vendor call.
+inline bool tiled_copy_args(const StridedCopyArgs& args, StridedCopyArgs& tiled) {
+  const auto magnitude = [](std::int64_t x) { return x < 0 ? -x : x; };
+  if (args.rank < 2 || args.rank > kStridedCopyMaxRank) return false;
+  int src_axis = -1;  // the source's unit-stride axis
+  int dst_axis = -1;  // the destination's
+  for (int k = 0; k < args.rank; ++k) {
+    if (src_axis < 0 && magnitude(args.src_strides[k]) == args.unit) src_axis = k;
+    if (dst_axis < 0 && magnitude(args.dst_strides[k]) == args.unit) dst_axis = k;
+  }
+  // On one axis, or a source that does not step along the destination's axis at all (0: a
+  // broadcast, one load for the warp): the gather reads coalesced already.
+  if (src_axis < 0 || dst_axis < 0 || src_axis == dst_axis || args.src_strides[dst_axis] == 0) {
+    return false;
+  }
+  if (args.shape[src_axis] < kTiledCopyMinExtent || args.shape[dst_axis] < kTiledCopyMinExtent) {
+    return false;
+  }
+  tiled = args;
+  int next = 0;
+  for (int k = 0; k < args.rank; ++k) {
+    if (k == src_axis || k == dst_axis) continue;
+    tiled.shape[next] = args.shape[k];
+    tiled.src_strides[next] = args.src_strides[k];
+    tiled.dst_strides[next] = args.dst_strides[k];
+    ++next;
+  }
+  const int tiled_axes[2] = {src_axis, dst_axis};
+  for (const int k : tiled_axes) {
+    tiled.shape[next] = args.shape[k];
+    tiled.src_strides[next] = args.src_strides[k];
+    tiled.dst_strides[next] = args.dst_strides[k];
+    ++next;
+  }
+  return true;
+}
+
 }  // namespace devmem::gpu_runtime
