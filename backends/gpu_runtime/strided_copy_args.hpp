@@ -26,6 +26,25 @@ struct StridedCopyArgs {
   std::int64_t dst_strides[kStridedCopyMaxRank] = {};
 };
 
+/// Calls visit(source offset, destination offset), in bytes, for every unit of `a` in index order:
+/// the copy the kernel makes, as a host loop, for the runtimes that copy on the host (the strict
+/// fake, the tests' recording fake) and for checks of the kernel's arguments.
+template <class Visit>
+void for_each_unit_offset(const StridedCopyArgs& a, Visit&& visit) {
+  for (std::int64_t i = 0; i < a.count; ++i) {
+    std::int64_t rest = i;
+    std::int64_t src_offset = 0;
+    std::int64_t dst_offset = 0;
+    for (int k = a.rank - 1; k >= 0; --k) {
+      const std::int64_t c = rest % a.shape[k];
+      rest /= a.shape[k];
+      src_offset += c * a.src_strides[k];
+      dst_offset += c * a.dst_strides[k];
+    }
+    visit(src_offset, dst_offset);
+  }
+}
+
 // ---- The tiled path (review 2, N12) -----------------------------------------------------------
 // A copy whose destination runs along one axis in unit steps while the source runs along another
 // (a 2-D transpose, the (0, 2, 1) permutation of a batch of matrices, a full reversal of the

@@ -1161,25 +1161,16 @@ S StrictFakeApi::launchCopyStrided(const gpu_runtime::StridedCopyArgs& args, Str
     // such a kernel faults when it runs, and the illegal address is sticky, as on a GPU.
     faults = r.pageable(args.dst) || r.pageable(args.src);
   }
-  return enqueue_transfer(kFn, args.dst, args.src, 0, stream,
-                          [args, faults](char* dst, const char* src) {
-                            if (faults) {
-                              rt().sticky.store(kIllegalAddress, std::memory_order_release);
-                              return;
-                            }
-                            for (std::int64_t i = 0; i < args.count; ++i) {
-                              std::int64_t rest = i;
-                              std::int64_t so = 0;
-                              std::int64_t d = 0;
-                              for (int k = args.rank - 1; k >= 0; --k) {
-                                const std::int64_t c = rest % args.shape[k];
-                                rest /= args.shape[k];
-                                so += c * args.src_strides[k];
-                                d += c * args.dst_strides[k];
-                              }
-                              std::memcpy(dst + d, src + so, static_cast<std::size_t>(args.unit));
-                            }
-                          });
+  return enqueue_transfer(
+      kFn, args.dst, args.src, 0, stream, [args, faults](char* dst, const char* src) {
+        if (faults) {
+          rt().sticky.store(kIllegalAddress, std::memory_order_release);
+          return;
+        }
+        gpu_runtime::for_each_unit_offset(args, [&](std::int64_t so, std::int64_t d) {
+          std::memcpy(dst + d, src + so, static_cast<std::size_t>(args.unit));
+        });
+      });
 }
 
 // ---- Errors ----

@@ -562,18 +562,9 @@ struct FakeApi {
     const auto run = [args] {
       auto* const dst = static_cast<char*>(args.dst);
       const auto* const src = static_cast<const char*>(args.src);
-      for (std::int64_t i = 0; i < args.count; ++i) {
-        std::int64_t rest = i;
-        std::int64_t so = 0;
-        std::int64_t d = 0;
-        for (int k = args.rank - 1; k >= 0; --k) {
-          const std::int64_t c = rest % args.shape[k];
-          rest /= args.shape[k];
-          so += c * args.src_strides[k];
-          d += c * args.dst_strides[k];
-        }
+      devmem::gpu_runtime::for_each_unit_offset(args, [&](std::int64_t so, std::int64_t d) {
         std::memcpy(dst + d, src + so, static_cast<std::size_t>(args.unit));
-      }
+      });
     };
     ++g_state->launches;
     if (g_state->deferred) {

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+using devmem::gpu_runtime::for_each_unit_offset;
 using devmem::gpu_runtime::StridedCopyArgs;
 using devmem::gpu_runtime::tiled_copy_args;
 
@@ -38,18 +39,7 @@ StridedCopyArgs make_args(std::int32_t unit, const std::vector<std::int64_t>& sh
 /// order of its axes.
 std::vector<std::pair<std::int64_t, std::int64_t>> moves(const StridedCopyArgs& a) {
   std::vector<std::pair<std::int64_t, std::int64_t>> out;
-  for (std::int64_t i = 0; i < a.count; ++i) {
-    std::int64_t rest = i;
-    std::int64_t s = 0;
-    std::int64_t d = 0;
-    for (int k = a.rank - 1; k >= 0; --k) {
-      const std::int64_t c = rest % a.shape[k];
-      rest /= a.shape[k];
-      s += c * a.src_strides[k];
-      d += c * a.dst_strides[k];
-    }
-    out.emplace_back(s, d);
-  }
+  for_each_unit_offset(a, [&](std::int64_t s, std::int64_t d) { out.emplace_back(s, d); });
   std::sort(out.begin(), out.end());
   return out;
 }
