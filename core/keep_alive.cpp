@@ -104,7 +104,7 @@ void InFlightWork::retire_after(StreamState& stream,
     objects.front() = std::shared_ptr<const void>(std::move(carrier), first);
     std::lock_guard lock(mutex_);
     std::erase_if(graph_uses_, [](const auto& weak) { return weak.expired(); });
-    graph_uses_.push_back(std::move(use));
+    graph_uses_.emplace_back(use);
     for (auto& object : objects) held_for_graphs_.push_back({stream.handle, std::move(object)});
   };
   NativeEvent event = nullptr;
