@@ -142,7 +142,12 @@ inline std::optional<Extent> dense_extent(const layout::CopyPlan& plan, bool dst
 //   twice the elements' bytes) or the kernel's dense packing of it (in the destination's order)
 //   is copied to page-locked staging, and the host places the elements. A DMA writes whole
 //   ranges and the bytes between the destination's elements are never written, so only the host
-//   can place them: this copy is complete when the call returns, whatever the host memory.
+//   can place them: this copy is complete when the call returns.
+// - Page-locked host memory the host would otherwise have to touch (an H2D source of the second
+//   kind, a D2H destination with gaps): when the runtime gives the memory a device address
+//   (mapped memory; every page-locked allocation under unified addressing), the kernel reads or
+//   writes the elements there itself, one launch and no temporaries, and the copy stays
+//   asynchronous; the bytes between the elements are never touched. Else as above.
 // - H2H: the host copies, once earlier work on the stream is done.
 // Completion and the temporaries' lifetime: the host reads a source only after earlier work on
 // the stream (which may write it) is done. A copy whose host side is page-locked (pinned, mapped
@@ -317,6 +322,11 @@ class StridedCopies : private VendorCalls<Api> {
     const bool to_device = kind == CopyKind::HostToDevice;
     // Element (0, ..., 0) lies in the host side's allocation, whatever the strides.
     const bool pinned = !pageable(to_device ? static_cast<const void*>(src) : dst);
+    const bool host_touches = to_device ? !source_as_it_is(plan, dst, src, /*with_kernel=*/true)
+                                        : !dense_extent(plan, /*dst_side=*/true).has_value();
+    if (pinned && host_touches && copy_through_device_address(dst, src, plan, kind, stream)) {
+      return true;
+    }
     Lease lease(temps_, device, stream, chunk);
     const auto limit = static_cast<std::int64_t>(chunk);
     if (!(to_device ? copy_to_device(lease, dst, src, plan, stream, limit)
@@ -441,6 +451,29 @@ class StridedCopies : private VendorCalls<Api> {
     if (!with_kernel) return true;
     const layout::CopyPlan ordered = PlanChunks(plan, Order::Source, 1).whole();
     return kernel_args(ordered, dst, src).has_value();
+  }
+
+  /// The kernel between the device side and the page-locked host side's device address (see the
+  /// comment above the class); false, with nothing enqueued, when the runtime gives that memory
+  /// no device address.
+  static bool copy_through_device_address(std::byte* dst, const std::byte* src,
+                                          const layout::CopyPlan& plan, CopyKind kind,
+                                          NativeStream stream) {
+    const bool to_device = kind == CopyKind::HostToDevice;
+    // Element (0, ..., 0) of the host side: every element lies in the same allocation, which the
+    // runtime maps at one offset.
+    const std::byte* const host = to_device ? src : dst;
+    void* alias = nullptr;
+    if (Api::hostGetDevicePointer(&alias, const_cast<std::byte*>(host), 0u).code != Api::kSuccess) {
+      clear_last_error();  // not mapped: the staged ways
+      return false;
+    }
+    auto* const mapped = static_cast<std::byte*>(alias);
+    const std::optional<StridedCopyArgs> args =
+        to_device ? kernel_args(plan, dst, mapped) : kernel_args(plan, mapped, src);
+    if (!args) return false;
+    launch_strided_copy(args, stream);
+    return true;
   }
 
   /// Host to device.
