@@ -476,26 +476,39 @@ class StridedCopies : private VendorCalls<Api> {
     return true;
   }
 
+  /// The chunks of `plan` (in `order`) of a copy whose temporaries only device work touches: each
+  /// gets a slot's device temporary, `enqueue(chunk, temporary)` enqueues its copy and launch, and
+  /// the slot's event is recorded after them (the host waits for nothing). False, with nothing
+  /// enqueued, when the temporaries cannot be had.
+  template <class Enqueue>
+  static bool for_each_device_chunk(Lease& lease, const layout::CopyPlan& plan, Order order,
+                                    std::int64_t limit, Enqueue&& enqueue) {
+    PlanChunks chunks(plan, order, limit);
+    if (!lease.reserve(static_cast<std::size_t>(chunks.count()),
+                       static_cast<std::size_t>(chunks.largest()), 0)) {
+      return false;
+    }
+    for (std::size_t i = 0; std::optional<layout::CopyPlan> part = chunks.next(); ++i) {
+      Slot& slot = lease.slot(i);
+      lease.acquire_for_device(slot);
+      lease.enqueued();
+      enqueue(*part, slot.device);
+      lease.record(slot);
+    }
+    return true;
+  }
+
   /// Host to device.
   static bool copy_to_device(Lease& lease, std::byte* dst, const std::byte* src,
                              const layout::CopyPlan& plan, NativeStream stream,
                              std::int64_t limit) {
     if (source_as_it_is(plan, dst, src, /*with_kernel=*/true)) {
-      PlanChunks chunks(plan, Order::Source, limit);
-      if (!lease.reserve(static_cast<std::size_t>(chunks.count()),
-                         static_cast<std::size_t>(chunks.largest()), 0)) {
-        return false;
-      }
-      for (std::size_t i = 0; std::optional<layout::CopyPlan> part = chunks.next(); ++i) {
-        Slot& slot = lease.slot(i);
-        lease.acquire_for_device(slot);
-        const Extent source = side_extent(*part, /*dst_side=*/false);
-        lease.enqueued();
-        copy_1d(slot.device, src + source.begin, size(source), CopyKind::HostToDevice, stream);
-        launch_strided_copy(kernel_args(*part, dst, slot.device - source.begin), stream);
-        lease.record(slot);
-      }
-      return true;
+      return for_each_device_chunk(
+          lease, plan, Order::Source, limit, [&](const layout::CopyPlan& part, std::byte* temp) {
+            const Extent source = side_extent(part, /*dst_side=*/false);
+            copy_1d(temp, src + source.begin, size(source), CopyKind::HostToDevice, stream);
+            launch_strided_copy(kernel_args(part, dst, temp - source.begin), stream);
+          });
     }
     const bool image = dense_extent(plan, /*dst_side=*/true).has_value();
     PlanChunks chunks(plan, Order::Destination, limit);
@@ -529,21 +542,13 @@ class StridedCopies : private VendorCalls<Api> {
   static bool copy_to_host(Lease& lease, std::byte* dst, const std::byte* src,
                            const layout::CopyPlan& plan, NativeStream stream, std::int64_t limit) {
     if (dense_extent(plan, /*dst_side=*/true)) {
-      PlanChunks chunks(plan, Order::Destination, limit);
-      if (!lease.reserve(static_cast<std::size_t>(chunks.count()),
-                         static_cast<std::size_t>(chunks.largest()), 0)) {
-        return false;
-      }
-      for (std::size_t i = 0; std::optional<layout::CopyPlan> part = chunks.next(); ++i) {
-        Slot& slot = lease.slot(i);
-        lease.acquire_for_device(slot);
-        const Extent target = side_extent(*part, /*dst_side=*/true);
-        lease.enqueued();
-        launch_strided_copy(kernel_args(*part, slot.device - target.begin, src), stream);
-        copy_1d(dst + target.begin, slot.device, size(target), CopyKind::DeviceToHost, stream);
-        lease.record(slot);
-      }
-      return true;
+      return for_each_device_chunk(
+          lease, plan, Order::Destination, limit,
+          [&](const layout::CopyPlan& part, std::byte* temp) {
+            const Extent target = side_extent(part, /*dst_side=*/true);
+            launch_strided_copy(kernel_args(part, temp - target.begin, src), stream);
+            copy_1d(dst + target.begin, temp, size(target), CopyKind::DeviceToHost, stream);
+          });
     }
     // The destination has gaps: the host places the elements from staging.
     const bool as_it_is = source_as_it_is(plan, dst, src, /*with_kernel=*/false);
