@@ -5,10 +5,12 @@
 
 #include "protocol.hpp"
 
+#include <cstdio>
 #include <exception>
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -80,6 +82,42 @@ using namespace detail;
 
 namespace {
 
+std::string what_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
+// A destructor cannot throw: what would have reached the caller from wait() goes to stderr
+// (docs/errors.md), once per request.
+void report_dropped(const char* how, const std::exception_ptr& error) {
+  std::fprintf(stderr, "devmem::mpi: %s: %s\n", how, what_of(error).c_str());
+}
+
+// Called while an exception propagates through the request's scope: waiting there could wait for a
+// message the peer sends only after one this rank never sent, and the handler that would call
+// MPI_Abort would never run. The operation is cancelled and parked instead (MPI may still touch
+// its buffers, which it keeps until the process ends).
+void park_during_unwinding(const std::shared_ptr<Operation>& op) noexcept {
+  const std::lock_guard lock(g_progress_mutex);
+  if (op->finished) return;
+  op->finished = true;
+  op->error = nullptr;
+  try {
+    if (op->abandon()) g_abandoned.push_back(op);
+  } catch (...) {  // out of memory keeping it: MPI's requests were cancelled already
+  }
+  std::fputs(
+      "devmem::mpi: a pending Request was destroyed while an exception propagated; its operation "
+      "was cancelled instead of waited for (waiting could hang the job). Its peer's matching "
+      "operation will not complete: end the job (MPI_Abort) or match it again.\n",
+      stderr);
+}
+
 void wait_operation(Operation& op) {
   while (true) {
     progress_all();
@@ -98,7 +136,7 @@ void wait_operation(Operation& op) {
 
 Request::Request() noexcept = default;
 Request::Request(std::shared_ptr<detail::Operation> operation) noexcept
-    : operation_(std::move(operation)) {}
+    : operation_(std::move(operation)), unwinding_at_start_(std::uncaught_exceptions()) {}
 Request::Request(Request&& other) noexcept = default;
 
 Request& Request::operator=(Request&& other) noexcept {
@@ -106,18 +144,24 @@ Request& Request::operator=(Request&& other) noexcept {
     try {
       if (operation_) wait();
     } catch (...) {
-      // Documented: the replaced request's error is dropped.
+      report_dropped("the Request replaced by an assignment failed", std::current_exception());
     }
     operation_ = std::move(other.operation_);
+    unwinding_at_start_ = other.unwinding_at_start_;
   }
   return *this;
 }
 
 Request::~Request() {
+  if (!operation_) return;
+  if (std::uncaught_exceptions() > unwinding_at_start_) {
+    park_during_unwinding(operation_);
+    return;
+  }
   try {
-    if (operation_) wait();
+    wait();
   } catch (...) {
-    // Documented: a destructor cannot report the error; wait() does.
+    report_dropped("a Request destroyed without wait() failed", std::current_exception());
   }
 }
 

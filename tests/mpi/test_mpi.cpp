@@ -7,10 +7,16 @@
 #include <devmem/devmem.hpp>
 #include <devmem/mpi.hpp>
 
+#include <unistd.h>
+
 #include <complex>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -191,6 +197,96 @@ TEST_CASE("mpi: a destroyed request completes its operation", "[mpi]") {
     const dm::Request s = dm::isend(devmem::DeviceArray(out), peer, 7);
   }
   CHECK(in.to_vector<std::int64_t>() == std::vector<std::int64_t>{peer, peer * 2, peer * 3});
+}
+
+namespace {
+
+// What `body` writes to this process's stderr (file descriptor 2).
+std::string stderr_of(const std::function<void()>& body) {
+  std::fflush(stderr);
+  char path[] = "/tmp/devmem_mpi_stderr_XXXXXX";
+  const int file = mkstemp(path);
+  REQUIRE(file >= 0);
+  const int saved = dup(2);
+  dup2(file, 2);
+  try {
+    body();
+  } catch (...) {
+    std::fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(file);
+    unlink(path);
+    throw;
+  }
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  close(file);
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  unlink(path);
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("mpi: a dropped request's error goes to stderr", "[mpi][errors]") {
+  // A Request destroyed without wait() used to drop its error silently (a mismatch left the
+  // destination untouched and nothing was reported).
+  const int me = rank();
+  const int peer = me ^ 1;
+  if (peer >= size()) return;
+  const bool sender = me % 2 == 0;
+  const devmem::DeviceArray d = devmem::device_array<double>({10});
+  const devmem::DeviceArray f = devmem::device_array<float>({10});
+  const std::string said = stderr_of(
+      [&] { const dm::Request r = sender ? dm::isend(d, peer, 21) : dm::irecv(f, peer, 21); });
+  CHECK_THAT(said, Catch::Contains("destroyed without wait() failed") &&
+                       Catch::Contains("float64 (10,)") && Catch::Contains("float32 (10,)"));
+  // Nothing is left in flight: a matching exchange on the same tag works afterwards.
+  if (sender) {
+    dm::send(d, peer, 21);
+  } else {
+    dm::recv(devmem::device_array<double>({10}), peer, 21);
+  }
+}
+
+TEST_CASE("mpi: a request pending while an exception propagates is cancelled, not waited for",
+          "[mpi][errors]") {
+  // The reproducer's shape: the even rank posts a receive (tag 42) that its peer answers only
+  // after receiving the even rank's tag-41 message, then fails before sending it. Waiting in
+  // ~Request during the unwinding hung both ranks (and the handler that would call MPI_Abort never
+  // ran); without the fix this case hangs until CTest's timeout. Here the handler goes on with
+  // the exchange instead, so the job ends cleanly.
+  const int me = rank();
+  const int peer = me ^ 1;
+  if (peer >= size()) return;
+  const devmem::DeviceArray first = devmem::to_device(std::vector<double>(8, 1.0));
+  const devmem::DeviceArray second = devmem::to_device(std::vector<double>(8, 2.0));
+  if (me % 2 == 0) {
+    bool caught = false;
+    const std::string said = stderr_of([&] {
+      try {
+        const dm::Request r = dm::irecv(devmem::device_array<double>({8}), peer, 42);
+        throw std::runtime_error("failed before its tag-41 send");
+      } catch (const std::runtime_error&) {
+        caught = true;
+      }
+    });
+    CHECK(caught);
+    CHECK_THAT(said, Catch::Contains("exception propagated") && Catch::Contains("cancelled"));
+    // The cancelled receive takes nothing: a new one gets the peer's tag-42 message.
+    dm::send(first, peer, 41);
+    const devmem::DeviceArray got = devmem::device_array<double>({8});
+    dm::recv(got, peer, 42);
+    CHECK(got.to_vector<double>() == std::vector<double>(8, 2.0));
+  } else {
+    const devmem::DeviceArray got = devmem::device_array<double>({8});
+    dm::recv(got, peer, 41);
+    CHECK(got.to_vector<double>() == std::vector<double>(8, 1.0));
+    dm::send(second, peer, 42);
+  }
 }
 
 TEST_CASE("mpi: allreduce of a strided view", "[mpi]") {

@@ -128,10 +128,15 @@ class DEVMEM_MPI_API Request {
   /// A completed request (nothing to wait for).
   Request() noexcept;
   Request(Request&& other) noexcept;
-  /// Waits for the operation this request held (errors dropped), then takes `other`'s.
+  /// Waits for the operation this request held (its error, if any, written to stderr), then takes
+  /// `other`'s.
   Request& operator=(Request&& other) noexcept;
   Request(const Request&) = delete;
   Request& operator=(const Request&) = delete;
+  /// Waits for an unfinished operation; its error, if any, is written to stderr (call wait() to
+  /// receive it). While an exception thrown after the request was made propagates, it does not
+  /// wait (that could hang the job before the handler that would call MPI_Abort runs): the
+  /// operation is cancelled and its buffers kept until the process ends, with a warning on stderr.
   ~Request();
 
   /// Blocks until the operation completes; throws its error (mismatch, MpiError, copy errors)
@@ -146,6 +151,7 @@ class DEVMEM_MPI_API Request {
   friend struct detail::Operation;
   explicit Request(std::shared_ptr<detail::Operation> operation) noexcept;
   std::shared_ptr<detail::Operation> operation_;
+  int unwinding_at_start_ = 0;  // std::uncaught_exceptions() when the operation was started
 };
 
 /// Waits for every request (in any completion order).
