@@ -41,7 +41,8 @@
 #include <devmem/error.hpp>
 
 // The C API only: Open MPI's and MPICH's mpi.h otherwise pull in the removed C++ bindings, whose
-// symbols live in a library MPI::MPI_C does not link.
+// symbols live in a library MPI::MPI_C does not link. (The devmem::mpi target also defines these
+// for its consumers' own files that include <mpi.h> first; this covers builds without it.)
 #ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1
 #endif
