@@ -40,6 +40,9 @@ Agreement agree(const char* operation, MPI_Comm comm, const DeviceArray& array, 
   if (comm == MPI_COMM_NULL) {
     throw InvalidArgument(fmt::format("{}: the communicator is MPI_COMM_NULL", operation));
   }
+  const std::string_view called(operation);
+  std::copy_n(called.begin(), std::min(called.size(), mine.collective.size() - 1),
+              mine.collective.begin());
   Agreement agreement;
   check_mpi(MPI_Comm_rank(comm, &agreement.rank), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm, &agreement.size), "MPI_Comm_size");
@@ -58,6 +61,12 @@ Agreement agree(const char* operation, MPI_Comm comm, const DeviceArray& array, 
   const Wire& first = all.front();
   for (int r = 1; r < agreement.size; ++r) {
     const Wire& w = all[static_cast<std::size_t>(r)];
+    if (w.collective != first.collective) {
+      throw InvalidArgument(fmt::format(
+          "{}: rank {} called {}, rank 0 called {}: every rank of the communicator must call the "
+          "same collective, in the same order",
+          operation, r, w.collective.data(), first.collective.data()));
+    }
     if (!same_array(w, first)) {
       throw InvalidArgument(fmt::format("{}: shape/dtype mismatch: rank {} has {}, rank 0 has {}",
                                         operation, r, format_wire(w), format_wire(first)));

@@ -40,6 +40,9 @@ struct Wire {
   std::int64_t seq = 0;
   std::int64_t chunk_rows = 0;
   std::array<char, 16> typestr{};
+  // Collectives: which one the rank called ("mpi::bcast"), so that ranks calling different
+  // collectives get an error on every rank instead of mismatched MPI calls (wrong data, a hang).
+  std::array<char, 24> collective{};
   std::array<std::int64_t, kMaxWireDims> shape{};
   std::array<char, 200> message{};
 };

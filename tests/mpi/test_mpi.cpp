@@ -405,6 +405,40 @@ TEST_CASE("mpi: a shape or dtype mismatch is an error on both ranks", "[mpi][err
   }
 }
 
+TEST_CASE("mpi: ranks calling different collectives get an error on every rank", "[mpi][errors]") {
+  // Reproducer collective_kind.cpp: bcast(root 1) against allreduce(sum) passed the descriptor
+  // check (the root and the reduction share a field), then returned wrong data on one rank and
+  // hung the other; bcast against allgather returned on both.
+  const int me = rank();
+  const bool even = me % 2 == 0;
+  const devmem::DeviceArray a = devmem::to_device(std::vector<double>(4, 1.0 + me));
+  const devmem::DeviceArray gathered = devmem::device_array<double>({size(), 4});
+  const std::vector<double> before = a.to_vector<double>();
+  if (size() > 1) {
+    const auto call = [&] {
+      if (even) {
+        dm::bcast(a, 1);
+      } else {
+        dm::allreduce(a, dm::ReduceOp::sum);
+      }
+    };
+    CHECK_THROWS_WITH(call(), Catch::Contains("called mpi::") &&
+                                  Catch::Contains("must call the same collective"));
+    const auto call_gather = [&] {
+      if (even) {
+        dm::bcast(a, 0);
+      } else {
+        dm::allgather(a, gathered);
+      }
+    };
+    CHECK_THROWS_AS(call_gather(), devmem::InvalidArgument);
+    CHECK(a.to_vector<double>() == before);  // nothing was moved
+  }
+  // The communicator is usable afterwards: the same collective on every rank works.
+  dm::allreduce(a, dm::ReduceOp::max);
+  CHECK(a.to_vector<double>() == std::vector<double>(4, static_cast<double>(size())));
+}
+
 TEST_CASE("mpi: a broadcast destination is refused on both ranks", "[mpi][errors]") {
   const int me = rank();
   const int peer = me ^ 1;
