@@ -158,8 +158,8 @@ class DEVMEM_MPI_API Request {
 /// Waits for every request (in any completion order).
 DEVMEM_MPI_API void wait_all(std::span<Request> requests);
 
-/// Sends `array` to rank `destination` with `tag` (0..MPI_TAG_UB / 2) and waits until the receiver has
-/// matched it and the elements have been read. Strided views are sent as their elements in C
+/// Sends `array` to rank `destination` with `tag` (0..MPI_TAG_UB / 2) and waits until the receiver
+/// has matched it and the elements have been read. Strided views are sent as their elements in C
 /// order.
 DEVMEM_MPI_API void send(const DeviceArray& array, int destination, int tag,
                          MPI_Comm comm = MPI_COMM_WORLD);
