@@ -1,6 +1,7 @@
 // The backend-neutral part of devmem::launch (<devmem/kernel.hpp>): the checks every backend makes
 // before a kernel is enqueued, so that a bad launch is the same clear InvalidArgument everywhere
 // (the vendors report some of these only as an asynchronous "invalid configuration").
+#include "core/architectures.hpp"
 #include "core/internal.hpp"
 
 #include <devmem/context.hpp>
@@ -41,20 +42,6 @@ void check_dims(std::string_view kernel, const char* what, const Dim3& dims,
   }
 }
 
-/// True when `architectures` (";"- or ","-separated --offload-arch entries, each possibly with
-/// target features: "gfx90a:xnack+") has code for `architecture` ("gfx90a").
-bool has_code_for(std::string_view architectures, std::string_view architecture) {
-  while (!architectures.empty()) {
-    const std::size_t end = architectures.find_first_of(";,");
-    std::string_view entry = architectures.substr(0, end);
-    entry = entry.substr(0, entry.find(':'));
-    if (entry == architecture) return true;
-    if (end == std::string_view::npos) break;
-    architectures.remove_prefix(end + 1);
-  }
-  return false;
-}
-
 }  // namespace
 
 PreparedLaunch launch_prepare(const LaunchConfig& config, std::string_view compiled_for,
@@ -71,7 +58,8 @@ PreparedLaunch launch_prepare(const LaunchConfig& config, std::string_view compi
   const std::shared_ptr<Context> context = stream.context();
   const int device = context->device();
   const DeviceProperties& props = detail::ContextState::of(*context).properties();
-  if (stream.is_default()) {
+  // The operation's name is formatted only when the launch is refused (launches are a hot path).
+  if (stream.is_default() && context->backend().is_capturing(device, nullptr)) {
     refuse_default_stream_during_capture(fmt::format("devmem::launch({})", kernel_name).c_str(),
                                          *context);
   }

@@ -42,6 +42,7 @@
 #include "backends/gpu_runtime/staging_pipeline.hpp"
 #include "backends/gpu_runtime/strided_copies.hpp"
 #include "backends/gpu_runtime/vendor_api.hpp"
+#include "core/architectures.hpp"
 
 #include <devmem/backend.hpp>
 #include <devmem/byte_size.hpp>
@@ -630,15 +631,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
         return it->second.second;
       }
     }
-    const std::string architecture = properties(device).architecture;
-    bool found = false;
-    std::string_view rest = built_for;
-    while (!rest.empty() && !found) {
-      const std::size_t end = std::min(rest.find(','), rest.size());
-      const std::string_view entry = rest.substr(0, end);
-      found = entry.substr(0, entry.find(':')) == architecture;  // "gfx90a:xnack-" is gfx90a
-      rest.remove_prefix(std::min(end + 1, rest.size()));
-    }
+    const bool found = ::devmem::detail::has_code_for(built_for, properties(device).architecture);
     const std::lock_guard lock(kernel_code_mutex_);
     kernel_code_[device] = {std::string(built_for), found};
     return found;

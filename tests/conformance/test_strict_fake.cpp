@@ -262,37 +262,56 @@ TEST_CASE("strict fake: a strided copy's temporaries read back as 0xDB once retu
   CHECK(back[static_cast<std::size_t>(kN)] == values[1]);
 }
 
+namespace {
+
+// The square the no-code tests transpose: 4-byte rows, so the strided copy takes the bounded path
+// (the library's kernel) whenever it may.
+constexpr std::int64_t kSquare = 64;
+
+/// 0, 1, 2, ... as a kSquare x kSquare float32 matrix in C order.
+std::vector<float> counting_square() {
+  std::vector<float> values(static_cast<std::size_t>(kSquare * kSquare));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  return values;
+}
+
+/// Whether `back` (kSquare x kSquare, C order) is the transpose of `values`.
+bool is_transpose(const std::vector<float>& back, const std::vector<float>& values) {
+  for (std::int64_t i = 0; i < kSquare; ++i) {
+    for (std::int64_t j = 0; j < kSquare; ++j) {
+      if (back[static_cast<std::size_t>(i * kSquare + j)] !=
+          values[static_cast<std::size_t>(j * kSquare + i)]) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 TEST_CASE(
     "strict fake: strided copies fall back to the vendor's copies where the library's "
     "kernel has no code",
     "[strict-fake]") {
   // Review 2, N6: an A100 with an sm_90-only libdevmem, an MI300 with a gfx90a-only one.
-  constexpr std::int64_t kN = 64;
-  std::vector<float> values(static_cast<std::size_t>(kN * kN));
-  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  const std::vector<float> values = counting_square();
   const devmem::DeviceArray source = devmem::to_device(values);
-  const devmem::DeviceArray square = source.reshape({kN, kN});
+  const devmem::DeviceArray square = source.reshape({kSquare, kSquare});
   fake::set_missing_kernel_image(0, true);
   struct Restore {
     ~Restore() { fake::set_missing_kernel_image(0, false); }
   } const restore;
   const std::size_t launches = fake::strided_copy_launches();
-  const devmem::DeviceArray transposed = devmem::device_array<float>({kN, kN});
+  const devmem::DeviceArray transposed = devmem::device_array<float>({kSquare, kSquare});
   transposed.copy_to_device(square.T());  // 4-byte rows: the bounded path, which finds no code
   CHECK(fake::strided_copy_launches() == launches + 1);
-  const devmem::HostArray host = devmem::HostArray::view(values).reshape({kN, kN});
-  const devmem::DeviceArray from_host = devmem::device_array<float>({kN, kN});
+  const devmem::HostArray host = devmem::HostArray::view(values).reshape({kSquare, kSquare});
+  const devmem::DeviceArray from_host = devmem::device_array<float>({kSquare, kSquare});
   from_host.copy_to_device(host.T());  // remembered: no second attempt
   CHECK(fake::strided_copy_launches() == launches + 1);
-  const std::vector<float> back = transposed.to_vector<float>();
-  const std::vector<float> back_host = from_host.to_vector<float>();
-  for (std::int64_t i = 0; i < kN; ++i) {
-    for (std::int64_t j = 0; j < kN; ++j) {
-      const auto at = static_cast<std::size_t>(i * kN + j);
-      REQUIRE(back[at] == values[static_cast<std::size_t>(j * kN + i)]);
-      REQUIRE(back_host[at] == values[static_cast<std::size_t>(j * kN + i)]);
-    }
-  }
+  CHECK(is_transpose(transposed.to_vector<float>(), values));
+  CHECK(is_transpose(from_host.to_vector<float>(), values));
   CHECK(devmem::current_context()->take_deallocation_errors().empty());
 }
 
@@ -302,42 +321,29 @@ TEST_CASE(
     "[strict-fake]") {
   // Review 2, N6: on ROCm a launch without a code object for the device may abort the process
   // rather than fail, so the architecture list hipcc recorded is checked before the first launch.
-  constexpr std::int64_t kN = 64;
-  std::vector<float> values(static_cast<std::size_t>(kN * kN));
-  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
-  const devmem::DeviceArray square = devmem::to_device(values).reshape({kN, kN});
+  const std::vector<float> values = counting_square();
+  const devmem::DeviceArray square = devmem::to_device(values).reshape({kSquare, kSquare});
   const std::string architecture = devmem::current_context()->properties().architecture;
   struct Restore {
     ~Restore() { fake::set_strided_copy_architectures(""); }
   } const restore;
   const auto transposed_copy = [&] {
-    const devmem::DeviceArray out = devmem::device_array<float>({kN, kN});
+    const devmem::DeviceArray out = devmem::device_array<float>({kSquare, kSquare});
     out.copy_to_device(square.T());  // 4-byte rows: the bounded path when the kernel may run
     return out.to_vector<float>();
-  };
-  const auto transposed_right = [&](const std::vector<float>& back) {
-    for (std::int64_t i = 0; i < kN; ++i) {
-      for (std::int64_t j = 0; j < kN; ++j) {
-        if (back[static_cast<std::size_t>(i * kN + j)] !=
-            values[static_cast<std::size_t>(j * kN + i)]) {
-          return false;
-        }
-      }
-    }
-    return true;
   };
 
   // Built for two AMD architectures only: the vendor's copies, no launch.
   fake::set_strided_copy_architectures("gfx90a,gfx1030");
   std::size_t launches = fake::strided_copy_launches();
-  CHECK(transposed_right(transposed_copy()));
+  CHECK(is_transpose(transposed_copy(), values));
   CHECK(fake::strided_copy_launches() == launches);
 
   // A list with the device's architecture (target features after ':' do not matter): launched.
   REQUIRE(architecture == "strict_fake_90");
   fake::set_strided_copy_architectures("gfx90a:xnack-,strict_fake_90:sramecc+");
   launches = fake::strided_copy_launches();
-  CHECK(transposed_right(transposed_copy()));
+  CHECK(is_transpose(transposed_copy(), values));
   CHECK(fake::strided_copy_launches() == launches + 1);
 }
 
