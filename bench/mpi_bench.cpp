@@ -2,8 +2,12 @@
 // size, devmem arrays through devmem::mpi (staged, pipelined in chunks; staged in one chunk;
 // device_direct), and an unpipelined copy-then-send written by hand (whole array to pinned memory,
 // MPI_Send, MPI_Recv, whole array back). Reports bandwidth (2 x bytes per round trip) and the
-// ratios. Usage: mpirun -np 2 devmem_mpi_bench [--quick] [--chunk BYTES]. Exit 1 on a wrong
+// ratios; then round-trip latency from 8 bytes and the message rate (mpi_latency.hpp). Usage:
+// mpirun -np 2 devmem_mpi_bench [--quick] [--chunk BYTES] [--part bandwidth|small|all]. Exit 1 on
+// a wrong
 // result or error.
+#include "mpi_latency.hpp"
+
 #include <devmem/devmem.hpp>
 #include <devmem/mpi.hpp>
 
@@ -40,22 +44,31 @@ std::string format_size(std::int64_t bytes) {
 
 int run(int argc, char** argv, int rank) {
   bool quick = false;
+  std::string part = "all";
   std::int64_t chunk = std::int64_t{256} << 10;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--part") == 0 && i + 1 < argc) {
+      part = argv[++i];
+      if (part != "bandwidth" && part != "small" && part != "all") {
+        if (rank == 0) std::fprintf(stderr, "devmem_mpi_bench: --part bandwidth|small|all\n");
+        return 1;
+      }
     } else if (std::strcmp(argv[i], "--chunk") == 0 && i + 1 < argc) {
       chunk = std::atoll(argv[++i]);
     } else {
-      if (rank == 0) std::fprintf(stderr, "usage: devmem_mpi_bench [--quick] [--chunk BYTES]\n");
+      if (rank == 0) std::fprintf(stderr, "usage: devmem_mpi_bench [--quick] [--chunk BYTES] [--part bandwidth|small|all]\n");
       return 1;
     }
   }
   const int peer = 1 - rank;
+  const bool bandwidth = part != "small";
   const std::vector<std::int64_t> sizes =
-      quick ? std::vector<std::int64_t>{64 << 10, 1 << 20}
+      !bandwidth ? std::vector<std::int64_t>{}
+      : quick ? std::vector<std::int64_t>{64 << 10, 1 << 20}
             : std::vector<std::int64_t>{64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
-  if (rank == 0) {
+  if (rank == 0 && bandwidth) {
     std::printf(
         "# devmem MPI ping-pong (ranks 0 and 1)\n\nbackend: %s, staging chunk %s, device-aware "
         "MPI for this backend: %s\n\n",
@@ -138,6 +151,7 @@ int run(int argc, char** argv, int rank) {
                   gbps(t_by_hand), gbps(t_direct), t_raw / t_pipelined, t_by_hand / t_pipelined);
     }
   }
+  if (part != "bandwidth") failures += devmem_bench::run_small_messages(rank, quick);
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) {
@@ -164,6 +178,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "devmem_mpi_bench: run with mpirun -np 2 (got %d ranks)\n", ranks);
   } else {
     try {
+      devmem::mpi::initialize();
       status = run(argc, argv, rank);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "devmem_mpi_bench (rank %d): %s\n", rank, e.what());

@@ -1,22 +1,28 @@
-// devmem::mpi's point-to-point operations: send, recv and their non-blocking forms isend and irecv,
-// each a state machine of the progress engine (mpi/progress.hpp) speaking the protocol of
-// mpi/protocol.hpp: the sender's header, the receiver's acknowledgement (or its reason to refuse),
-// then the payload, either straight from device memory (device_direct) or through two page-locked
-// staging slots so that the copy of one chunk overlaps the transfer of the previous one (staged).
-#include "progress.hpp"
-#include "protocol.hpp"
+// devmem::mpi's point-to-point operations (mpi/point_to_point.hpp): send and receive state
+// machines of the progress engine (mpi/progress.hpp) speaking the protocol of mpi/message.hpp.
+// Eager messages (payload of at most eager_limit_bytes) are one MPI message, header and payload,
+// packed on the sender and unpacked on the receiver. Larger ones are a handshake: the sender's
+// header, the receiver's acknowledgement (or its reason to refuse), then the payload in the
+// sender's chunk plan, which the receiver follows whatever its own transport: staged through two
+// page-locked slots (the copy of one chunk overlapping the transfer of the previous one), or
+// straight from and into memory (device_direct; strided device arrays are packed on the device
+// first, so MPI sees contiguous bytes).
+#include "point_to_point.hpp"
 
+#include <devmem/memory.hpp>
 #include <devmem/mpi.hpp>
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace devmem::mpi {
 
@@ -25,10 +31,78 @@ using namespace detail;
 
 namespace {
 
+// A device-direct payload moves in chunks of at most this many bytes (MPI counts are ints).
+constexpr std::int64_t kDirectChunkBytes = std::int64_t{1} << 30;
+
+std::int64_t rows_of(const Endpoint& array) {
+  return array.ndim() == 0 ? 1 : array.shape()[0];
+}
+
+Plan plan_for(const Endpoint& array, std::int64_t rows_per_chunk) {
+  Plan plan;
+  plan.rows = rows_of(array);
+  plan.rows_per_chunk =
+      std::clamp<std::int64_t>(rows_per_chunk, 1, std::max<std::int64_t>(plan.rows, 1));
+  plan.chunks = array.size() == 0 ? 0 : (plan.rows + plan.rows_per_chunk - 1) / plan.rows_per_chunk;
+  return plan;
+}
+
+std::int64_t row_bytes(const Endpoint& array) {
+  return array.nbytes() / std::max<std::int64_t>(rows_of(array), 1);
+}
+
+// The rows per chunk a sender chooses.
+std::int64_t sender_rows(const Endpoint& array, Transport transport) {
+  if (transport == Transport::staged) return preferred_rows(array.device(), transport);
+  const std::int64_t row = std::max<std::int64_t>(row_bytes(array), 1);
+  return std::clamp<std::int64_t>(kDirectChunkBytes / row, 1, std::max<std::int64_t>(rows_of(array), 1));
+}
+
+// Copies on a non-default stream to or from page-locked memory may still run after the call.
+bool asynchronous(const Endpoint& array, const Stream& stream) {
+  return array.on_device() && !stream.is_default();
+}
+
+// Receiving into an array whose elements overlap (a broadcast axis) would write an element twice.
+std::optional<std::string> overlap_problem(const Endpoint& array) {
+  for (int d = 0; d < array.ndim(); ++d) {
+    const auto axis = static_cast<std::size_t>(d);
+    if (array.shape()[axis] > 1 && array.layout().strides[axis] == 0) {
+      return fmt::format(
+          "the destination's axis {} has stride 0 (a broadcast view; its elements overlap)", d);
+    }
+  }
+  return std::nullopt;
+}
+
+// The acknowledgement's description of the receiver's array.
+Wire describe_endpoint(const Endpoint& array) {
+  Wire wire;
+  const std::string typestr = array.dtype().typestr();
+  std::copy_n(typestr.begin(), std::min(typestr.size(), wire.typestr.size() - 1),
+              wire.typestr.begin());
+  wire.ndim = array.ndim();
+  if (array.ndim() > kMaxWireDims) {
+    wire.status = kLocalError;
+    set_message(wire, fmt::format("an array of {} dimensions (at most {} are sent)", array.ndim(),
+                                  kMaxWireDims));
+    return wire;
+  }
+  std::copy(array.shape().begin(), array.shape().end(), wire.shape.begin());
+  return wire;
+}
+
+bool test_all(std::vector<MPI_Request>& requests, const char* call) {
+  if (requests.empty()) return true;
+  int flag = 0;
+  check_mpi(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag,
+                        MPI_STATUSES_IGNORE),
+            call);
+  return flag != 0;
+}
+
 // ---- what a send and a receive share ----------------------------------------------------------
 
-// The array and the handshake's two messages, the chunk plan, the copy stream, the two staging
-// slots with their copy events and datatypes, and the payload requests.
 class MessageOperation : public Operation {
  public:
   ~MessageOperation() override = default;
@@ -38,7 +112,7 @@ class MessageOperation : public Operation {
   MessageOperation& operator=(MessageOperation&&) = delete;
 
   bool abandon() noexcept override {
-    bool pending = cancel_request(header_request_);
+    bool pending = cancel_request(start_request_);
     pending = cancel_request(ack_request_) || pending;
     for (auto& r : payload_requests_) pending = cancel_request(r) || pending;
     for (auto& e : copy_events_) {
@@ -51,59 +125,66 @@ class MessageOperation : public Operation {
     return pending;
   }
 
- protected:
-  MessageOperation(DeviceArray array, int tag, MPI_Comm comm)
-      : array_(std::move(array)), tag_(tag), comm_(comm) {}
-
-  /// The staging slots for plan_ (one when there is one chunk).
-  void make_slots() {
-    slots_[0] = staging_slot(array_, plan_);
-    if (plan_.chunks > 1) slots_[1] = staging_slot(array_, plan_);
+  [[nodiscard]] std::string describe() const override {
+    return fmt::format("{} rank {} (tag {}), {}: {}", what_, peer_, tag_, array_.describe(),
+                       state_);
   }
 
-  /// Waits for the copies into or out of the slots (device work: bounded).
+  [[nodiscard]] RoundInfo round() const { return {seq_, plan_, peer_}; }
+
+ protected:
+  MessageOperation(Endpoint array, int peer, int tag, MPI_Comm comm, const char* what)
+      : array_(std::move(array)),
+        peer_(peer),
+        tag_(tag),
+        comm_(comm),
+        what_(what),
+        stream_(array_.stream()) {}
+
+  // The staging slots for plan_ (one when there is one chunk).
+  void make_slots() {
+    slots_[0] = staging_slot(array_.device(), plan_);
+    if (plan_.chunks > 1) slots_[1] = staging_slot(array_.device(), plan_);
+  }
+
+  // Waits for the copies into or out of the slots (device work: bounded).
   void wait_for_copies() {
     for (auto& e : copy_events_) {
       if (e) e->synchronize();
     }
   }
 
-  /// device_direct: posts the whole payload once, straight from (sending) or into device memory
-  /// after the array's earlier work, then tests it.
-  bool advance_direct(int peer, bool sending) {
-    const char* const call =
-        sending ? "MPI_Isend (devmem::mpi payload)" : "MPI_Irecv (devmem::mpi payload)";
-    if (!posted_direct_) {
-      if (ready_.has_value()) ready_->synchronize();  // earlier work on the array's stream first
-      type_ = byte_elements_type(array_);
-      const int tag = data_tag(comm_, header_.seq);
-      check_mpi(sending ? MPI_Isend(array_.data(), 1, type_.get(), peer, tag, comm_,
-                                    &payload_requests_.at(0))
-                        : MPI_Irecv(array_.data(), 1, type_.get(), peer, tag, comm_,
-                                    &payload_requests_.at(0)),
-                call);
-      posted_direct_ = true;
-    }
-    return test_request(payload_requests_.at(0), call);
+  [[nodiscard]] std::int64_t chunk_bytes_of(std::int64_t k) const {
+    const auto [begin, end] = chunk_rows(plan_, k);
+    return (array_.ndim() == 0 ? 1 : end - begin) * row_bytes(array_);
   }
 
-  DeviceArray array_;
+  // The byte offset of chunk k in a C-contiguous buffer of the array's elements.
+  [[nodiscard]] std::int64_t chunk_offset(std::int64_t k) const {
+    return chunk_rows(plan_, k).first * row_bytes(array_);
+  }
+
+  Endpoint array_;
+  int peer_;
   int tag_;
   MPI_Comm comm_;
-  Transport transport_ = Transport::staged;
-  Wire header_;
-  Wire ack_;
-  Plan plan_;
+  const char* what_;
+  const char* state_ = "starting";
+  Transport transport_ = Transport::staged;  // known once the message is not eager
   Stream stream_;
-  std::optional<Event> ready_;
-  std::array<HostArray, 2> slots_;
-  std::array<std::optional<Event>, 2> copy_events_;
-  std::array<Datatype, 2> types_;
-  std::array<MPI_Request, 2> payload_requests_{MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  Datatype type_;
-  MPI_Request header_request_ = MPI_REQUEST_NULL;
+  Channel channel_;
+  std::int64_t seq_ = 0;  // the sender's sequence number
+  Plan plan_;
+  EagerBuffer start_;  // the message start: header, and the payload of an eager message
+  int start_count_ = 0;
+  MPI_Request start_request_ = MPI_REQUEST_NULL;
+  Wire ack_;
   MPI_Request ack_request_ = MPI_REQUEST_NULL;
-  bool posted_direct_ = false;
+  std::optional<Event> ready_;  // the array's stream's earlier work, or a pack/unpack copy
+  std::array<std::optional<HostArray>, 2> slots_;  // (an empty HostArray allocates)
+  std::array<std::optional<Event>, 2> copy_events_;
+  std::vector<MPI_Request> payload_requests_;
+  bool payload_posted_ = false;
   std::int64_t copied_ = 0;
   std::int64_t posted_ = 0;
 };
@@ -112,28 +193,56 @@ class MessageOperation : public Operation {
 
 class SendOperation final : public MessageOperation {
  public:
-  SendOperation(DeviceArray array, int destination, int tag, MPI_Comm comm)
-      : MessageOperation(std::move(array), tag, comm), destination_(destination) {
-    check_peer_tag("mpi::send", comm_, destination_, false, tag_);
-    transport_ = transport_for(array_);
-    header_ = describe(array_);
-    header_.seq = next_sequence();
-    header_.chunk_rows = preferred_rows(array_, transport_);
-    plan_ = make_plan(array_, header_.chunk_rows);
-    stream_ = transport_ == Transport::staged ? copy_stream(array_) : array_.stream();
-    if (transport_ == Transport::staged && plan_.chunks > 0 && header_.status == kOk) {
-      make_slots();
-      // The first copies start now, overlapping the handshake.
-      while (copied_ < std::min<std::int64_t>(plan_.chunks, 2)) start_copy();
-    } else {
-      ready_ = stream_.record();
+  SendOperation(Endpoint array, int destination, int tag, MPI_Comm comm, MessageRole role)
+      : MessageOperation(std::move(array), destination, tag, comm, "mpi::send to") {
+    status = Status{destination, tag, array_.size(), array_.nbytes()};
+    channel_ = channel(comm_, destination);
+    if (role.later != nullptr) {
+      transport_ = array_.transport();
+      seq_ = role.later->seq;
+      plan_ = role.later->plan;
+      handshake_ = false;
+      state_ = "sending the payload";
+      if (array_.nbytes() <= eager_limit_bytes) {
+        // A small round: the payload alone, packed like an eager message (no slots, no events).
+        small_round_ = true;
+        start_ = EagerBuffer::take();
+        array_.pack(start_.data(), stream_);
+        if (asynchronous(array_, stream_)) packed_ = stream_.record();
+        return;
+      }
+      prepare_payload();
+      return;
     }
-    check_mpi(MPI_Irecv(&ack_, sizeof(Wire), MPI_BYTE, destination_, ack_tag(comm_, header_.seq),
-                        comm_, &ack_request_),
-              "MPI_Irecv (devmem::mpi acknowledgement)");
-    check_mpi(
-        MPI_Isend(&header_, sizeof(Wire), MPI_BYTE, destination_, tag_, comm_, &header_request_),
-        "MPI_Isend (devmem::mpi header)");
+    seq_ = next_sequence();
+    start_ = EagerBuffer::take();
+    eager_ = !role.persistent && array_.nbytes() <= eager_limit_bytes &&
+             array_.ndim() <= kMaxWireDims;
+    if (eager_) {
+      write_header(start_, array_, MessageKind::eager, seq_, 0, std::nullopt);
+      if (array_.size() > 0) {
+        array_.pack(start_.payload(array_.ndim()), stream_);
+        if (asynchronous(array_, stream_)) packed_ = stream_.record();
+      }
+      start_count_ = static_cast<int>(header_bytes(array_.ndim()) +
+                                      static_cast<std::size_t>(array_.nbytes()));
+      state_ = "sending the message (eager)";
+    } else {
+      transport_ = array_.transport();
+      const MessageKind kind = role.persistent ? MessageKind::persistent : MessageKind::rendezvous;
+      const std::int64_t rows = array_.ndim() <= kMaxWireDims ? sender_rows(array_, transport_) : 1;
+      write_header(start_, array_, kind, seq_, rows, std::nullopt);
+      const MessageHeader& h = start_.header();
+      start_count_ = static_cast<int>(header_bytes(h.sender_error != 0 ? 0 : h.ndim) +
+                                      static_cast<std::size_t>(h.payload_bytes));
+      plan_ = plan_for(array_, rows);
+      if (h.sender_error == 0) prepare_payload();
+      check_mpi(MPI_Irecv(&ack_, sizeof(Wire), MPI_BYTE, channel_.peer,
+                          acknowledgement_tag(channel_, seq_), channel_.comm, &ack_request_),
+                "MPI_Irecv (devmem::mpi acknowledgement)");
+      state_ = "waiting for the receiver's acknowledgement";
+    }
+    if (!packed_) post_start();
   }
   ~SendOperation() override = default;
   SendOperation(const SendOperation&) = delete;
@@ -142,61 +251,108 @@ class SendOperation final : public MessageOperation {
   SendOperation& operator=(SendOperation&&) = delete;
 
   bool advance() override {
-    if (!test_request(header_request_, "MPI_Isend (devmem::mpi header)")) return false;
-    if (!acknowledged_) {
-      if (!test_request(ack_request_, "MPI_Irecv (devmem::mpi acknowledgement)")) return false;
-      acknowledged_ = true;
-      if (ack_.magic != kMagic) {
-        throw InvalidArgument(fmt::format(
-            "mpi::send to rank {} (tag {}): the acknowledgement is not devmem's (is the receiver "
-            "using devmem::mpi::recv?)",
-            destination_, tag_));
+    if (handshake_) {
+      if (!start_posted_) {
+        if (packed_ && !packed_->query()) return false;
+        post_start();
       }
-      if (header_.status != kOk || ack_.status != kOk) {
-        wait_for_copies();  // the slots stay alive until the copies into them are done
-        if (header_.status != kOk) {
-          throw InvalidArgument(fmt::format("mpi::send to rank {} (tag {}): cannot send {}",
-                                            destination_, tag_, message_of(header_)));
-        }
-        if (ack_.status == kLocalError) {
-          throw InvalidArgument(
-              fmt::format("mpi::send to rank {} (tag {}): the receiver cannot receive: {}",
-                          destination_, tag_, message_of(ack_)));
-        }
-        throw InvalidArgument(fmt::format(
-            "mpi::send to rank {} (tag {}): shape/dtype mismatch: this rank sends {}, the receiver "
-            "expects {}",
-            destination_, tag_, format_wire(header_), format_wire(ack_)));
+      if (!test_request(start_request_, "MPI_Isend (devmem::mpi message)")) return false;
+      if (eager_) return true;
+      if (!acknowledged_) {
+        if (!test_request(ack_request_, "MPI_Irecv (devmem::mpi acknowledgement)")) return false;
+        acknowledged_ = true;
+        check_acknowledgement();
+        state_ = "sending the payload";
       }
     }
+    if (small_round_) {
+      if (!start_posted_) {
+        if (packed_ && !packed_->query()) return false;
+        check_mpi(MPI_Isend(start_.data(), static_cast<int>(array_.nbytes()), MPI_BYTE,
+                            channel_.peer, payload_tag(channel_, seq_), channel_.comm,
+                            &start_request_),
+                  "MPI_Isend (devmem::mpi payload)");
+        start_posted_ = true;
+      }
+      return test_request(start_request_, "MPI_Isend (devmem::mpi payload)");
+    }
     if (plan_.chunks == 0) return true;
-    return transport_ == Transport::staged ? advance_staged() : advance_direct(destination_, true);
+    return transport_ == Transport::staged ? advance_staged() : advance_direct();
   }
 
  private:
+  void post_start() {
+    check_mpi(MPI_Isend(start_.data(), start_count_, MPI_BYTE, peer_, tag_, comm_,
+                        &start_request_),
+              "MPI_Isend (devmem::mpi message)");
+    start_posted_ = true;
+  }
+
+  void check_acknowledgement() {
+    const std::string where = fmt::format("mpi::send to rank {} (tag {})", peer_, tag_);
+    if (ack_.magic != kMagic) {
+      throw InvalidArgument(fmt::format(
+          "{}: the acknowledgement is not devmem's (is the receiver using devmem::mpi?)", where));
+    }
+    const MessageHeader& h = start_.header();
+    if (h.sender_error == 0 && ack_.status == kOk) return;
+    wait_for_copies();  // the slots stay alive until the copies into them are done
+    if (h.sender_error != 0) {
+      throw InvalidArgument(fmt::format(
+          "{}: cannot send {}", where,
+          std::string(reinterpret_cast<const char*>(start_.data() + header_bytes(0)),  // NOLINT
+                      static_cast<std::size_t>(h.payload_bytes))));
+    }
+    if (ack_.status == kLocalError) {
+      throw InvalidArgument(
+          fmt::format("{}: the receiver cannot receive: {}", where, message_of(ack_)));
+    }
+    throw InvalidArgument(fmt::format(
+        "{}: shape/dtype mismatch: this rank sends {}, the receiver expects {}", where,
+        array_.describe(), format_wire(ack_)));
+  }
+
+  // Staged: the first two copies start now, overlapping the handshake. Direct: a strided device
+  // array is packed on the device (devmem's copy kernel, not MPI's per-piece copies), a strided
+  // host array on the host; the payload waits for the stream's earlier work.
+  void prepare_payload() {
+    if (plan_.chunks == 0) return;
+    if (transport_ == Transport::staged) {
+      make_slots();
+      while (copied_ < std::min<std::int64_t>(plan_.chunks, 2)) start_copy();
+      return;
+    }
+    if (array_.on_device()) {
+      if (!array_.c_contiguous()) packed_device_ = array_.device().copy(Order::C, stream_);
+      ready_ = stream_.record();
+    } else if (!array_.c_contiguous()) {
+      packed_host_ = array_.host().copy(Order::C);
+    }
+  }
+
   void start_copy() {
     const std::int64_t k = copied_++;
     const auto s = static_cast<std::size_t>(k % 2);
-    chunk_view(array_, plan_, k).copy_to_host(slot_view(slots_.at(s), array_, plan_, k), stream_);
+    chunk_view(array_.device(), plan_, k)
+        .copy_to_host(slot_view(*slots_.at(s), array_.device(), plan_, k), stream_);
     copy_events_.at(s) = stream_.record();
   }
 
   bool advance_staged() {
     // Post the next send once its chunk has reached the slot; refill a slot once its send is done.
+    payload_requests_.resize(2, MPI_REQUEST_NULL);
     while (true) {
       bool moved = false;
       if (posted_ < copied_) {
         const auto s = static_cast<std::size_t>(posted_ % 2);
-        {
-          // Local device work: bounded, and much cheaper than polling it.
-          if (auto& e = copy_events_.at(s); e.has_value()) e->synchronize();
-          types_.at(s) = bytes_type(chunk_bytes(array_, plan_, posted_));
-          check_mpi(MPI_Isend(slots_.at(s).data(), 1, types_.at(s).get(), destination_,
-                              data_tag(comm_, header_.seq), comm_, &payload_requests_.at(s)),
-                    "MPI_Isend (devmem::mpi payload)");
-          ++posted_;
-          moved = true;
-        }
+        if (auto& e = copy_events_.at(s); e.has_value()) e->synchronize();  // bounded device work
+        check_mpi(MPI_Isend(slots_.at(s)->data(),
+                            checked_int(chunk_bytes_of(posted_), "a chunk's byte count"), MPI_BYTE,
+                            channel_.peer, payload_tag(channel_, seq_), channel_.comm,
+                            &payload_requests_.at(s)),
+                  "MPI_Isend (devmem::mpi payload)");
+        ++posted_;
+        moved = true;
       }
       if (completed_ < posted_) {
         const auto s = static_cast<std::size_t>(completed_ % 2);
@@ -211,23 +367,81 @@ class SendOperation final : public MessageOperation {
     }
   }
 
-  int destination_;
+  bool advance_direct() {
+    if (!payload_posted_) {
+      if (ready_ && !ready_->query()) return false;
+      const void* base = packed_device_   ? packed_device_->data()
+                         : packed_host_ ? packed_host_->data()
+                                        : array_.data();
+      payload_requests_.assign(static_cast<std::size_t>(plan_.chunks), MPI_REQUEST_NULL);
+      for (std::int64_t k = 0; k < plan_.chunks; ++k) {
+        check_mpi(MPI_Isend(static_cast<const std::byte*>(base) + chunk_offset(k),
+                            checked_int(chunk_bytes_of(k), "a chunk's byte count"), MPI_BYTE,
+                            channel_.peer, payload_tag(channel_, seq_), channel_.comm,
+                            &payload_requests_[static_cast<std::size_t>(k)]),
+                  "MPI_Isend (devmem::mpi payload)");
+      }
+      payload_posted_ = true;
+    }
+    return test_all(payload_requests_, "MPI_Isend (devmem::mpi payload)");
+  }
+
+  std::optional<Event> packed_;  // an eager message's copy into its buffer
+  bool small_round_ = false;      // a later persistent round of at most eager_limit_bytes
+  bool handshake_ = true;
+  bool eager_ = false;
+  bool start_posted_ = false;
   bool acknowledged_ = false;
   std::int64_t completed_ = 0;
+  std::optional<DeviceArray> packed_device_;
+  std::optional<HostArray> packed_host_;
 };
 
 // ---- receive ------------------------------------------------------------------------------------
 
 class RecvOperation final : public MessageOperation {
  public:
-  RecvOperation(DeviceArray array, int source, int tag, MPI_Comm comm)
-      : MessageOperation(std::move(array), tag, comm), source_(source) {
-    check_peer_tag("mpi::recv", comm_, source_, true, tag_);
-    transport_ = transport_for(array_);
-    stream_ = transport_ == Transport::staged ? copy_stream(array_) : array_.stream();
-    ready_ = array_.stream().record();
-    check_mpi(MPI_Irecv(&header_, sizeof(Wire), MPI_BYTE, source_, tag_, comm_, &header_request_),
-              "MPI_Irecv (devmem::mpi header)");
+  RecvOperation(Endpoint array, int source, int tag, MPI_Comm comm, MessageRole role)
+      : MessageOperation(std::move(array), source, tag, comm, "mpi::recv from") {
+    status = Status{source, tag, array_.size(), array_.nbytes()};
+    persistent_ = role.persistent;
+    if (role.later != nullptr) {
+      transport_ = array_.transport();
+      seq_ = role.later->seq;
+      plan_ = role.later->plan;
+      peer_ = role.later->peer;
+      status.source = peer_;
+      channel_ = channel(comm_, peer_);
+      have_start_ = true;
+      state_ = "receiving the payload";
+      if (array_.nbytes() <= eager_limit_bytes) {
+        small_round_ = true;  // as the sender decides: both know the size from the first round
+        start_ = EagerBuffer::take();
+        check_mpi(MPI_Irecv(start_.data(), static_cast<int>(array_.nbytes()), MPI_BYTE,
+                            channel_.peer, payload_tag(channel_, seq_), channel_.comm,
+                            &start_request_),
+                  "MPI_Irecv (devmem::mpi payload)");
+        return;
+      }
+      prepare_receive();
+      return;
+    }
+    state_ = "waiting for the sender's message";
+    // The stash check and the receive's posting are one step for probe(): a message it stashed
+    // in between would be received out of order.
+    auto lock = stash_in_use() ? progress_lock() : std::unique_lock<std::recursive_mutex>();
+    if (auto stashed = lock.owns_lock() ? take_stashed(comm_, source, tag) : std::nullopt) {
+      start_ = std::move(stashed->buffer);
+      start_count_ = stashed->count;
+      matched_source_ = stashed->source;
+      matched_tag_ = stashed->tag;
+      stashed_ = true;
+    } else {
+      start_ = EagerBuffer::take();
+      check_mpi(MPI_Irecv(start_.data(), static_cast<int>(kEagerCapacity), MPI_BYTE, source, tag,
+                          comm_, &start_request_),
+                "MPI_Irecv (devmem::mpi message)");
+    }
   }
   ~RecvOperation() override = default;
   RecvOperation(const RecvOperation&) = delete;
@@ -236,83 +450,175 @@ class RecvOperation final : public MessageOperation {
   RecvOperation& operator=(RecvOperation&&) = delete;
 
   bool advance() override {
-    if (!have_header_) {
-      MPI_Status status;
-      if (!test_request(header_request_, "MPI_Irecv (devmem::mpi header)", &status)) return false;
-      have_header_ = true;
-      peer_ = status.MPI_SOURCE;
-      acknowledge();
+    if (!have_start_) {
+      if (!stashed_) {
+        MPI_Status received;
+        if (!test_request(start_request_, "MPI_Irecv (devmem::mpi message)", &received)) {
+          return false;
+        }
+        matched_source_ = received.MPI_SOURCE;
+        matched_tag_ = received.MPI_TAG;
+        check_mpi(MPI_Get_count(&received, MPI_BYTE, &start_count_), "MPI_Get_count");
+      }
+      have_start_ = true;
+      on_start();
     }
-    if (!test_request(ack_request_, "MPI_Isend (devmem::mpi acknowledgement)")) {
-      if (failure_) return false;  // report the mismatch once the sender has the answer
+    if (failure_) {
+      if (!test_request(ack_request_, "MPI_Isend (devmem::mpi acknowledgement)")) return false;
+      throw InvalidArgument(*failure_);
     }
-    if (failure_) throw InvalidArgument(*failure_);
-    if (plan_.chunks == 0) return ack_request_ == MPI_REQUEST_NULL;
+    if (small_round_ && !eager_) {
+      if (!test_request(start_request_, "MPI_Irecv (devmem::mpi payload)")) return false;
+      array_.unpack(start_.data(), stream_);
+      if (asynchronous(array_, stream_)) ready_ = stream_.record();
+      eager_ = true;  // from here on as an eager message: done once the copy is
+    }
+    if (eager_) return !ready_ || ready_->query();
     const bool payload_done =
-        transport_ == Transport::staged ? advance_staged() : advance_direct(peer_, false);
-    return payload_done && ack_request_ == MPI_REQUEST_NULL;
+        plan_.chunks == 0 ||
+        (transport_ == Transport::staged ? advance_staged() : advance_direct());
+    return payload_done && test_request(ack_request_, "MPI_Isend (devmem::mpi acknowledgement)");
   }
 
  private:
-  void acknowledge() {
-    ack_ = describe(array_);
-    ack_.seq = header_.seq;
-    const std::string where = fmt::format("mpi::recv from rank {} (tag {})", peer_, tag_);
-    if (header_.magic != kMagic) {
-      ack_.status = kLocalError;
-      set_message(ack_, "the message is not a devmem::mpi header");
-      failure_ = where +
-                 ": the message is not a devmem::mpi header (is the sender using "
-                 "devmem::mpi::send?)";
-    } else if (header_.status != kOk) {
+  void on_start() {
+    peer_ = matched_source_;
+    tag_ = matched_tag_;
+    status.source = peer_;
+    status.tag = tag_;
+    const auto where = [this] { return fmt::format("mpi::recv from rank {} (tag {})", peer_, tag_); };
+    if (const auto problem = header_problem(start_, start_count_)) {
+      failure_ = fmt::format("{}: received {}", where(), *problem);
+      return;
+    }
+    const MessageHeader& h = start_.header();
+    if (h.kind == MessageKind::eager) {
+      eager_ = true;
+      if (persistent_) {
+        failure_ = fmt::format(
+            "{}: the sender used a plain send, this rank a persistent receive (recv_init): both "
+            "ranks of a pair must use persistent requests",
+            where());
+      } else if (!header_matches(start_, array_)) {
+        failure_ = fmt::format(
+            "{}: shape/dtype mismatch: the sender sends {}, this rank expects {} (the sender "
+            "was not told: messages of at most {} bytes are eager, and only their receiver "
+            "checks them)",
+            where(), describe_header(start_), array_.describe(), eager_limit_bytes);
+      } else if (const auto overlap = overlap_problem(array_)) {
+        failure_ = fmt::format("{}: {}", where(), *overlap);
+      } else if (array_.size() > 0) {
+        array_.unpack(start_.payload(array_.ndim()), stream_);
+        if (asynchronous(array_, stream_)) ready_ = stream_.record();
+      }
+      state_ = "copying the message into the array";
+      return;
+    }
+    seq_ = h.seq;
+    transport_ = array_.transport();
+    channel_ = channel(comm_, peer_);
+    ack_ = describe_endpoint(array_);
+    ack_.seq = seq_;
+    const bool persistent_sender = h.kind == MessageKind::persistent;
+    if (h.sender_error != 0) {
       ack_.status = kMismatch;
-      failure_ = fmt::format("{}: the sender cannot send {}", where, message_of(header_));
+      failure_ = fmt::format(
+          "{}: the sender cannot send {}", where(),
+          std::string(reinterpret_cast<const char*>(start_.data() + header_bytes(0)),  // NOLINT
+                      static_cast<std::size_t>(h.payload_bytes)));
+    } else if (persistent_sender != persistent_) {
+      const char* text = persistent_
+                             ? "this rank receives with a persistent request (recv_init), the "
+                               "sender used a plain send"
+                             : "this rank receives with a plain recv, the sender uses a "
+                               "persistent request (send_init)";
+      ack_.status = kLocalError;
+      set_message(ack_, text);
+      failure_ = fmt::format("{}: {} (both ranks of a pair must use persistent requests)", where(),
+                             text);
     } else if (ack_.status != kOk) {
-      failure_ = fmt::format("{}: cannot receive into {}", where, message_of(ack_));
-    } else if (!same_array(header_, ack_)) {
+      failure_ = fmt::format("{}: cannot receive into {}", where(), message_of(ack_));
+    } else if (!header_matches(start_, array_)) {
       ack_.status = kMismatch;
       failure_ = fmt::format("{}: shape/dtype mismatch: the sender sends {}, this rank expects {}",
-                             where, format_wire(header_), format_wire(ack_));
-    } else if (const auto problem = destination_problem(array_)) {
+                             where(), describe_header(start_), array_.describe());
+    } else if (const auto overlap = overlap_problem(array_)) {
       ack_.status = kLocalError;
-      set_message(ack_, *problem);
-      failure_ = fmt::format("{}: {}", where, *problem);
-    } else if (header_.chunk_rows < 1) {
+      set_message(ack_, *overlap);
+      failure_ = fmt::format("{}: {}", where(), *overlap);
+    } else if (h.chunk_rows < 1) {
       ack_.status = kLocalError;
       set_message(ack_, "the header's chunk plan is invalid");
-      failure_ = fmt::format("{}: the header's chunk plan ({} rows) is invalid", where,
-                             header_.chunk_rows);
+      failure_ = fmt::format("{}: the header's chunk plan ({} rows) is invalid", where(),
+                             h.chunk_rows);
     }
-    check_mpi(MPI_Isend(&ack_, sizeof(Wire), MPI_BYTE, peer_, ack_tag(comm_, header_.seq), comm_,
-                        &ack_request_),
+    if (!failure_) {
+      plan_ = plan_for(array_, h.chunk_rows);
+      prepare_receive();  // the first receives are posted before the sender may send
+      state_ = "receiving the payload";
+    }
+    check_mpi(MPI_Isend(&ack_, sizeof(Wire), MPI_BYTE, channel_.peer,
+                        acknowledgement_tag(channel_, seq_), channel_.comm, &ack_request_),
               "MPI_Isend (devmem::mpi acknowledgement)");
-    if (failure_) return;
-    plan_ = make_plan(array_, header_.chunk_rows);
-    if (transport_ == Transport::staged && plan_.chunks > 0) make_slots();
+  }
+
+  // Posts the payload's first receives: the first two staged chunks, or every direct chunk
+  // (straight into a C-contiguous array, else into a contiguous buffer copied in at the end).
+  void prepare_receive() {
+    if (plan_.chunks == 0) return;
+    if (transport_ == Transport::staged) {
+      make_slots();
+      payload_requests_.resize(2, MPI_REQUEST_NULL);
+      while (posted_ < std::min<std::int64_t>(plan_.chunks, 2)) post_staged();
+      return;
+    }
+    void* base = array_.data();
+    if (array_.on_device()) {
+      if (!array_.c_contiguous()) {
+        unpack_device_ =
+            device_array(array_.shape(), array_.dtype(), {}, Order::C, stream_);
+        base = unpack_device_->data();
+      }
+      // MPI writes device memory outside the stream: after the stream's earlier work.
+      stream_.record().synchronize();
+    } else if (!array_.c_contiguous()) {
+      unpack_host_.emplace(array_.shape(), array_.dtype(), Order::C);
+      base = unpack_host_->data();
+    }
+    payload_requests_.assign(static_cast<std::size_t>(plan_.chunks), MPI_REQUEST_NULL);
+    for (std::int64_t k = 0; k < plan_.chunks; ++k) {
+      check_mpi(MPI_Irecv(static_cast<std::byte*>(base) + chunk_offset(k),
+                          checked_int(chunk_bytes_of(k), "a chunk's byte count"), MPI_BYTE,
+                          channel_.peer, payload_tag(channel_, seq_), channel_.comm,
+                          &payload_requests_[static_cast<std::size_t>(k)]),
+                "MPI_Irecv (devmem::mpi payload)");
+    }
+  }
+
+  void post_staged() {
+    const auto s = static_cast<std::size_t>(posted_ % 2);
+    if (auto& e = copy_events_.at(s); e.has_value()) e->synchronize();  // bounded device work
+    check_mpi(MPI_Irecv(slots_.at(s)->data(),
+                        checked_int(chunk_bytes_of(posted_), "a chunk's byte count"), MPI_BYTE,
+                        channel_.peer, payload_tag(channel_, seq_), channel_.comm,
+                        &payload_requests_.at(s)),
+              "MPI_Irecv (devmem::mpi payload)");
+    ++posted_;
   }
 
   bool advance_staged() {
     while (true) {
       bool moved = false;
-      // Post a receive into a slot whose previous chunk has reached the device.
       if (posted_ < plan_.chunks && posted_ - copied_ < 2) {
-        const auto s = static_cast<std::size_t>(posted_ % 2);
-        if (auto& e = copy_events_.at(s); e.has_value()) e->synchronize();
-        {
-          types_.at(s) = bytes_type(chunk_bytes(array_, plan_, posted_));
-          check_mpi(MPI_Irecv(slots_.at(s).data(), 1, types_.at(s).get(), peer_,
-                              data_tag(comm_, header_.seq), comm_, &payload_requests_.at(s)),
-                    "MPI_Irecv (devmem::mpi payload)");
-          ++posted_;
-          moved = true;
-        }
+        post_staged();
+        moved = true;
       }
       // A received chunk goes to the device on the stream.
       if (copied_ < posted_) {
         const auto s = static_cast<std::size_t>(copied_ % 2);
         if (test_request(payload_requests_.at(s), "MPI_Irecv (devmem::mpi payload)")) {
-          chunk_view(array_, plan_, copied_)
-              .copy_to_device(slot_view(slots_.at(s), array_, plan_, copied_), stream_);
+          chunk_view(array_.device(), plan_, copied_)
+              .copy_to_device(slot_view(*slots_.at(s), array_.device(), plan_, copied_), stream_);
           copy_events_.at(s) = stream_.record();
           ++copied_;
           moved = true;
@@ -326,32 +632,120 @@ class RecvOperation final : public MessageOperation {
     }
   }
 
-  int source_;
-  int peer_ = MPI_PROC_NULL;
+  bool advance_direct() {
+    if (!test_all(payload_requests_, "MPI_Irecv (devmem::mpi payload)")) return false;
+    if (unpack_device_) {
+      array_.device().copy_to_device(*unpack_device_, stream_);
+      stream_.record().synchronize();  // bounded device work; the request completes written
+      unpack_device_.reset();
+    } else if (unpack_host_) {
+      array_.host().copy_from(*unpack_host_);
+      unpack_host_.reset();
+    }
+    return true;
+  }
+
+  bool persistent_ = false;
+  bool small_round_ = false;  // a later persistent round of at most eager_limit_bytes
+  bool have_start_ = false;
+  bool stashed_ = false;
+  bool eager_ = false;
+  int matched_source_ = MPI_PROC_NULL;
+  int matched_tag_ = 0;
   std::optional<std::string> failure_;
-  bool have_header_ = false;
+  std::optional<DeviceArray> unpack_device_;
+  std::optional<HostArray> unpack_host_;
 };
+
+// ---- the public calls ---------------------------------------------------------------------------
+
+Request make_send(Endpoint array, int destination, int tag, MPI_Comm comm) {
+  check_envelope("mpi::send", comm, destination, tag, false);
+  if (destination == MPI_PROC_NULL) return {};
+  return Operation::make_request(start_send(std::move(array), destination, tag, comm, {}));
+}
+
+Request make_recv(Endpoint array, int source, int tag, MPI_Comm comm) {
+  check_envelope("mpi::recv", comm, source, tag, true);
+  if (source == MPI_PROC_NULL) return {};
+  return Operation::make_request(start_recv(std::move(array), source, tag, comm, {}));
+}
+
+void blocking_send(Endpoint array, int destination, int tag, MPI_Comm comm) {
+  check_envelope("mpi::send", comm, destination, tag, false);
+  if (destination == MPI_PROC_NULL) return;
+  run_blocking(std::make_shared<SendOperation>(std::move(array), destination, tag, comm,
+                                               MessageRole{}),
+               "mpi::send");
+}
+
+Status blocking_recv(Endpoint array, int source, int tag, MPI_Comm comm) {
+  check_envelope("mpi::recv", comm, source, tag, true);
+  if (source == MPI_PROC_NULL) return {};
+  const auto op =
+      std::make_shared<RecvOperation>(std::move(array), source, tag, comm, MessageRole{});
+  run_blocking(op, "mpi::recv");
+  return op->status;
+}
 
 }  // namespace
 
+namespace detail {
+
+std::shared_ptr<Operation> make_send_operation(Endpoint array, int destination, int tag,
+                                               MPI_Comm comm, MessageRole role) {
+  return std::make_shared<SendOperation>(std::move(array), destination, tag, comm, role);
+}
+
+std::shared_ptr<Operation> make_recv_operation(Endpoint array, int source, int tag, MPI_Comm comm,
+                                               MessageRole role) {
+  return std::make_shared<RecvOperation>(std::move(array), source, tag, comm, role);
+}
+
+std::shared_ptr<Operation> start_send(Endpoint array, int destination, int tag,
+                                      MPI_Comm comm, MessageRole role) {
+  auto op = make_send_operation(std::move(array), destination, tag, comm, role);
+  launch(op);
+  return op;
+}
+
+std::shared_ptr<Operation> start_recv(Endpoint array, int source, int tag, MPI_Comm comm,
+                                      MessageRole role) {
+  auto op = make_recv_operation(std::move(array), source, tag, comm, role);
+  launch(op);
+  return op;
+}
+
+RoundInfo round_info(const Operation& finished_first_round) {
+  return dynamic_cast<const MessageOperation&>(finished_first_round).round();
+}
+
+}  // namespace detail
+
 Request isend(const DeviceArray& array, int destination, int tag, MPI_Comm comm) {
-  auto op = std::make_shared<SendOperation>(array, destination, tag, comm);
-  start(op);
-  return detail::Operation::make_request(std::move(op));
+  return make_send(Endpoint(array), destination, tag, comm);
 }
-
 Request irecv(const DeviceArray& array, int source, int tag, MPI_Comm comm) {
-  auto op = std::make_shared<RecvOperation>(array, source, tag, comm);
-  start(op);
-  return detail::Operation::make_request(std::move(op));
+  return make_recv(Endpoint(array), source, tag, comm);
 }
-
 void send(const DeviceArray& array, int destination, int tag, MPI_Comm comm) {
-  isend(array, destination, tag, comm).wait();
+  blocking_send(Endpoint(array), destination, tag, comm);
+}
+Status recv(const DeviceArray& array, int source, int tag, MPI_Comm comm) {
+  return blocking_recv(Endpoint(array), source, tag, comm);
 }
 
-void recv(const DeviceArray& array, int source, int tag, MPI_Comm comm) {
-  irecv(array, source, tag, comm).wait();
+Request isend(const HostArray& array, int destination, int tag, MPI_Comm comm) {
+  return make_send(Endpoint(array), destination, tag, comm);
+}
+Request irecv(const HostArray& array, int source, int tag, MPI_Comm comm) {
+  return make_recv(Endpoint(array), source, tag, comm);
+}
+void send(const HostArray& array, int destination, int tag, MPI_Comm comm) {
+  blocking_send(Endpoint(array), destination, tag, comm);
+}
+Status recv(const HostArray& array, int source, int tag, MPI_Comm comm) {
+  return blocking_recv(Endpoint(array), source, tag, comm);
 }
 
 }  // namespace devmem::mpi

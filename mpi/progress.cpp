@@ -1,14 +1,20 @@
 // devmem::mpi's progress engine (declared in mpi/progress.hpp, which says why it exists): the list
-// of operations in progress, the loops that advance them, and Request, the user's handle of one
-// operation, whose test() and wait() drive the engine.
+// of operations in progress, the loops that advance them with their backoff and timeout, and
+// Request, the user's handle of one operation, whose test() and wait() drive the engine.
 #include "progress.hpp"
 
 #include "protocol.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -23,41 +29,156 @@ namespace {
 
 std::recursive_mutex g_progress_mutex;
 std::vector<std::shared_ptr<Operation>> g_active;
+std::atomic<std::size_t> g_active_count{0};  // g_active.size(), for a lock-free "nothing to do"
 // Operations that failed with MPI requests still pending keep their buffers here until the
 // process ends: MPI may still write into them.
 std::vector<std::shared_ptr<Operation>> g_abandoned;
 
-}  // namespace
+// Polls before a waiting loop starts yielding: about the time of a few small-message round trips,
+// so that a waiting rank answers at once, while ranks sharing cores still let each other run.
+constexpr std::uint64_t kSpinPolls = 2000;
 
-void progress_all() {
-  const std::lock_guard lock(g_progress_mutex);
-  for (const auto& op : g_active) {
-    if (op->finished) continue;
-    try {
-      op->finished = op->advance();
-    } catch (...) {
-      op->error = std::current_exception();
-      op->finished = true;
-      if (op->abandon()) g_abandoned.push_back(op);
+// DEVMEM_MPI_TIMEOUT in seconds (0: none), read once.
+double timeout_seconds() {
+  static const double seconds = [] {
+    const char* env = std::getenv("DEVMEM_MPI_TIMEOUT");  // NOLINT(concurrency-mt-unsafe): once
+    if (env == nullptr || *env == '\0') return 0.0;
+    char* end = nullptr;
+    const double value = std::strtod(env, &end);
+    if (end == env || *end != '\0' || !(value > 0)) {
+      std::fprintf(stderr,
+                   "devmem::mpi: DEVMEM_MPI_TIMEOUT='%s' is not a positive number of seconds; "
+                   "no timeout is applied\n",
+                   env);
+      return 0.0;
+    }
+    return value;
+  }();
+  return seconds;
+}
+
+[[noreturn]] void abort_on_timeout(const char* what, const Operation* waiting, double seconds) {
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::string report = fmt::format(
+      "devmem::mpi: rank {}: {} has waited more than DEVMEM_MPI_TIMEOUT ({} s); pending "
+      "operations of this rank:\n",
+      rank, what, seconds);
+  if (waiting != nullptr) report += fmt::format("  - {}\n", waiting->describe());
+  {
+    const std::unique_lock lock(g_progress_mutex, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      report += "  (the list is locked by another thread)\n";
+    } else {
+      int listed = 0;
+      for (const auto& op : g_active) {
+        if (op->finished) continue;
+        report += fmt::format("  - {}\n", op->describe());
+        ++listed;
+      }
+      if (listed == 0 && waiting == nullptr) {
+        report += "  (none: the wait is for a collective or an MPI request)\n";
+      }
     }
   }
-  std::erase_if(g_active, [](const auto& op) { return op->finished; });
+  report += "devmem::mpi: calling MPI_Abort\n";
+  std::fputs(report.c_str(), stderr);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();  // MPI_Abort does not return
+}
+
+}  // namespace
+
+Backoff::Backoff(const char* what, const Operation* waiting)
+    : what_(what), waiting_(waiting), timeout_(timeout_seconds()) {
+  if (timeout_ > 0) start_ = std::chrono::steady_clock::now();
+}
+
+void Backoff::pause() {
+  ++polls_;
+  if (polls_ > kSpinPolls) std::this_thread::yield();
+  if (timeout_ > 0 && polls_ % 1024 == 0) {
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (waited > timeout_) abort_on_timeout(what_, waiting_, timeout_);
+  }
+}
+
+std::unique_lock<std::recursive_mutex> progress_lock() {
+  return std::unique_lock(g_progress_mutex);
+}
+
+// Advances `op` once; a failure becomes its error (and parks it when MPI may still touch its
+// buffers). Under the progress lock, or before anyone else can see `op`.
+void advance_once(const std::shared_ptr<Operation>& op) {
+  try {
+    if (op->advance()) op->finished = true;
+  } catch (...) {
+    op->error = std::current_exception();
+    op->finished = true;
+    if (op->abandon()) g_abandoned.push_back(op);
+  }
+}
+
+void progress_all() {
+  if (g_active_count.load(std::memory_order_acquire) == 0) return;
+  const std::lock_guard lock(g_progress_mutex);
+  bool any_finished = false;
+  for (const auto& op : g_active) {
+    // An operation finished by its own wait (wait_operation) is still listed: erased here.
+    if (!op->finished) advance_once(op);
+    any_finished = any_finished || op->finished;
+  }
+  if (any_finished) {
+    std::erase_if(g_active, [](const auto& op) { return op->finished.load(); });
+    g_active_count.store(g_active.size(), std::memory_order_release);
+  }
 }
 
 void start(const std::shared_ptr<Operation>& op) {
   const std::lock_guard lock(g_progress_mutex);
   g_active.push_back(op);
+  g_active_count.store(g_active.size(), std::memory_order_release);
+}
+
+void run_blocking(const std::shared_ptr<Operation>& op, const char* what) {
+  Backoff backoff(what, op.get());
+  while (true) {
+    try {
+      if (op->advance()) break;
+    } catch (...) {
+      op->finished = true;
+      if (op->abandon()) {
+        const std::lock_guard lock(g_progress_mutex);
+        g_abandoned.push_back(op);
+      }
+      throw;
+    }
+    progress_all();
+    backoff.pause();
+  }
+  op->finished = true;
+}
+
+void launch(const std::shared_ptr<Operation>& op) {
+  {
+    const std::lock_guard lock(g_progress_mutex);  // parking, if it fails, is under the lock
+    advance_once(op);
+  }
+  if (!op->finished) start(op);
 }
 
 // Waits for one MPI request of a blocking call while advancing the non-blocking operations, as
 // MPI's own progress does, so that a rank inside a collective still acknowledges its peers.
 void wait_request(MPI_Request& request, const char* call) {
+  Backoff backoff(call);
   while (true) {
     int flag = 0;
     check_mpi(MPI_Test(&request, &flag, MPI_STATUS_IGNORE), call);
     if (flag != 0) return;
     progress_all();
-    std::this_thread::yield();
+    backoff.pause();
   }
 }
 
@@ -73,6 +194,32 @@ bool cancel_request(MPI_Request& request) noexcept {
   MPI_Cancel(&request);
   MPI_Request_free(&request);
   return true;
+}
+
+void wait_operation(const std::shared_ptr<Operation>& op) {
+  Backoff backoff("a devmem::mpi wait");
+  while (!op->finished.load(std::memory_order_acquire)) {
+    // This operation first: waiting for many in turn (wait_all) then costs one test each, not one
+    // pass over all of them each.
+    {
+      const std::lock_guard lock(g_progress_mutex);
+      if (!op->finished) advance_once(op);
+      if (op->finished) {
+        // Out of the list at once (progress_all would erase it only when it next runs).
+        const auto it = std::find(g_active.begin(), g_active.end(), op);
+        if (it != g_active.end()) {
+          std::swap(*it, g_active.back());
+          g_active.pop_back();
+          g_active_count.store(g_active.size(), std::memory_order_release);
+        }
+      }
+    }
+    if (op->finished.load(std::memory_order_acquire)) break;
+    progress_all();
+    if (op->finished.load(std::memory_order_acquire)) break;
+    backoff.pause();
+  }
+  if (op->error) std::rethrow_exception(std::exchange(op->error, nullptr));
 }
 
 }  // namespace detail
@@ -118,16 +265,8 @@ void park_during_unwinding(const std::shared_ptr<Operation>& op) noexcept {
       stderr);
 }
 
-void wait_operation(Operation& op) {
-  while (true) {
-    progress_all();
-    {
-      const std::lock_guard lock(g_progress_mutex);
-      if (op.finished) break;
-    }
-    std::this_thread::yield();
-  }
-  if (op.error) std::rethrow_exception(std::exchange(op.error, nullptr));
+bool finished(const Request& r) {
+  return r.done();
 }
 
 }  // namespace
@@ -148,6 +287,7 @@ Request& Request::operator=(Request&& other) noexcept {
     }
     operation_ = std::move(other.operation_);
     unwinding_at_start_ = other.unwinding_at_start_;
+    status_ = other.status_;
   }
   return *this;
 }
@@ -165,27 +305,24 @@ Request::~Request() {
   }
 }
 
-void Request::wait() {
-  if (!operation_) return;
+Status Request::wait() {
+  if (!operation_) return status_;
   const std::shared_ptr<detail::Operation> op = std::move(operation_);
-  wait_operation(*op);
+  wait_operation(op);
+  status_ = op->status;
+  return status_;
 }
 
 bool Request::test() {
   if (!operation_) return true;
   progress_all();
-  {
-    const std::lock_guard lock(g_progress_mutex);
-    if (!operation_->finished) return false;
-  }
+  if (!operation_->finished.load(std::memory_order_acquire)) return false;
   wait();
   return true;
 }
 
 bool Request::done() const noexcept {
-  if (!operation_) return true;
-  const std::lock_guard lock(g_progress_mutex);
-  return operation_->finished;
+  return !operation_ || operation_->finished.load(std::memory_order_acquire);
 }
 
 void wait_all(std::span<Request> requests) {
@@ -198,6 +335,67 @@ void wait_all(std::span<Request> requests) {
     }
   }
   if (first) std::rethrow_exception(first);
+}
+
+namespace {
+
+// The indices of the requests that were pending and have finished; `any_pending` tells whether
+// there were pending ones at all. Completes (wait()) the finished ones; the first error is
+// rethrown after all of them were completed.
+std::vector<std::size_t> collect_finished(std::span<Request> requests, bool first_only,
+                                          bool& any_pending) {
+  std::vector<std::size_t> indices;
+  any_pending = false;
+  std::exception_ptr first;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    Request& r = requests[i];
+    if (!r.active()) continue;
+    any_pending = true;
+    if (!finished(r)) continue;
+    indices.push_back(i);
+    try {
+      r.wait();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+    if (first_only) break;
+  }
+  if (first) std::rethrow_exception(first);
+  return indices;
+}
+
+std::vector<std::size_t> wait_for_some(std::span<Request> requests, bool first_only,
+                                       bool blocking) {
+  Backoff backoff(first_only ? "mpi::wait_any" : "mpi::wait_some");
+  while (true) {
+    progress_all();
+    bool any_pending = false;
+    std::vector<std::size_t> done = collect_finished(requests, first_only, any_pending);
+    if (!done.empty() || !any_pending || !blocking) return done;
+    backoff.pause();
+  }
+}
+
+}  // namespace
+
+std::optional<std::size_t> wait_any(std::span<Request> requests) {
+  const std::vector<std::size_t> done = wait_for_some(requests, true, true);
+  if (done.empty()) return std::nullopt;
+  return done.front();
+}
+
+std::optional<std::size_t> test_any(std::span<Request> requests) {
+  const std::vector<std::size_t> done = wait_for_some(requests, true, false);
+  if (done.empty()) return std::nullopt;
+  return done.front();
+}
+
+std::vector<std::size_t> wait_some(std::span<Request> requests) {
+  return wait_for_some(requests, false, true);
+}
+
+std::vector<std::size_t> test_some(std::span<Request> requests) {
+  return wait_for_some(requests, false, false);
 }
 
 }  // namespace devmem::mpi

@@ -8,8 +8,13 @@
 
 #include <devmem/mpi.hpp>
 
+#include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <utility>
 
 namespace devmem::mpi::detail {
@@ -28,8 +33,12 @@ struct Operation {
   // still touch the operation's buffers, which must then outlive it).
   virtual bool abandon() noexcept = 0;
 
-  bool finished = false;
+  // For DEVMEM_MPI_TIMEOUT's report: what the operation is and what it waits for.
+  [[nodiscard]] virtual std::string describe() const { return "a devmem::mpi operation"; }
+
+  std::atomic<bool> finished{false};  // written under the progress lock, read without it
   std::exception_ptr error;
+  Status status;  // set by the operation before it finishes
 
   static Request make_request(std::shared_ptr<Operation> operation) noexcept {
     return Request(std::move(operation));
@@ -38,6 +47,34 @@ struct Operation {
 
 // Adds `op` to the operations that progress advances.
 void start(const std::shared_ptr<Operation>& op);
+// Advances a new operation once (a small message often completes at once: it then never enters
+// the list) and adds it to the list if it has not finished; a failure is kept for wait().
+void launch(const std::shared_ptr<Operation>& op);
+// Runs a blocking call's operation, which is not in the list (no other thread needs to see it):
+// advances it, and every listed operation, until it finishes; rethrows its error. `what` names the
+// call in DEVMEM_MPI_TIMEOUT's report.
+void run_blocking(const std::shared_ptr<Operation>& op, const char* what);
+// Waits until `op` (started) has finished, advancing every operation; rethrows its error once.
+void wait_operation(const std::shared_ptr<Operation>& op);
+// The lock that guards the operations in progress (and mpi/message.hpp's probe stash).
+[[nodiscard]] std::unique_lock<std::recursive_mutex> progress_lock();
+
+// Pauses a polling loop: returns at once for the first polls (a small message's round trip is
+// shorter than a context switch), then yields the processor between polls. Enforces
+// DEVMEM_MPI_TIMEOUT: past it, prints `what` and the pending operations and calls MPI_Abort.
+class Backoff {
+ public:
+  // `waiting` (optional): the operation this loop waits for, when it is not in the list.
+  explicit Backoff(const char* what, const Operation* waiting = nullptr);
+  void pause();
+
+ private:
+  const char* what_;
+  const Operation* waiting_;
+  std::uint64_t polls_ = 0;
+  double timeout_ = 0;  // seconds; 0: none
+  std::chrono::steady_clock::time_point start_;
+};
 // Advances every operation in progress once; a failed one keeps its error for wait().
 void progress_all();
 // Waits for one MPI request of a blocking call while advancing the non-blocking operations, as

@@ -13,21 +13,27 @@
 // of one chunk overlapping the MPI transfer of the previous one. The host backend stages unless
 // device_direct is asked for (set_transport or DEVMEM_MPI_TRANSPORT=device_direct).
 //
-// Checks. Every point-to-point message is preceded by a small header (dtype, shape) that the
-// receiver checks and acknowledges: a shape or dtype mismatch throws InvalidArgument on both ranks,
-// naming both arrays, and neither rank hangs. Collectives exchange the same descriptor first and
-// throw on every rank when the ranks disagree. So send has MPI_Ssend's semantics: it completes
-// once the receiver has matched it. Two ranks sending to each other use isend/irecv.
+// Checks. A point-to-point message carries a small header (dtype, shape) that the receiver checks.
+// Messages of at most eager_limit_bytes travel with their header in one MPI message (the eager
+// protocol: the send completes without waiting for the receiver, and a shape or dtype mismatch
+// throws InvalidArgument on the receiver only). Larger messages are a handshake: the receiver
+// checks the header and answers, then the payload moves, so a mismatch throws on both ranks,
+// naming both arrays, and neither rank hangs; such a send completes once the receiver has matched
+// it (MPI_Ssend's semantics). Two ranks sending to each other use isend/irecv or sendrecv.
+// Collectives exchange the same descriptor first and throw on every rank when the ranks disagree.
 //
 // Ordering with streams. An operation is ordered after the work enqueued on the array's stream
 // before the call (staging copies are enqueued on that stream; the device-direct path waits for
 // it before MPI touches the memory). When a blocking call returns, or a Request completes, the
 // array has been read (send side) or written (receive side) and may be reused.
 //
-// Tags. Acknowledgements and payloads use the same communicator with tags above MPI_TAG_UB / 2
-// (derived from a per-process sequence number), so the caller's tags must be in
-// [0, MPI_TAG_UB / 2] and MPI_ANY_TAG is refused (MPI_ANY_SOURCE is accepted); the application's
-// own messages on the communicator should stay in that range too.
+// Tags. After initialize() (collective over MPI_COMM_WORLD, once, after MPI_Init) devmem's own
+// traffic (acknowledgements, payloads of the handshake protocol) goes over a private duplicate of
+// MPI_COMM_WORLD: every tag 0..MPI_TAG_UB and MPI_ANY_TAG are the application's. Without it
+// (point-to-point calls cannot create a communicator: that is collective) that traffic uses the
+// application's communicator with tags above MPI_TAG_UB / 2, so the caller's tags must be in
+// [0, MPI_TAG_UB / 2], MPI_ANY_TAG is refused, and the application's own messages on the
+// communicator should stay in that range. MPI_ANY_SOURCE and MPI_PROC_NULL are accepted always.
 //
 // Errors: InvalidArgument (mismatches, bad arguments: messages name the operation, the ranks and
 // the values), MpiError (an MPI call returned an error, which only happens on a communicator whose
@@ -38,7 +44,10 @@
 #pragma once
 
 #include <devmem/device_array.hpp>
+#include <devmem/dtype.hpp>
 #include <devmem/error.hpp>
+#include <devmem/host_array.hpp>
+#include <devmem/layout.hpp>
 
 // The C API only: Open MPI's and MPICH's mpi.h otherwise pull in the removed C++ bindings, whose
 // symbols live in a library MPI::MPI_C does not link. (The devmem::mpi target also defines these
@@ -51,11 +60,14 @@
 #endif
 #include <mpi.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #if defined(DEVMEM_STATIC)
 #define DEVMEM_MPI_API
@@ -113,17 +125,56 @@ DEVMEM_MPI_API void set_transport(Transport transport) noexcept;
 /// bytes sends it in one chunk: copy, then send, without overlap. Thread safe.
 DEVMEM_MPI_API void set_staging_chunk_bytes(std::int64_t bytes);
 
+/// Payloads of at most this many bytes travel in one message with their header (the eager
+/// protocol: no handshake, mismatches reported by the receiver only); larger ones take the
+/// handshake. A constant, not a setting: every rank must agree on it.
+inline constexpr std::int64_t eager_limit_bytes = 4096;
+
+/// Collective over MPI_COMM_WORLD, after MPI_Init (MPI_Init_thread) and before any other
+/// devmem::mpi call that may be in flight: creates devmem::mpi's private duplicate of
+/// MPI_COMM_WORLD, which from then on carries its point-to-point protocol traffic, so that every
+/// tag 0..MPI_TAG_UB and MPI_ANY_TAG belong to the application (see "Tags" above). Optional; every
+/// rank must call it or none. A second call does nothing. The duplicate is freed by MPI_Finalize.
+/// Throws MpiError (MPI_Comm_dup failed) or InvalidArgument (MPI is not initialised). Thread safe.
+DEVMEM_MPI_API void initialize();
+/// True after initialize().
+[[nodiscard]] DEVMEM_MPI_API bool initialized() noexcept;
+/// The largest tag point-to-point calls accept: MPI_TAG_UB after initialize(), MPI_TAG_UB / 2
+/// otherwise.
+[[nodiscard]] DEVMEM_MPI_API int max_tag(MPI_Comm comm = MPI_COMM_WORLD);
+
+/// What a completed operation did. A receive: the sender's rank in the communicator, its tag (the
+/// actual ones when MPI_ANY_SOURCE / MPI_ANY_TAG were given) and the elements and bytes received
+/// (the array's size; 0 from MPI_PROC_NULL, whose source is MPI_PROC_NULL and tag MPI_ANY_TAG). A
+/// send: the destination, the tag and the elements and bytes sent.
+struct Status {
+  int source = MPI_PROC_NULL;
+  int tag = MPI_ANY_TAG;
+  std::int64_t elements = 0;
+  std::int64_t bytes = 0;
+};
+
+/// A message waiting to be received, as probe() sees it: who sent it with which tag, and the
+/// dtype and shape of the sender's array (so that the receiver can allocate a matching one).
+struct MessageInfo {
+  int source = MPI_PROC_NULL;
+  int tag = MPI_ANY_TAG;
+  DType dtype;
+  Shape shape;
+};
+
 namespace detail {
 struct Operation;
 }  // namespace detail
 
 /// A non-blocking operation (isend, irecv). Move-only RAII handle: the operation holds the array
 /// and its staging buffers until it completes, whether or not the Request still exists.
-/// Destroying an unfinished Request waits for it (and drops its error, if any: call wait() to see
-/// errors). Progress: test() and wait() of any Request, and blocking calls, advance every
-/// outstanding operation of the process, so an exchange of isend/irecv pairs never deadlocks on
-/// the order the requests are waited for. Thread safety: one Request is used by one thread at a
-/// time.
+/// Progress: test() and wait() of any Request, and blocking calls, advance every outstanding
+/// operation of the process, so an exchange of isend/irecv pairs never deadlocks on the order the
+/// requests are waited for. Waiting polls MPI (as MPI_Wait does) and yields the processor only
+/// after a while without progress. With DEVMEM_MPI_TIMEOUT=<seconds> set, a wait that makes no
+/// progress for that long prints the process's pending operations (peer, tag, array, state) to
+/// stderr and calls MPI_Abort. Thread safety: one Request is used by one thread at a time.
 class DEVMEM_MPI_API Request {
  public:
   /// A completed request (nothing to wait for).
@@ -140,39 +191,130 @@ class DEVMEM_MPI_API Request {
   /// operation is cancelled and its buffers kept until the process ends, with a warning on stderr.
   ~Request();
 
-  /// Blocks until the operation completes; throws its error (mismatch, MpiError, copy errors)
-  /// once, after which the request is complete.
-  void wait();
-  /// Advances outstanding operations; true when this one has completed (then as wait()).
+  /// Blocks until the operation completes and returns its Status; throws its error (mismatch,
+  /// MpiError, copy errors) once, after which the request is complete. On a completed request:
+  /// the Status it completed with.
+  Status wait();
+  /// Advances outstanding operations; true when this one has completed (then as wait(), whose
+  /// Status status() gives).
   [[nodiscard]] bool test();
   /// True when complete (no progress made).
   [[nodiscard]] bool done() const noexcept;
+  /// The Status of the completed operation (a default Status before it completed).
+  [[nodiscard]] const Status& status() const noexcept { return status_; }
+  /// True while the request holds an operation that was not yet completed by wait() or test()
+  /// (wait_any and friends look only at these).
+  [[nodiscard]] bool active() const noexcept { return operation_ != nullptr; }
 
  private:
   friend struct detail::Operation;
   explicit Request(std::shared_ptr<detail::Operation> operation) noexcept;
   std::shared_ptr<detail::Operation> operation_;
   int unwinding_at_start_ = 0;  // std::uncaught_exceptions() when the operation was started
+  Status status_;
 };
 
-/// Waits for every request (in any completion order).
+/// Waits for every request (in any completion order); throws the first error after all are done.
 DEVMEM_MPI_API void wait_all(std::span<Request> requests);
+/// Waits until one of the requests that are not yet complete completes and returns its index
+/// (its Status in requests[i].status()); nullopt when none was pending. Throws that request's error.
+DEVMEM_MPI_API std::optional<std::size_t> wait_any(std::span<Request> requests);
+/// As wait_any without blocking: the index of a pending request that has completed, or nullopt.
+DEVMEM_MPI_API std::optional<std::size_t> test_any(std::span<Request> requests);
+/// Waits until at least one pending request completes; returns the indices of all that have
+/// (empty when none was pending). Throws the first error after collecting the others' completion.
+DEVMEM_MPI_API std::vector<std::size_t> wait_some(std::span<Request> requests);
+/// As wait_some without blocking (possibly empty).
+DEVMEM_MPI_API std::vector<std::size_t> test_some(std::span<Request> requests);
 
-/// Sends `array` to rank `destination` with `tag` (0..MPI_TAG_UB / 2) and waits until the receiver
-/// has matched it and the elements have been read. Strided views are sent as their elements in C
+/// A persistent send or receive (send_init, recv_init), for loops that exchange the same arrays
+/// with the same peer and tag again and again (halo exchanges): the first start() checks dtype and
+/// shape on both ranks (the handshake, whatever the size); later ones move only the payload. Both
+/// ranks must use persistent requests for the pair (a plain recv matching a persistent send's first
+/// message, or the reverse, is a mismatch on both ranks). Move-only; the arrays are kept alive.
+/// Destroying an active request waits for its round (as Request does, including the unwinding
+/// rule). Thread safety: one thread at a time.
+class DEVMEM_MPI_API PersistentRequest {
+ public:
+  /// An inactive request of nothing (start() throws).
+  PersistentRequest() noexcept;
+  PersistentRequest(PersistentRequest&& other) noexcept;
+  PersistentRequest& operator=(PersistentRequest&& other) noexcept;
+  PersistentRequest(const PersistentRequest&) = delete;
+  PersistentRequest& operator=(const PersistentRequest&) = delete;
+  ~PersistentRequest();
+
+  /// Starts one round (returns at once, as isend/irecv do; the round is ordered after the work
+  /// enqueued on the array's stream before the call). InvalidArgument when the previous round has
+  /// not been waited for, when the request is empty, or when its first round failed.
+  void start();
+  /// Blocks until the round completes; throws its error. Inactive: returns the last Status.
+  Status wait();
+  /// Advances all operations; true when the round has completed (then as wait()).
+  [[nodiscard]] bool test();
+  /// True while a round is started and not yet waited for.
+  [[nodiscard]] bool active() const noexcept;
+
+ private:
+  struct State;
+  friend struct PersistentAccess;
+  explicit PersistentRequest(std::unique_ptr<State> state) noexcept;
+  std::unique_ptr<State> state_;
+  Request round_;
+};
+
+/// Starts every request (PersistentRequest::start on each).
+DEVMEM_MPI_API void start_all(std::span<PersistentRequest> requests);
+
+/// Sends `array` to rank `destination` (or MPI_PROC_NULL: nothing happens) with `tag` (0 ..
+/// max_tag(comm)). Returns once the array has been read and, for messages above
+/// eager_limit_bytes, the receiver has matched it. Strided views are sent as their elements in C
 /// order.
 DEVMEM_MPI_API void send(const DeviceArray& array, int destination, int tag,
                          MPI_Comm comm = MPI_COMM_WORLD);
 /// Receives into `array` (same dtype and shape as the sender's; any strides without overlapping
-/// elements) from `source` (or MPI_ANY_SOURCE) with `tag` (or MPI_ANY_TAG).
-DEVMEM_MPI_API void recv(const DeviceArray& array, int source, int tag,
-                         MPI_Comm comm = MPI_COMM_WORLD);
+/// elements) from `source` (or MPI_ANY_SOURCE, or MPI_PROC_NULL: nothing is received) with `tag`
+/// (or MPI_ANY_TAG, after initialize()).
+DEVMEM_MPI_API Status recv(const DeviceArray& array, int source, int tag,
+                           MPI_Comm comm = MPI_COMM_WORLD);
 /// Non-blocking send.
 [[nodiscard]] DEVMEM_MPI_API Request isend(const DeviceArray& array, int destination, int tag,
                                            MPI_Comm comm = MPI_COMM_WORLD);
 /// Non-blocking receive.
 [[nodiscard]] DEVMEM_MPI_API Request irecv(const DeviceArray& array, int source, int tag,
                                            MPI_Comm comm = MPI_COMM_WORLD);
+/// Host arrays (pageable or page-locked: pinned_array, mapped_array, registered memory) as
+/// buffers: the same protocol, so a host array on one rank matches a device array of the same
+/// dtype and shape on the other. MPI reads and writes them in place.
+DEVMEM_MPI_API void send(const HostArray& array, int destination, int tag,
+                         MPI_Comm comm = MPI_COMM_WORLD);
+DEVMEM_MPI_API Status recv(const HostArray& array, int source, int tag,
+                           MPI_Comm comm = MPI_COMM_WORLD);
+[[nodiscard]] DEVMEM_MPI_API Request isend(const HostArray& array, int destination, int tag,
+                                           MPI_Comm comm = MPI_COMM_WORLD);
+[[nodiscard]] DEVMEM_MPI_API Request irecv(const HostArray& array, int source, int tag,
+                                           MPI_Comm comm = MPI_COMM_WORLD);
+/// Sends `send_array` to `destination` and receives `recv_array` from `source` at the same time
+/// (MPI_Sendrecv: no deadlock when two ranks exchange). The two arrays must not overlap.
+DEVMEM_MPI_API Status sendrecv(const DeviceArray& send_array, int destination, int send_tag,
+                               const DeviceArray& recv_array, int source, int recv_tag,
+                               MPI_Comm comm = MPI_COMM_WORLD);
+/// A persistent send of `array` to `destination` with `tag` (see PersistentRequest). The peer
+/// must be a rank (MPI_PROC_NULL gives a request whose rounds do nothing).
+[[nodiscard]] DEVMEM_MPI_API PersistentRequest send_init(const DeviceArray& array,
+                                                         int destination, int tag,
+                                                         MPI_Comm comm = MPI_COMM_WORLD);
+/// A persistent receive into `array` from `source` with `tag` (no MPI_ANY_SOURCE / MPI_ANY_TAG:
+/// the pair is fixed).
+[[nodiscard]] DEVMEM_MPI_API PersistentRequest recv_init(const DeviceArray& array, int source,
+                                                         int tag, MPI_Comm comm = MPI_COMM_WORLD);
+/// Waits for a devmem::mpi message from `source` (or MPI_ANY_SOURCE) with `tag` (or MPI_ANY_TAG,
+/// after initialize()) and describes it without receiving it: the next matching recv receives
+/// that message. Advances outstanding operations while it waits.
+DEVMEM_MPI_API MessageInfo probe(int source, int tag, MPI_Comm comm = MPI_COMM_WORLD);
+/// As probe without blocking: nullopt when no matching message has arrived.
+DEVMEM_MPI_API std::optional<MessageInfo> iprobe(int source, int tag,
+                                                 MPI_Comm comm = MPI_COMM_WORLD);
 
 /// The reduction of allreduce.
 enum class ReduceOp { sum, min, max };

@@ -1,0 +1,515 @@
+// devmem::mpi's point-to-point message layer (declared in mpi/message.hpp, which says what it
+// holds): initialize() and the private communicator, per-communicator facts cached as MPI
+// attributes, tags, the header format, the eager-buffer pool, Endpoint and the probe stash.
+#include "message.hpp"
+
+#include "progress.hpp"
+
+#include <devmem/backend.hpp>
+#include <devmem/context.hpp>
+#include <devmem/layout.hpp>
+#include <devmem/memory.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace devmem::mpi {
+
+namespace detail {
+
+namespace {
+
+// ---- the private communicator and per-communicator facts ----------------------------------------
+
+std::mutex g_comm_mutex;
+std::atomic<bool> g_initialized{false};
+MPI_Comm g_private = MPI_COMM_NULL;  // written under g_comm_mutex before g_initialized is set
+int g_info_keyval = MPI_KEYVAL_INVALID;
+
+// What every message on a communicator needs, computed once per communicator and kept as an MPI
+// attribute (freed with the communicator, so a reused handle never sees stale facts).
+struct CommInfo {
+  int size = 0;
+  int tag_ub = 0;
+  bool inter = false;
+  std::vector<int> world_ranks;  // rank r's rank in MPI_COMM_WORLD (after initialize())
+};
+
+int delete_comm_info(MPI_Comm /*comm*/, int /*keyval*/, void* value, void* /*extra*/) {
+  delete static_cast<CommInfo*>(value);  // NOLINT(cppcoreguidelines-owning-memory): MPI's callback
+  return MPI_SUCCESS;
+}
+
+// MPI_Finalize deletes MPI_COMM_SELF's attributes first: the private communicator goes then.
+int free_private_comm(MPI_Comm /*comm*/, int /*keyval*/, void* /*value*/, void* /*extra*/) {
+  const std::lock_guard lock(g_comm_mutex);
+  if (g_private != MPI_COMM_NULL) MPI_Comm_free(&g_private);
+  g_initialized = false;
+  return MPI_SUCCESS;
+}
+
+int world_tag_ub() {
+  void* value = nullptr;
+  int flag = 0;
+  check_mpi(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &flag),
+            "MPI_Comm_get_attr(MPI_TAG_UB)");
+  return flag != 0 ? *static_cast<int*>(value) : 32767;
+}
+
+std::atomic<int> g_info_keyval_ready{MPI_KEYVAL_INVALID};
+
+const CommInfo& comm_info(MPI_Comm comm) {
+  // The common case without a lock: the facts are cached already (MPI_Comm_get_attr is as
+  // thread safe as the MPI library's thread level allows devmem::mpi calls to be).
+  if (const int keyval = g_info_keyval_ready.load(std::memory_order_acquire);
+      keyval != MPI_KEYVAL_INVALID) {
+    void* value = nullptr;
+    int flag = 0;
+    check_mpi(MPI_Comm_get_attr(comm, keyval, &value, &flag), "MPI_Comm_get_attr");
+    if (flag != 0) return *static_cast<const CommInfo*>(value);
+  }
+  const std::lock_guard lock(g_comm_mutex);
+  if (g_info_keyval == MPI_KEYVAL_INVALID) {
+    check_mpi(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_comm_info, &g_info_keyval,
+                                     nullptr),
+              "MPI_Comm_create_keyval");
+    g_info_keyval_ready.store(g_info_keyval, std::memory_order_release);
+  }
+  void* value = nullptr;
+  int flag = 0;
+  check_mpi(MPI_Comm_get_attr(comm, g_info_keyval, &value, &flag), "MPI_Comm_get_attr");
+  if (flag != 0) return *static_cast<const CommInfo*>(value);
+  auto made = std::make_unique<CommInfo>();
+  int inter = 0;
+  check_mpi(MPI_Comm_test_inter(comm, &inter), "MPI_Comm_test_inter");
+  made->inter = inter != 0;
+  check_mpi(MPI_Comm_size(comm, &made->size), "MPI_Comm_size");
+  made->tag_ub = world_tag_ub();
+  check_mpi(MPI_Comm_set_attr(comm, g_info_keyval, made.get()), "MPI_Comm_set_attr");
+  return *made.release();
+}
+
+// Rank `rank` of `comm` in MPI_COMM_WORLD (the private communicator's numbering).
+int world_rank(MPI_Comm comm, int rank) {
+  if (comm == MPI_COMM_WORLD) return rank;
+  const CommInfo& info = comm_info(comm);
+  const std::lock_guard lock(g_comm_mutex);
+  auto& ranks = const_cast<CommInfo&>(info).world_ranks;  // NOLINT: the cache fills in once
+  if (ranks.empty()) {
+    MPI_Group group = MPI_GROUP_NULL;
+    MPI_Group world = MPI_GROUP_NULL;
+    check_mpi(MPI_Comm_group(comm, &group), "MPI_Comm_group");
+    check_mpi(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group");
+    std::vector<int> mine(static_cast<std::size_t>(info.size));
+    for (int r = 0; r < info.size; ++r) mine[static_cast<std::size_t>(r)] = r;
+    std::vector<int> theirs(mine.size(), MPI_UNDEFINED);
+    const int rc = MPI_Group_translate_ranks(group, info.size, mine.data(), world, theirs.data());
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
+    check_mpi(rc, "MPI_Group_translate_ranks");
+    ranks = std::move(theirs);
+  }
+  const int translated = ranks.at(static_cast<std::size_t>(rank));
+  if (translated == MPI_UNDEFINED) {
+    throw InvalidArgument(fmt::format(
+        "devmem::mpi: rank {} of the communicator is not in MPI_COMM_WORLD (spawned processes "
+        "are not supported after initialize())",
+        rank));
+  }
+  return translated;
+}
+
+// ---- eager buffers ------------------------------------------------------------------------------
+
+std::mutex g_eager_mutex;
+std::vector<HostArray> g_eager_pool;
+constexpr std::size_t kMaxPooledEagerBuffers = 256;
+
+// ---- probe stash --------------------------------------------------------------------------------
+
+std::deque<StashedMessage> g_stash;  // guarded by the progress lock
+std::atomic<std::size_t> g_stash_size{0};
+
+bool envelope_matches(const StashedMessage& m, MPI_Comm comm, int source, int tag) {
+  return m.comm == comm && (source == MPI_ANY_SOURCE || m.source == source) &&
+         (tag == MPI_ANY_TAG || m.tag == tag);
+}
+
+MessageInfo info_of(const StashedMessage& m) {
+  MessageInfo info;
+  info.source = m.source;
+  info.tag = m.tag;
+  const MessageHeader& h = m.buffer.header();
+  info.dtype = DType::from_typestr(std::string(h.typestr.data(), strnlen(h.typestr.data(),
+                                                                          h.typestr.size())));
+  info.shape.assign(m.buffer.shape(), m.buffer.shape() + h.ndim);
+  return info;
+}
+
+}  // namespace
+
+// ---- where protocol traffic goes ----------------------------------------------------------------
+
+Channel channel(MPI_Comm comm, int peer) {
+  if (!g_initialized.load(std::memory_order_acquire)) return {comm, peer};
+  return {g_private, world_rank(comm, peer)};
+}
+
+int user_tag_limit(MPI_Comm comm) {
+  const int ub = comm_info(comm).tag_ub;
+  return g_initialized.load(std::memory_order_acquire) ? ub : ub / 2;
+}
+
+int acknowledgement_tag(const Channel& channel, std::int64_t seq) {
+  const int ub = comm_info(channel.comm).tag_ub;
+  // The private communicator carries nothing else: all tags. The application's: the upper half.
+  const int base = channel.comm == g_private && g_private != MPI_COMM_NULL ? 0 : ub / 2 + 1;
+  const std::int64_t slots = (static_cast<std::int64_t>(ub) - base + 1) / 2;
+  return base + static_cast<int>(2 * (seq % slots));
+}
+
+int payload_tag(const Channel& channel, std::int64_t seq) {
+  return acknowledgement_tag(channel, seq) + 1;
+}
+
+void check_envelope(const char* operation, MPI_Comm comm, int peer, int tag, bool receiving) {
+  if (comm == MPI_COMM_NULL) {
+    throw InvalidArgument(fmt::format("{}: the communicator is MPI_COMM_NULL", operation));
+  }
+  const CommInfo& info = comm_info(comm);
+  if (info.inter) {
+    throw InvalidArgument(
+        fmt::format("{}: intercommunicators are not supported (merge it first: "
+                    "MPI_Intercomm_merge)",
+                    operation));
+  }
+  const bool any_source = receiving && peer == MPI_ANY_SOURCE;
+  if (!any_source && peer != MPI_PROC_NULL && (peer < 0 || peer >= info.size)) {
+    throw InvalidArgument(fmt::format("{}: rank {} is not in the communicator (size {})",
+                                      operation, peer, info.size));
+  }
+  const bool private_traffic = g_initialized.load(std::memory_order_acquire);
+  if (tag == MPI_ANY_TAG && receiving) {
+    if (private_traffic) return;
+    throw InvalidArgument(fmt::format(
+        "{}: MPI_ANY_TAG needs devmem::mpi::initialize() (collective, after MPI_Init): without "
+        "it devmem's own messages share the communicator and a wildcard tag would match them",
+        operation));
+  }
+  const int limit = private_traffic ? info.tag_ub : info.tag_ub / 2;
+  if (tag < 0 || tag > limit) {
+    throw InvalidArgument(fmt::format(
+        "{}: tag {} is outside [0, {}]{}", operation, tag, limit,
+        private_traffic ? ""
+                        : " (without devmem::mpi::initialize() devmem keeps the upper half of "
+                          "MPI_TAG_UB for its acknowledgements and payloads)"));
+  }
+}
+
+// ---- eager buffers ------------------------------------------------------------------------------
+
+EagerBuffer EagerBuffer::take() {
+  {
+    const std::lock_guard lock(g_eager_mutex);
+    if (!g_eager_pool.empty()) {
+      EagerBuffer buffer(std::move(g_eager_pool.back()));
+      g_eager_pool.pop_back();
+      return buffer;
+    }
+  }
+  return EagerBuffer(pinned_array(Shape{static_cast<std::int64_t>(kEagerCapacity)}, DType('u', 1)));
+}
+
+EagerBuffer& EagerBuffer::operator=(EagerBuffer&& other) noexcept {
+  std::swap(storage_, other.storage_);
+  std::swap(data_, other.data_);
+  return *this;
+}
+
+EagerBuffer::~EagerBuffer() {
+  if (empty()) return;
+  try {
+    const std::lock_guard lock(g_eager_mutex);
+    if (g_eager_pool.size() < kMaxPooledEagerBuffers) g_eager_pool.push_back(std::move(*storage_));
+  } catch (...) {  // out of memory growing the pool: the buffer is freed instead
+  }
+}
+
+// ---- Endpoint -----------------------------------------------------------------------------------
+
+const std::string& Endpoint::typestr_of(const DType& dtype) {
+  // The last dtype this thread asked for, without a lock.
+  thread_local std::optional<DType> last;
+  thread_local const std::string* last_typestr = nullptr;
+  if (last_typestr != nullptr && *last == dtype) return *last_typestr;
+  // A program uses a handful of dtypes; a deque keeps the strings where they are, for the life of
+  // the process (operations move between threads).
+  static std::mutex mutex;
+  static std::deque<std::pair<DType, std::string>> cache;
+  const std::lock_guard lock(mutex);
+  last = dtype;
+  for (const auto& [known, typestr] : cache) {
+    if (known == dtype) return *(last_typestr = &typestr);
+  }
+  return *(last_typestr = &cache.emplace_back(dtype, dtype.typestr()).second);
+}
+
+const Layout& Endpoint::layout() const noexcept {
+  return std::visit([](const auto& a) -> const Layout& { return a.layout(); }, array_);
+}
+const DType& Endpoint::dtype() const noexcept {
+  return std::visit([](const auto& a) -> const DType& { return a.dtype(); }, array_);
+}
+void* Endpoint::data() const noexcept {
+  return std::visit([](const auto& a) { return a.data(); }, array_);
+}
+std::int64_t Endpoint::size() const noexcept {
+  return std::visit([](const auto& a) { return a.size(); }, array_);
+}
+bool Endpoint::c_contiguous() const noexcept {
+  return std::visit([](const auto& a) { return a.is_c_contiguous(); }, array_);
+}
+Stream Endpoint::stream() const {
+  return on_device() ? device().stream() : Stream();
+}
+Transport Endpoint::transport() const {
+  return on_device() ? transport_for(device()) : Transport::device_direct;
+}
+Endpoint Endpoint::rows(std::int64_t begin, std::int64_t end) const {
+  if (ndim() == 0) return *this;
+  return std::visit(
+      [&](const auto& a) {
+        return Endpoint(std::variant<DeviceArray, HostArray>(a.slice(0, begin, end)), typestr_);
+      },
+      array_);
+}
+void Endpoint::pack(std::byte* destination, const Stream& stream) const {
+  const auto bytes = static_cast<std::size_t>(nbytes());
+  if (bytes == 0) return;
+  if (c_contiguous()) {
+    if (!on_device()) {
+      std::memcpy(destination, data(), bytes);
+      return;
+    }
+    if (const std::shared_ptr<Context> context = device().context()) {
+      context->backend().copy(context->device(), destination, data(), bytes,
+                              CopyKind::DeviceToHost, stream.native_handle());
+      return;
+    }
+  }
+  const HostArray view = HostArray::view(static_cast<void*>(destination), shape(), dtype());
+  if (on_device()) {
+    device().copy_to_host(view, stream);
+  } else {
+    view.copy_from(host());
+  }
+}
+
+void Endpoint::unpack(const std::byte* source, const Stream& stream) const {
+  const auto bytes = static_cast<std::size_t>(nbytes());
+  if (bytes == 0) return;
+  if (c_contiguous()) {
+    if (!on_device()) {
+      std::memcpy(data(), source, bytes);
+      return;
+    }
+    if (const std::shared_ptr<Context> context = device().context()) {
+      context->backend().copy(context->device(), data(), source, bytes, CopyKind::HostToDevice,
+                              stream.native_handle());
+      return;
+    }
+  }
+  const HostArray view = HostArray::view(static_cast<const void*>(source), shape(), dtype());
+  if (on_device()) {
+    device().copy_to_device(view, stream);
+  } else {
+    host().copy_from(view);
+  }
+}
+
+std::string Endpoint::describe() const {
+  return fmt::format("{} {}", dtype().name(), layout::format_tuple(shape()));
+}
+
+// ---- the message header -------------------------------------------------------------------------
+
+void write_header(EagerBuffer& buffer, const Endpoint& array, MessageKind kind, std::int64_t seq,
+                  std::int64_t chunk_rows, const std::optional<std::string>& error) {
+  MessageHeader& h = buffer.header();
+  h = MessageHeader{};
+  h.magic = kMessageMagic;
+  h.kind = kind;
+  h.seq = seq;
+  h.chunk_rows = chunk_rows;
+  const std::string& typestr = array.typestr();
+  std::memcpy(h.typestr.data(), typestr.data(), std::min(typestr.size(), h.typestr.size() - 1));
+  std::string problem = error.value_or("");
+  if (problem.empty() && array.ndim() > kMaxWireDims) {
+    problem = fmt::format("an array of {} dimensions (at most {} are sent)", array.ndim(),
+                          kMaxWireDims);
+  }
+  if (!problem.empty()) {
+    h.sender_error = 1;
+    h.kind = MessageKind::rendezvous;  // both ranks report it
+    problem.resize(std::min<std::size_t>(problem.size(), eager_limit_bytes));
+    h.payload_bytes = static_cast<std::int64_t>(problem.size());
+    std::memcpy(buffer.data() + header_bytes(0), problem.data(), problem.size());
+    return;
+  }
+  h.ndim = static_cast<std::uint8_t>(array.ndim());
+  std::memcpy(buffer.data() + sizeof(MessageHeader), array.shape().data(),
+              array.shape().size() * sizeof(std::int64_t));
+  h.payload_bytes = kind == MessageKind::eager ? array.nbytes() : 0;
+}
+
+std::optional<std::string> header_problem(const EagerBuffer& buffer, int count) {
+  const auto bytes = static_cast<std::size_t>(count);
+  if (bytes < sizeof(MessageHeader) || buffer.header().magic != kMessageMagic) {
+    return fmt::format("a message of {} bytes that is not a devmem::mpi message", count);
+  }
+  const MessageHeader& h = buffer.header();
+  if (h.kind != MessageKind::eager && h.kind != MessageKind::rendezvous &&
+      h.kind != MessageKind::persistent) {
+    return fmt::format("a devmem::mpi message of unknown kind {}", static_cast<int>(h.kind));
+  }
+  const int ndim = h.sender_error != 0 ? 0 : h.ndim;
+  const bool payload_allowed = h.kind == MessageKind::eager || h.sender_error != 0;
+  if (ndim > kMaxWireDims || h.payload_bytes < 0 || (!payload_allowed && h.payload_bytes != 0) ||
+      h.payload_bytes > eager_limit_bytes ||
+      header_bytes(ndim) + static_cast<std::size_t>(h.payload_bytes) != bytes) {
+    return fmt::format("a malformed devmem::mpi message ({} bytes, {} dimensions, payload {})",
+                       count, static_cast<int>(h.ndim), h.payload_bytes);
+  }
+  for (int d = 0; d < ndim; ++d) {
+    if (buffer.shape()[d] < 0) return std::string("a devmem::mpi message with a negative axis length");
+  }
+  return std::nullopt;
+}
+
+std::string describe_header(const EagerBuffer& buffer) {
+  const MessageHeader& h = buffer.header();
+  if (h.sender_error != 0) return "(none: the sender failed)";
+  const std::string typestr(h.typestr.data(), strnlen(h.typestr.data(), h.typestr.size()));
+  std::string dtype = typestr;
+  try {
+    dtype = DType::from_typestr(typestr).name();
+  } catch (const Error&) {
+    // A typestr devmem cannot parse is shown as it came.
+  }
+  return fmt::format("{} {}", dtype,
+                     layout::format_tuple(std::span(buffer.shape(), static_cast<std::size_t>(h.ndim))));
+}
+
+bool header_matches(const EagerBuffer& buffer, const Endpoint& array) {
+  const MessageHeader& h = buffer.header();
+  if (h.ndim != array.ndim()) return false;
+  const std::string& typestr = array.typestr();
+  if (strnlen(h.typestr.data(), h.typestr.size()) != typestr.size() ||
+      std::memcmp(h.typestr.data(), typestr.data(), typestr.size()) != 0) {
+    return false;
+  }
+  return std::equal(array.shape().begin(), array.shape().end(), buffer.shape());
+}
+
+// ---- matched messages not yet received (probe) --------------------------------------------------
+
+bool stash_in_use() noexcept {
+  return g_stash_size.load(std::memory_order_acquire) != 0;
+}
+
+std::optional<StashedMessage> take_stashed(MPI_Comm comm, int source, int tag) {
+  const auto it = std::find_if(g_stash.begin(), g_stash.end(), [&](const StashedMessage& m) {
+    return envelope_matches(m, comm, source, tag);
+  });
+  if (it == g_stash.end()) return std::nullopt;
+  StashedMessage taken = std::move(*it);
+  g_stash.erase(it);
+  g_stash_size.store(g_stash.size(), std::memory_order_release);
+  return taken;
+}
+
+std::optional<MessageInfo> probe_once(MPI_Comm comm, int source, int tag) {
+  for (const StashedMessage& m : g_stash) {
+    if (envelope_matches(m, comm, source, tag)) return info_of(m);
+  }
+  int flag = 0;
+  MPI_Status status;
+  check_mpi(MPI_Iprobe(source, tag, comm, &flag, &status), "MPI_Iprobe");
+  if (flag == 0) return std::nullopt;
+  int count = 0;
+  check_mpi(MPI_Get_count(&status, MPI_BYTE, &count), "MPI_Get_count");
+  if (count < static_cast<int>(sizeof(MessageHeader)) ||
+      count > static_cast<int>(kEagerCapacity)) {
+    throw InvalidArgument(fmt::format(
+        "mpi::probe: the message from rank {} (tag {}, {} bytes) is not a devmem::mpi message "
+        "(it was left for an MPI receive)",
+        status.MPI_SOURCE, status.MPI_TAG, count));
+  }
+  // The message MPI_Iprobe saw is the first from its source with its tag: that one is taken.
+  MPI_Message message = MPI_MESSAGE_NULL;
+  MPI_Status matched;
+  check_mpi(MPI_Improbe(status.MPI_SOURCE, status.MPI_TAG, comm, &flag, &message, &matched),
+            "MPI_Improbe");
+  StashedMessage stashed;
+  stashed.comm = comm;
+  stashed.source = matched.MPI_SOURCE;
+  stashed.tag = matched.MPI_TAG;
+  check_mpi(MPI_Get_count(&matched, MPI_BYTE, &stashed.count), "MPI_Get_count");
+  stashed.buffer = EagerBuffer::take();
+  check_mpi(MPI_Mrecv(stashed.buffer.data(), stashed.count, MPI_BYTE, &message, MPI_STATUS_IGNORE),
+            "MPI_Mrecv");
+  if (const auto problem = header_problem(stashed.buffer, stashed.count)) {
+    throw InvalidArgument(fmt::format("mpi::probe: rank {} (tag {}) sent {}; it was received and dropped",
+                                      stashed.source, stashed.tag, *problem));
+  }
+  MessageInfo info = info_of(stashed);
+  g_stash.push_back(std::move(stashed));
+  g_stash_size.store(g_stash.size(), std::memory_order_release);
+  return info;
+}
+
+}  // namespace detail
+
+// ---- public -------------------------------------------------------------------------------------
+
+using namespace detail;
+
+void initialize() {
+  int mpi_ready = 0;
+  check_mpi(MPI_Initialized(&mpi_ready), "MPI_Initialized");
+  if (mpi_ready == 0) {
+    throw InvalidArgument("devmem::mpi::initialize: MPI is not initialised (call MPI_Init first)");
+  }
+  const std::lock_guard lock(g_comm_mutex);
+  if (g_initialized.load()) return;
+  MPI_Comm dup = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "MPI_Comm_dup (devmem::mpi::initialize)");
+  MPI_Comm_set_name(dup, "devmem::mpi protocol");
+  int keyval = MPI_KEYVAL_INVALID;
+  const int rc = MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_private_comm, &keyval, nullptr);
+  if (rc != MPI_SUCCESS) MPI_Comm_free(&dup);
+  check_mpi(rc, "MPI_Comm_create_keyval");
+  g_private = dup;
+  check_mpi(MPI_Comm_set_attr(MPI_COMM_SELF, keyval, nullptr), "MPI_Comm_set_attr");
+  g_initialized.store(true, std::memory_order_release);
+}
+
+bool initialized() noexcept {
+  return g_initialized.load(std::memory_order_acquire);
+}
+
+int max_tag(MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL) throw InvalidArgument("mpi::max_tag: the communicator is MPI_COMM_NULL");
+  return user_tag_limit(comm);
+}
+
+}  // namespace devmem::mpi

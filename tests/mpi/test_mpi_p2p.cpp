@@ -1,0 +1,395 @@
+// devmem::mpi point-to-point, round 2, under mpirun -np 2 and -np 4 (host backend), with and
+// without devmem::mpi::initialize() (DEVMEM_MPI_TESTS_INITIALIZE=1): the eager protocol, Status,
+// MPI_PROC_NULL and MPI_ANY_SOURCE / MPI_ANY_TAG, sendrecv, probe, host arrays as buffers,
+// persistent requests, wait_any and friends. Ranks pair up as (0, 1), (2, 3), ...; every case is
+// collective (every rank runs every case in the same order).
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <devmem/devmem.hpp>
+#include <devmem/mpi.hpp>
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace dm = devmem::mpi;
+
+namespace {
+
+int rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int size() {
+  int s = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+// The partner of this rank, or -1 for the last rank of an odd count.
+int partner() {
+  const int peer = rank() ^ 1;
+  return peer < size() ? peer : -1;
+}
+
+std::vector<double> iota(std::int64_t n, double start) {
+  std::vector<double> v(static_cast<std::size_t>(n));
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+// Restores the transport and chunk size after a section that changes them.
+struct Settings {
+  Settings(dm::Transport transport, std::int64_t chunk_bytes) {
+    dm::set_transport(transport);
+    dm::set_staging_chunk_bytes(chunk_bytes);
+  }
+  Settings(const Settings&) = delete;
+  Settings& operator=(const Settings&) = delete;
+  ~Settings() {
+    dm::set_transport(dm::Transport::automatic);
+    dm::set_staging_chunk_bytes(std::int64_t{1} << 20);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("mpi p2p: a small message is eager: a mismatch is the receiver's error only",
+          "[mpi][p2p]") {
+  const int peer = partner();
+  if (peer < 0) return;
+  const bool sender = rank() % 2 == 0;
+  const devmem::DeviceArray sent = devmem::to_device(iota(20, 1.0)).reshape({4, 5});
+  const devmem::DeviceArray wide = devmem::to_device(iota(24, -1.0)).reshape({4, 6});
+  if (sender) {
+    dm::send(sent, peer, 31);  // returns: the eager message needs no answer
+  } else {
+    CHECK_THROWS_WITH(dm::recv(wide, peer, 31),
+                      Catch::Contains("sends float64 (4, 5)") &&
+                          Catch::Contains("expects float64 (4, 6)") &&
+                          Catch::Contains("the sender was not told"));
+    CHECK(wide.to_vector<double>() == iota(24, -1.0));  // untouched
+  }
+  // At the limit exactly the message is eager; one element more takes the handshake, and then
+  // both ranks learn of a mismatch.
+  const std::int64_t n = dm::eager_limit_bytes / 8;
+  const devmem::DeviceArray at_limit = devmem::to_device(iota(n, 3.0));
+  const devmem::DeviceArray above = devmem::to_device(iota(n + 1, 5.0));
+  const devmem::DeviceArray got_at = devmem::device_array<double>({n});
+  const devmem::DeviceArray got_above = devmem::device_array<double>({n + 1});
+  const devmem::DeviceArray wrong = devmem::device_array<float>({n + 1});
+  if (sender) {
+    dm::send(at_limit, peer, 32);
+    dm::send(above, peer, 33);
+    CHECK_THROWS_WITH(dm::send(above, peer, 34), Catch::Contains("the receiver expects float32"));
+  } else {
+    dm::recv(got_at, peer, 32);
+    dm::recv(got_above, peer, 33);
+    CHECK(got_at.to_vector<double>() == iota(n, 3.0));
+    CHECK(got_above.to_vector<double>() == iota(n + 1, 5.0));
+    CHECK_THROWS_WITH(dm::recv(wrong, peer, 34), Catch::Contains("mismatch"));
+  }
+}
+
+TEST_CASE("mpi p2p: a Status names the source, the tag and the count", "[mpi][p2p]") {
+  const int peer = partner();
+  if (peer < 0) return;
+  const bool sender = rank() % 2 == 0;
+  for (const std::int64_t n : {std::int64_t{3}, std::int64_t{2000}}) {  // eager and handshake
+    const devmem::DeviceArray a = devmem::to_device(iota(n, 7.0));
+    const devmem::DeviceArray b = devmem::device_array<double>({n});
+    const int tag = 40 + rank() / 2;
+    if (sender) {
+      dm::send(a, peer, tag);
+      dm::Request r = dm::isend(a, peer, tag);
+      const dm::Status s = r.wait();
+      CHECK(s.source == peer);
+      CHECK(s.tag == tag);
+      CHECK(s.elements == n);
+      CHECK(r.status().bytes == n * 8);
+    } else {
+      const int expected_tag = 40 + peer / 2;
+      const dm::Status s = dm::recv(b, MPI_ANY_SOURCE, expected_tag);
+      CHECK(s.source == peer);
+      CHECK(s.tag == expected_tag);
+      CHECK(s.elements == n);
+      CHECK(s.bytes == n * 8);
+      CHECK(b.to_vector<double>() == iota(n, 7.0));
+      // MPI_ANY_TAG: after initialize() only (devmem's own traffic then has its own
+      // communicator).
+      if (dm::initialized()) {
+        dm::Request r = dm::irecv(b, peer, MPI_ANY_TAG);
+        r.wait();
+        CHECK(r.status().tag == expected_tag);
+        CHECK(r.status().source == peer);
+      } else {
+        dm::recv(b, peer, expected_tag);
+      }
+    }
+  }
+}
+
+TEST_CASE("mpi p2p: MPI_PROC_NULL completes at once and moves nothing", "[mpi][p2p]") {
+  const devmem::DeviceArray a = devmem::to_device(iota(5, 1.0));
+  dm::send(a, MPI_PROC_NULL, 3);
+  const dm::Status s = dm::recv(a, MPI_PROC_NULL, 3);
+  CHECK(s.source == MPI_PROC_NULL);
+  CHECK(s.tag == MPI_ANY_TAG);
+  CHECK(s.elements == 0);
+  dm::Request r = dm::irecv(a, MPI_PROC_NULL, 3);
+  CHECK(r.done());
+  CHECK(dm::isend(a, MPI_PROC_NULL, 3).done());
+  CHECK(a.to_vector<double>() == iota(5, 1.0));
+  CHECK(dm::iprobe(MPI_PROC_NULL, 3)->source == MPI_PROC_NULL);
+
+  // A non-periodic halo exchange along a line of all ranks: the ends talk to MPI_PROC_NULL.
+  // Each rank holds a (4, 6) block: columns 0 and 5 are ghosts, 1..4 its own (value 10 * rank +
+  // column); columns are strided views.
+  MPI_Comm line = MPI_COMM_NULL;
+  const std::array<int, 1> dims{size()};
+  const std::array<int, 1> periods{0};
+  MPI_Cart_create(MPI_COMM_WORLD, 1, dims.data(), periods.data(), 0, &line);
+  int me = 0;
+  MPI_Comm_rank(line, &me);
+  int left = MPI_PROC_NULL;
+  int right = MPI_PROC_NULL;
+  MPI_Cart_shift(line, 0, 1, &left, &right);
+  std::vector<double> values(24, -1.0);
+  for (int row = 0; row < 4; ++row) {
+    for (int col = 1; col <= 4; ++col) values[static_cast<std::size_t>(row * 6 + col)] = 10.0 * me + col;
+  }
+  const devmem::DeviceArray block = devmem::to_device(values).reshape({4, 6});
+  auto column = [&](int c) { return block.slice({devmem::Slice{}, devmem::Slice{c, c + 1}}); };
+  dm::sendrecv(column(4), right, 5, column(0), left, 5, line);
+  dm::sendrecv(column(1), left, 6, column(5), right, 6, line);
+  const std::vector<double> got = block.to_vector<double>();
+  for (int row = 0; row < 4; ++row) {
+    const double left_ghost = got[static_cast<std::size_t>(row * 6)];
+    const double right_ghost = got[static_cast<std::size_t>(row * 6 + 5)];
+    CHECK(left_ghost == (left == MPI_PROC_NULL ? -1.0 : 10.0 * left + 4));
+    CHECK(right_ghost == (right == MPI_PROC_NULL ? -1.0 : 10.0 * right + 1));
+  }
+  MPI_Comm_free(&line);
+}
+
+TEST_CASE("mpi p2p: sendrecv swaps arrays and refuses overlapping ones", "[mpi][p2p]") {
+  const int peer = partner();
+  if (peer < 0) return;
+  const devmem::DeviceArray mine = devmem::to_device(iota(3000, 100.0 * rank()));
+  const devmem::DeviceArray theirs = devmem::device_array<double>({3000});
+  const dm::Status s = dm::sendrecv(mine, peer, 8, theirs, peer, 8);
+  CHECK(s.source == peer);
+  CHECK(theirs.to_vector<double>() == iota(3000, 100.0 * peer));
+  CHECK_THROWS_WITH(dm::sendrecv(mine, peer, 8, mine.slice(0, 10, 20), peer, 8),
+                    Catch::Contains("overlap"));
+}
+
+TEST_CASE("mpi p2p: probe describes the next message before it is received", "[mpi][p2p]") {
+  const int peer = partner();
+  if (peer < 0) return;
+  const bool sender = rank() % 2 == 0;
+  if (!sender) CHECK(!dm::iprobe(peer, 77).has_value());  // nothing was sent yet
+  MPI_Barrier(MPI_COMM_WORLD);
+  // Shapes the receiver cannot know: eager, and above the eager limit.
+  const std::vector<devmem::Shape> shapes{{2, 3}, {30, 40}};
+  if (sender) {
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      const std::int64_t n = shapes[i][0] * shapes[i][1];
+      dm::send(devmem::to_device(iota(n, static_cast<double>(i))).reshape(shapes[i]), peer, 77);
+    }
+    dm::send(devmem::to_device(std::vector<std::int32_t>{1, 2, 3}), peer, 78);
+  } else {
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      const dm::MessageInfo info = dm::probe(MPI_ANY_SOURCE, 77);
+      CHECK(info.source == peer);
+      CHECK(info.tag == 77);
+      CHECK(info.dtype == devmem::dtype_of<double>());
+      CHECK(info.shape == shapes[i]);
+      // Probing again sees the same message; receiving takes it.
+      CHECK(dm::probe(peer, 77).shape == shapes[i]);
+      const devmem::DeviceArray got = devmem::device_array(info.shape, info.dtype);
+      dm::recv(got, info.source, info.tag);
+      const std::int64_t n = shapes[i][0] * shapes[i][1];
+      CHECK(got.to_vector<double>() == iota(n, static_cast<double>(i)));
+    }
+    std::optional<dm::MessageInfo> info;
+    while (!(info = dm::iprobe(peer, 78))) {
+    }
+    CHECK(info->dtype == devmem::dtype_of<std::int32_t>());
+    CHECK(info->shape == devmem::Shape{3});
+    const devmem::DeviceArray got = devmem::device_array<std::int32_t>({3});
+    dm::recv(got, peer, 78);
+    CHECK(got.to_vector<std::int32_t>() == std::vector<std::int32_t>{1, 2, 3});
+  }
+}
+
+TEST_CASE("mpi p2p: host arrays are buffers too, matching device arrays", "[mpi][p2p]") {
+  const int peer = partner();
+  if (peer < 0) return;
+  const bool sender = rank() % 2 == 0;
+  for (const std::int64_t rows : {std::int64_t{2}, std::int64_t{300}}) {  // eager, handshake
+    const std::int64_t n = rows * 4;
+    // Pageable and pinned host arrays, contiguous and strided (every other column of (rows, 8)).
+    devmem::HostArray pageable(devmem::Shape{rows, 8}, devmem::dtype_of<double>());
+    const devmem::HostArray pinned = devmem::pinned_array<double>({rows, 4});
+    const devmem::HostArray strided = pageable.slice(1, 0, 8, 2);
+    if (sender) {
+      pinned.copy_from(devmem::HostArray::from<double>(iota(n, 1.0)).reshape({rows, 4}));
+      strided.copy_from(devmem::HostArray::from<double>(iota(n, 2.0)).reshape({rows, 4}));
+      dm::send(pinned, peer, 50);                                           // host -> device
+      dm::send(strided, peer, 51);                                          // host -> host
+      dm::Request r = dm::isend(devmem::to_device(iota(n, 3.0)).reshape({rows, 4}), peer, 52);
+      r.wait();                                                             // device -> host
+    } else {
+      const devmem::DeviceArray d = devmem::device_array<double>({rows, 4});
+      dm::recv(d, peer, 50);
+      CHECK(d.to_vector<double>() == iota(n, 1.0));
+      const dm::Status s = dm::recv(pinned, peer, 51);
+      CHECK(s.elements == n);
+      CHECK(pinned.to_vector<double>() == iota(n, 2.0));
+      dm::Request r = dm::irecv(strided, peer, 52);
+      r.wait();
+      CHECK(strided.to_vector<double>() == iota(n, 3.0));
+      // The columns between the received ones are untouched.
+      CHECK(pageable.slice(1, 1, 8, 2).to_vector<double>() ==
+            std::vector<double>(static_cast<std::size_t>(n), 0.0));
+    }
+  }
+}
+
+TEST_CASE("mpi p2p: persistent requests pay the check once and move the data every round",
+          "[mpi][p2p]") {
+  const int peer = partner();
+  if (peer < 0) return;
+  const bool sender = rank() % 2 == 0;
+  const std::vector<std::pair<dm::Transport, std::int64_t>> modes{
+      {dm::Transport::staged, 64}, {dm::Transport::device_direct, std::int64_t{1} << 20}};
+  for (const auto& [transport, chunk] : modes) {
+    const Settings settings(transport, chunk);
+    for (const std::int64_t n : {std::int64_t{6}, std::int64_t{1500}}) {
+      const devmem::DeviceArray full = devmem::device_array<double>({n, 2});
+      full.fill(0.0);
+      const devmem::DeviceArray column = full.slice(1, 0, 1);  // strided
+      dm::PersistentRequest request =
+          sender ? dm::send_init(column, peer, 60) : dm::recv_init(column, peer, 60);
+      for (int round = 0; round < 4; ++round) {
+        if (sender) column.copy_to_device(devmem::HostArray::from<double>(iota(n, round)).reshape({n, 1}));
+        request.start();
+        CHECK(request.active());
+        CHECK_THROWS_WITH(request.start(), Catch::Contains("previous round is active"));
+        const dm::Status s = request.wait();
+        CHECK(!request.active());
+        CHECK(s.source == peer);
+        if (!sender) CHECK(column.to_vector<double>() == iota(n, round));
+      }
+      // The other column is never written.
+      CHECK(full.slice(1, 1, 2).to_vector<double>() == std::vector<double>(static_cast<std::size_t>(n), 0.0));
+    }
+  }
+  // A mismatch in the first round fails both ranks' requests, which then refuse to start.
+  const devmem::DeviceArray a = devmem::device_array<double>({4});
+  const devmem::DeviceArray b = devmem::device_array<float>({4});
+  dm::PersistentRequest bad = sender ? dm::send_init(a, peer, 61) : dm::recv_init(b, peer, 61);
+  bad.start();
+  CHECK_THROWS_WITH(bad.wait(), Catch::Contains("mismatch"));
+  CHECK_THROWS_WITH(bad.start(), Catch::Contains("the first round failed"));
+  // Persistent on one side, plain on the other: an error (on both ranks: the persistent side's
+  // first message always takes the handshake).
+  if (sender) {
+    dm::PersistentRequest p = dm::send_init(a, peer, 62);
+    p.start();
+    CHECK_THROWS_WITH(p.wait(), Catch::Contains("plain recv"));
+  } else {
+    CHECK_THROWS_WITH(dm::recv(a, peer, 62), Catch::Contains("persistent request (send_init)"));
+  }
+  CHECK_THROWS_WITH(dm::recv_init(a, MPI_ANY_SOURCE, 1), Catch::Contains("fixed source and tag"));
+  CHECK_THROWS_AS(dm::PersistentRequest().start(), devmem::InvalidArgument);
+  // MPI_PROC_NULL: rounds that do nothing.
+  dm::PersistentRequest none = dm::send_init(a, MPI_PROC_NULL, 63);
+  none.start();
+  CHECK(none.wait().source == MPI_PROC_NULL);
+}
+
+TEST_CASE("mpi p2p: wait_any, test_any, wait_some and test_some", "[mpi][p2p]") {
+  const int peer = partner();
+  if (peer < 0) return;
+  const bool sender = rank() % 2 == 0;
+  std::vector<devmem::DeviceArray> arrays;
+  for (int i = 0; i < 3; ++i) arrays.push_back(devmem::device_array<double>({2}));
+  std::vector<dm::Request> requests;
+  if (!sender) {
+    for (int i = 0; i < 3; ++i) requests.push_back(dm::irecv(arrays[static_cast<std::size_t>(i)], peer, 90 + i));
+    CHECK(!dm::test_any(requests).has_value());  // nothing was sent yet
+    CHECK(dm::test_some(requests).empty());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (sender) {
+    for (const int i : {2, 0, 1}) dm::send(devmem::to_device(iota(2, i)), peer, 90 + i);
+  } else {
+    std::vector<bool> seen(3, false);
+    const std::optional<std::size_t> first = dm::wait_any(requests);
+    REQUIRE(first.has_value());
+    seen[*first] = true;
+    CHECK(requests[*first].status().tag == 90 + static_cast<int>(*first));
+    std::size_t done = 1;
+    while (done < 3) {
+      for (const std::size_t i : dm::wait_some(requests)) {
+        CHECK(!seen[i]);
+        seen[i] = true;
+        ++done;
+      }
+    }
+    CHECK(!dm::wait_any(requests).has_value());  // none pending
+    for (int i = 0; i < 3; ++i) CHECK(arrays[static_cast<std::size_t>(i)].to_vector<double>() == iota(2, i));
+  }
+}
+
+TEST_CASE("mpi p2p: the tag range", "[mpi][p2p]") {
+  const int peer = partner();
+  if (peer < 0) return;
+  const devmem::DeviceArray a = devmem::to_device(iota(3, 1.0));
+  const devmem::DeviceArray big = devmem::to_device(iota(1000, 1.0));
+  int* ub = nullptr;
+  int flag = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+  REQUIRE(flag != 0);
+  // After initialize() every tag is the application's; without it the lower half.
+  CHECK(dm::max_tag() == (dm::initialized() ? *ub : *ub / 2));
+  const int top = dm::max_tag();
+  if (rank() % 2 == 0) {
+    dm::send(a, peer, top);
+    dm::send(big, peer, top);
+  } else {
+    const devmem::DeviceArray got = devmem::device_array<double>({3});
+    const devmem::DeviceArray got_big = devmem::device_array<double>({1000});
+    CHECK(dm::recv(got, peer, top).tag == top);
+    CHECK(dm::recv(got_big, peer, top).tag == top);
+    CHECK(got.to_vector<double>() == iota(3, 1.0));
+    CHECK(got_big.to_vector<double>() == iota(1000, 1.0));
+  }
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  if (const char* private_comm = std::getenv("DEVMEM_MPI_TESTS_INITIALIZE");
+      private_comm != nullptr && std::string(private_comm) == "1") {
+    dm::initialize();
+  }
+  if (size() < 2) {
+    std::fprintf(stderr, "devmem_mpi_p2p_tests: run with at least 2 ranks (mpirun -np 2)\n");
+    MPI_Finalize();
+    return 2;
+  }
+  int result = Catch::Session().run(argc, argv);
+  int worst = 0;
+  MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
