@@ -14,6 +14,10 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
 #include <utility>
 
 namespace devmem::mpi::detail {
@@ -155,7 +159,45 @@ Agreement check_agreement(const char* operation, std::span<const Descriptor> all
   return agreement;
 }
 
+namespace {
+
+std::mutex g_order_mutex;
+std::map<MPI_Comm, std::deque<const void*>> g_order;
+
+}  // namespace
+
+void enqueue_collective(MPI_Comm comm, const void* op) {
+  const std::lock_guard lock(g_order_mutex);
+  g_order[comm].push_back(op);
+}
+
+bool collective_turn(MPI_Comm comm, const void* op) {
+  const std::lock_guard lock(g_order_mutex);
+  const auto it = g_order.find(comm);
+  return it != g_order.end() && !it->second.empty() && it->second.front() == op;
+}
+
+void dequeue_collective(MPI_Comm comm, const void* op) noexcept {
+  const std::lock_guard lock(g_order_mutex);
+  const auto it = g_order.find(comm);
+  if (it == g_order.end()) return;
+  std::erase(it->second, op);
+  if (it->second.empty()) g_order.erase(it);
+}
+
+void drain_collectives(MPI_Comm comm) {
+  while (true) {
+    {
+      const std::lock_guard lock(g_order_mutex);
+      if (!g_order.contains(comm)) return;
+    }
+    progress_all();
+    std::this_thread::yield();
+  }
+}
+
 Agreement agree(const char* operation, MPI_Comm comm, Descriptor mine, int plan_rank) {
+  drain_collectives(comm);
   std::vector<Descriptor> all;
   MPI_Request request = start_agreement(operation, comm, mine, all);
   wait_request(request, "MPI_Iallgather (devmem::mpi descriptors)");

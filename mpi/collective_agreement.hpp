@@ -73,6 +73,23 @@ Agreement agree(const char* operation, MPI_Comm comm, Descriptor mine, int plan_
 void agree_on_problems(const char* operation, MPI_Comm comm,
                        const std::optional<std::string>& problem);
 
+// ---- the order of collective calls on a communicator ------------------------------------------
+//
+// MPI matches collectives on a communicator by the order they are posted in, which must be the
+// same on every rank. The non-blocking collectives post their MPI calls (descriptor exchange, then
+// one per chunk) as they progress, whose timing differs between ranks: so they post in the order
+// they were called, one operation after another (a queue per communicator), and a blocking
+// collective first lets the queued ones post all their calls (drain_collectives).
+
+// Appends `op` to `comm`'s queue.
+void enqueue_collective(MPI_Comm comm, const void* op);
+// True when `op` is first in `comm`'s queue: it may post its next MPI call.
+bool collective_turn(MPI_Comm comm, const void* op);
+// Removes `op` from `comm`'s queue (after its last MPI call, or when it failed); idempotent.
+void dequeue_collective(MPI_Comm comm, const void* op) noexcept;
+// Advances the operations in progress until `comm`'s queue is empty.
+void drain_collectives(MPI_Comm comm);
+
 // ---- reductions ---------------------------------------------------------------------------------
 
 const char* op_name(ReduceOp op);

@@ -40,14 +40,18 @@ class BlocksOperation final : public Operation {
         recv_(std::move(recv)),
         call_(std::move(call)) {
     check_mpi(MPI_Comm_rank(comm, &rank_), "MPI_Comm_rank");
-    request_ = start_agreement(name_, comm_, mine_, all_);
+    enqueue_collective(comm_, this);
+    if (collective_turn(comm_, this)) {
+      request_ = start_agreement(name_, comm_, mine_, all_);
+      state_ = State::agreeing;
+    }
     stream_ = send_.active ? send_.array.stream() : recv_.array.stream();
     // Work enqueued on the output's own stream comes before the copies into it.
     if (send_.active && recv_.active && recv_.array.stream() != stream_) {
       stream_.wait(recv_.array.stream().record());
     }
   }
-  ~BlocksOperation() override = default;
+  ~BlocksOperation() override { dequeue_collective(comm_, this); }
   BlocksOperation(const BlocksOperation&) = delete;
   BlocksOperation& operator=(const BlocksOperation&) = delete;
   BlocksOperation(BlocksOperation&&) = delete;
@@ -56,11 +60,19 @@ class BlocksOperation final : public Operation {
   bool advance() override {
     while (true) {
       switch (state_) {
+        case State::queued:
+          // Earlier non-blocking collectives on the communicator post their calls first.
+          if (!collective_turn(comm_, this)) return false;
+          request_ = start_agreement(name_, comm_, mine_, all_);
+          state_ = State::agreeing;
+          break;
         case State::agreeing:
           if (!test_request(request_, "MPI_Iallgather (devmem::mpi descriptors)")) return false;
           agreement_ = check_agreement(name_, all_, rank_, plan_rank_);
-          if (!send_.active && !recv_.active && !recv_.discard) return true;  // barrier
-          if (agreement_.plan.chunks == 0) return true;
+          if ((!send_.active && !recv_.active && !recv_.discard) || agreement_.plan.chunks == 0) {
+            dequeue_collective(comm_, this);  // a barrier, or nothing to move
+            return true;
+          }
           make_slots();
           state_ = State::copy_in;
           break;
@@ -75,6 +87,7 @@ class BlocksOperation final : public Operation {
                           recv_.active || recv_.discard ? out_.data() : nullptr, rows(),
                           &request_),
                     name_);
+          if (chunk_ + 1 == agreement_.plan.chunks) dequeue_collective(comm_, this);  // the last call
           state_ = State::transfer;
           break;
         case State::transfer:
@@ -94,6 +107,7 @@ class BlocksOperation final : public Operation {
 
   // A collective request must not be cancelled or freed (MPI): a pending one keeps the buffers.
   bool abandon() noexcept override {
+    dequeue_collective(comm_, this);
     try {
       if (event_) event_->synchronize();
     } catch (...) {
@@ -103,7 +117,7 @@ class BlocksOperation final : public Operation {
   }
 
  private:
-  enum class State { agreeing, copy_in, wait_in, transfer, wait_out };
+  enum class State { queued, agreeing, copy_in, wait_in, transfer, wait_out };
 
   [[nodiscard]] std::int64_t rows() const {
     return rows_in_chunk(agreement_.plan, chunk_, static_cast<int>(block_.size()));
@@ -179,7 +193,7 @@ class BlocksOperation final : public Operation {
   BlockCall call_;
   Stream stream_;
   Agreement agreement_;
-  State state_ = State::agreeing;
+  State state_ = State::queued;
   MPI_Request request_ = MPI_REQUEST_NULL;
   std::optional<Event> event_;
   std::int64_t chunk_ = 0;
