@@ -129,7 +129,8 @@ Agreement check_agreement(const char* operation, std::span<const Descriptor> all
     const Descriptor& d = all[r];
     if (!same_array(d.wire, first.wire)) {
       throw InvalidArgument(fmt::format("{}: shape/dtype mismatch: rank {} has {}, rank 0 has {}",
-                                        operation, r, format_wire(d.wire), format_wire(first.wire)));
+                                        operation, r, format_wire(d.wire),
+                                        format_wire(first.wire)));
     }
     if (d.root != first.root) {
       throw InvalidArgument(fmt::format("{}: rank {} passed root {}, rank 0 passed root {}",
@@ -371,8 +372,8 @@ std::optional<std::string> reduce_problem(const DType& dtype, ReduceOp op) {
     default:
       break;
   }
-  return fmt::format("MPI cannot reduce dtype {} with {} (it takes {})", dtype.name(),
-                     op_name(op), allowed);
+  return fmt::format("MPI cannot reduce dtype {} with {} (it takes {})", dtype.name(), op_name(op),
+                     allowed);
 }
 
 // ---- transports ---------------------------------------------------------------------------------
@@ -443,7 +444,8 @@ void run_blocks(const char* name, Path path, const Agreement& agreement,
   const int recv_axis = recv.leading ? 1 : 0;
   const bool receives = recv.active || recv.discard;
   const Stream stream = send.active ? send.array.stream() : recv.array.stream();
-  if (send.active && recv.active && recv.array.stream() != stream) recv.array.stream().synchronize();
+  if (send.active && recv.active && recv.array.stream() != stream)
+    recv.array.stream().synchronize();
   if (path != Path::staged) {
     for (std::int64_t k = 0; k < plan.chunks; ++k) {
       DeviceArray in;
@@ -457,9 +459,9 @@ void run_blocks(const char* name, Path path, const Agreement& agreement,
         target = chunk_view(recv.array, plan, k, recv_axis);
         out = dense_target(target);
       } else if (recv.discard) {
-        out = device_array(chunk_shape(block, rows_in_chunk(plan, k, block_ndim),
-                                       recv.leading ? ranks : 0),
-                           recv.array.dtype(), {}, Order::C, stream);
+        out = device_array(
+            chunk_shape(block, rows_in_chunk(plan, k, block_ndim), recv.leading ? ranks : 0),
+            recv.array.dtype(), {}, Order::C, stream);
       }
       stream.synchronize();
       const std::int64_t rows = rows_in_chunk(plan, k, block_ndim);
@@ -478,25 +480,25 @@ void run_blocks(const char* name, Path path, const Agreement& agreement,
   const std::size_t slots = plan.chunks > 1 ? 2 : 1;
   for (std::size_t s = 0; s < slots; ++s) {
     if (send.active) {
-      send_slots.at(s) = send.leading ? staging_slot(send.array[0], plan, ranks)
-                                      : staging_slot(send.array, plan);
+      send_slots.at(s) =
+          send.leading ? staging_slot(send.array[0], plan, ranks) : staging_slot(send.array, plan);
     }
     if (receives) {
-      recv_slots.at(s) = recv.leading ? staging_slot(recv.array[0], plan, ranks)
-                                      : staging_slot(recv.array, plan);
+      recv_slots.at(s) =
+          recv.leading ? staging_slot(recv.array[0], plan, ranks) : staging_slot(recv.array, plan);
     }
   }
   auto slot_of = [&](const std::array<HostArray, 2>& which, const Side& side, std::int64_t k) {
-    return dense_view(which.at(static_cast<std::size_t>(k % 2)),
-                      chunk_shape(block, rows_in_chunk(plan, k, block_ndim),
-                                  side.leading ? ranks : 0));
+    return dense_view(
+        which.at(static_cast<std::size_t>(k % 2)),
+        chunk_shape(block, rows_in_chunk(plan, k, block_ndim), side.leading ? ranks : 0));
   };
   pipeline(
       plan.chunks, stream,
       [&](std::int64_t k) {
         if (send.active) {
-          chunk_view(send.array, plan, k, send_axis).copy_to_host(slot_of(send_slots, send, k),
-                                                                  stream);
+          chunk_view(send.array, plan, k, send_axis)
+              .copy_to_host(slot_of(send_slots, send, k), stream);
         }
       },
       [&](std::int64_t k) {
@@ -510,8 +512,8 @@ void run_blocks(const char* name, Path path, const Agreement& agreement,
       },
       [&](std::int64_t k) {
         if (recv.active) {
-          chunk_view(recv.array, plan, k, recv_axis).copy_to_device(slot_of(recv_slots, recv, k),
-                                                                    stream);
+          chunk_view(recv.array, plan, k, recv_axis)
+              .copy_to_device(slot_of(recv_slots, recv, k), stream);
         }
       });
 }
@@ -519,7 +521,8 @@ void run_blocks(const char* name, Path path, const Agreement& agreement,
 void run_whole(const char* name, Path path, const Agreement& agreement, const Side& send,
                const Side& recv, const WholeCall& call) {
   const Stream stream = send.active ? send.array.stream() : recv.array.stream();
-  if (send.active && recv.active && recv.array.stream() != stream) recv.array.stream().synchronize();
+  if (send.active && recv.active && recv.array.stream() != stream)
+    recv.array.stream().synchronize();
   if (path != Path::staged) {
     DeviceArray in;
     if (send.active) in = dense_copy(send.array);

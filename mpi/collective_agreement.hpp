@@ -38,7 +38,7 @@ struct Descriptor {
 struct Agreement {
   int rank = 0;
   int size = 0;
-  Plan plan;             // chunks of the agreed block's first axis
+  Plan plan;              // chunks of the agreed block's first axis
   bool blocking = false;  // some rank makes blocking MPI calls: every rank does (MPI does not
                           // match a blocking collective with a non-blocking one)
 };
@@ -104,9 +104,9 @@ std::optional<std::string> reduce_problem(const DType& dtype, ReduceOp op);
 
 // How a blocking collective moves device memory.
 enum class Path {
-  staged,               // page-locked slots, chunked, non-blocking MPI collectives with progress
-  direct_nonblocking,   // device pointers to MPI_I* collectives, waited with progress (host)
-  direct_blocking,      // device pointers to blocking MPI collectives (GPU backends)
+  staged,              // page-locked slots, chunked, non-blocking MPI collectives with progress
+  direct_nonblocking,  // device pointers to MPI_I* collectives, waited with progress (host)
+  direct_blocking,     // device pointers to blocking MPI collectives (GPU backends)
 };
 // The path of a blocking collective on `array` under `transport`. A device-aware Open MPI 4.x
 // takes device pointers in blocking collectives only: GPU backends use them (after the agreement,

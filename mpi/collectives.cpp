@@ -1,8 +1,9 @@
-// devmem::mpi's collectives bcast, allreduce and allgather (the others: collectives_*.cpp). Every rank first exchanges its
-// descriptor (mpi/protocol.hpp), so that a mismatch or a local problem on any rank throws the same
-// error on all of them instead of hanging; then the payload moves in chunks of one agreed plan,
-// either straight from device memory (device_direct) or through two page-locked staging slots so
-// that the copies of one chunk overlap MPI's collective on the previous one (staged).
+// devmem::mpi's collectives bcast, allreduce and allgather (the others: collectives_*.cpp). Every
+// rank first exchanges its descriptor (mpi/protocol.hpp), so that a mismatch or a local problem on
+// any rank throws the same error on all of them instead of hanging; then the payload moves in
+// chunks of one agreed plan, either straight from device memory (device_direct) or through two
+// page-locked staging slots so that the copies of one chunk overlap MPI's collective on the
+// previous one (staged).
 #include "collective_agreement.hpp"
 
 #include <devmem/layout.hpp>
@@ -140,8 +141,8 @@ void allreduce(const DeviceArray& input, const DeviceArray& output, ReduceOp red
                  "MPI_Allreduce", [&](MPI_Request* request) {
                    return request == nullptr
                               ? MPI_Allreduce(MPI_IN_PLACE, data, count, type, mpi_reduction, comm)
-                              : MPI_Iallreduce(MPI_IN_PLACE, data, count, type, mpi_reduction,
-                                               comm, request);
+                              : MPI_Iallreduce(MPI_IN_PLACE, data, count, type, mpi_reduction, comm,
+                                               request);
                  });
     }
     if (!dense) output.copy_to_device(work, output.stream());

@@ -53,8 +53,8 @@ Descriptor describe_for(const DeviceArray& array, std::span<const std::int64_t> 
 // (ranks, *block) arrays: the input's block, checked against the output.
 void check_ranks_leading(Descriptor& mine, const DeviceArray& input, int size) {
   if (input.ndim() == 0 || input.shape()[0] != size) {
-    fail(mine, fmt::format("the input is {}, expected (ranks = {}, *block)", shape_text(input),
-                           size));
+    fail(mine,
+         fmt::format("the input is {}, expected (ranks = {}, *block)", shape_text(input), size));
   }
 }
 
@@ -73,9 +73,10 @@ void reduce_pairs(const HostArray& values, const HostArray& indices, MPI_Datatyp
   const auto* i = indices.data_as<std::int32_t>();
   for (std::size_t e = 0; e < n; ++e) pairs[e] = {v[e], i[e]};
   MPI_Request request = MPI_REQUEST_NULL;
-  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, pairs.data(), checked_int(values.size(), "an element count"),
-                           type, op, comm, &request),
-            "MPI_Iallreduce (allreduce_loc)");
+  check_mpi(
+      MPI_Iallreduce(MPI_IN_PLACE, pairs.data(), checked_int(values.size(), "an element count"),
+                     type, op, comm, &request),
+      "MPI_Iallreduce (allreduce_loc)");
   wait_request(request, "MPI_Iallreduce (allreduce_loc)");
   auto* vo = values.data_as<Value>();
   auto* io = indices.data_as<std::int32_t>();
@@ -117,8 +118,7 @@ void alltoall(const DeviceArray& input, const DeviceArray& output, MPI_Comm comm
                const int bytes = checked_int(rows * row_bytes, "a chunk's byte count");
                return request == nullptr
                           ? MPI_Alltoall(in, bytes, MPI_BYTE, out, bytes, MPI_BYTE, comm)
-                          : MPI_Ialltoall(in, bytes, MPI_BYTE, out, bytes, MPI_BYTE, comm,
-                                          request);
+                          : MPI_Ialltoall(in, bytes, MPI_BYTE, out, bytes, MPI_BYTE, comm, request);
              });
 }
 
@@ -133,8 +133,8 @@ void reduce_scatter(const DeviceArray& input, const DeviceArray& output, ReduceO
   check_ranks_leading(mine, input, size);
   if (const auto problem = reduce_problem(input.dtype(), op)) fail(mine, *problem);
   if (output.dtype() != input.dtype() || output.shape() != block) {
-    fail(mine, fmt::format("the output is {}, expected {} {} (input.shape[1:])",
-                           shape_text(output), input.dtype().name(), layout::format_tuple(block)));
+    fail(mine, fmt::format("the output is {}, expected {} {} (input.shape[1:])", shape_text(output),
+                           input.dtype().name(), layout::format_tuple(block)));
   } else if (const auto problem = destination_problem(output)) {
     fail(mine, *problem);
   }
@@ -165,8 +165,8 @@ void alltoallv(const DeviceArray& input, std::span<const std::int64_t> send_coun
   auto check_counts = [&](const char* what, std::span<const std::int64_t> counts,
                           const DeviceArray& array, const char* role) {
     if (counts.size() != static_cast<std::size_t>(size)) {
-      fail(mine, fmt::format("{} has {} entries, expected one per rank ({})", what, counts.size(),
-                             size));
+      fail(mine,
+           fmt::format("{} has {} entries, expected one per rank ({})", what, counts.size(), size));
       return;
     }
     for (std::size_t r = 0; r < counts.size(); ++r) {
@@ -174,15 +174,16 @@ void alltoallv(const DeviceArray& input, std::span<const std::int64_t> send_coun
     }
     const std::int64_t total = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
     if (array.ndim() == 0 || array.shape()[0] != total) {
-      fail(mine, fmt::format("the {} is {}, expected {} rows (sum of {})", role,
-                             shape_text(array), total, what));
+      fail(mine, fmt::format("the {} is {}, expected {} rows (sum of {})", role, shape_text(array),
+                             total, what));
     }
   };
   check_counts("send_counts", send_counts, input, "input");
   check_counts("recv_counts", recv_counts, output, "output");
   if (output.dtype() != input.dtype() || without_first(output) != rest) {
-    fail(mine, fmt::format("the output is {}, the input {}: the dtype and trailing shape must match",
-                           shape_text(output), shape_text(input)));
+    fail(mine,
+         fmt::format("the output is {}, the input {}: the dtype and trailing shape must match",
+                     shape_text(output), shape_text(input)));
   } else if (const auto problem = destination_problem(output)) {
     fail(mine, *problem);
   }
@@ -190,8 +191,8 @@ void alltoallv(const DeviceArray& input, std::span<const std::int64_t> send_coun
   // Every rank's send counts to this rank, against this rank's recv_counts.
   std::vector<std::int64_t> incoming(static_cast<std::size_t>(size));
   MPI_Request request = MPI_REQUEST_NULL;
-  check_mpi(MPI_Ialltoall(send_counts.data(), 1, MPI_INT64_T, incoming.data(), 1, MPI_INT64_T,
-                          comm, &request),
+  check_mpi(MPI_Ialltoall(send_counts.data(), 1, MPI_INT64_T, incoming.data(), 1, MPI_INT64_T, comm,
+                          &request),
             "MPI_Ialltoall (alltoallv counts)");
   wait_request(request, "MPI_Ialltoall (alltoallv counts)");
   std::optional<std::string> problem;
@@ -215,17 +216,16 @@ void alltoallv(const DeviceArray& input, std::span<const std::int64_t> send_coun
   };
   const auto [send_bytes, send_displacements] = layout_of(send_counts);
   const auto [recv_bytes, recv_displacements] = layout_of(recv_counts);
-  run_whole(name, path, agreement, Side{.array = input, .active = true},
-            Side{.array = output, .active = true},
-            [&](const void* in, void* out, MPI_Request* req) {
-              return req == nullptr
-                         ? MPI_Alltoallv(in, send_bytes.data(), send_displacements.data(),
-                                         MPI_BYTE, out, recv_bytes.data(),
-                                         recv_displacements.data(), MPI_BYTE, comm)
-                         : MPI_Ialltoallv(in, send_bytes.data(), send_displacements.data(),
-                                          MPI_BYTE, out, recv_bytes.data(),
-                                          recv_displacements.data(), MPI_BYTE, comm, req);
-            });
+  run_whole(
+      name, path, agreement, Side{.array = input, .active = true},
+      Side{.array = output, .active = true}, [&](const void* in, void* out, MPI_Request* req) {
+        return req == nullptr
+                   ? MPI_Alltoallv(in, send_bytes.data(), send_displacements.data(), MPI_BYTE, out,
+                                   recv_bytes.data(), recv_displacements.data(), MPI_BYTE, comm)
+                   : MPI_Ialltoallv(in, send_bytes.data(), send_displacements.data(), MPI_BYTE, out,
+                                    recv_bytes.data(), recv_displacements.data(), MPI_BYTE, comm,
+                                    req);
+      });
 }
 
 void allreduce_loc(const DeviceArray& values, const DeviceArray& indices, ReduceOp op,
@@ -235,7 +235,8 @@ void allreduce_loc(const DeviceArray& values, const DeviceArray& indices, Reduce
   const DType dtype = values.dtype();
   const char kind = dtype.kind();
   const bool int32 = kind == 'i' && dtype.itemsize() == 4;
-  const bool int64 = kind == 'i' && dtype.itemsize() == 8 && sizeof(long) == 8;  // NOLINT(google-runtime-int)
+  const bool int64 =
+      kind == 'i' && dtype.itemsize() == 8 && sizeof(long) == 8;  // NOLINT(google-runtime-int)
   const bool float32 = kind == 'f' && dtype.itemsize() == 4;
   const bool float64 = kind == 'f' && dtype.itemsize() == 8;
   if (op != ReduceOp::minloc && op != ReduceOp::maxloc) {
@@ -258,7 +259,8 @@ void allreduce_loc(const DeviceArray& values, const DeviceArray& indices, Reduce
   const HostArray i = indices.copy(Order::C, indices.stream()).copy_to_host(indices.stream());
   const MPI_Op mpi_reduction = mpi_op(op);
   if (int32) reduce_pairs<std::int32_t>(v, i, MPI_2INT, mpi_reduction, comm);
-  if (int64) reduce_pairs<long>(v, i, MPI_LONG_INT, mpi_reduction, comm);  // NOLINT(google-runtime-int)
+  if (int64)
+    reduce_pairs<long>(v, i, MPI_LONG_INT, mpi_reduction, comm);  // NOLINT(google-runtime-int)
   if (float32) reduce_pairs<float>(v, i, MPI_FLOAT_INT, mpi_reduction, comm);
   if (float64) reduce_pairs<double>(v, i, MPI_DOUBLE_INT, mpi_reduction, comm);
   values.copy_to_device(v, values.stream());

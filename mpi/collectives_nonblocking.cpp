@@ -84,10 +84,10 @@ class BlocksOperation final : public Operation {
         case State::wait_in:
           if (!event_->query()) return false;
           check_mpi(call_(send_.active ? in_.data() : nullptr,
-                          recv_.active || recv_.discard ? out_.data() : nullptr, rows(),
-                          &request_),
+                          recv_.active || recv_.discard ? out_.data() : nullptr, rows(), &request_),
                     name_);
-          if (chunk_ + 1 == agreement_.plan.chunks) dequeue_collective(comm_, this);  // the last call
+          if (chunk_ + 1 == agreement_.plan.chunks)
+            dequeue_collective(comm_, this);  // the last call
           state_ = State::transfer;
           break;
         case State::transfer:
@@ -146,7 +146,8 @@ class BlocksOperation final : public Operation {
     if (path_ == Path::staged) {
       if (send_.active) {
         in_host_ = dense_view(send_slot_, shape_in);
-        chunk_view(send_.array, plan, chunk_, send_.leading ? 1 : 0).copy_to_host(in_host_, stream_);
+        chunk_view(send_.array, plan, chunk_, send_.leading ? 1 : 0)
+            .copy_to_host(in_host_, stream_);
       }
       if (recv_.active || recv_.discard) out_host_ = dense_view(recv_slot_, shape_out);
       in_ = Buffer{in_host_.data()};
@@ -213,8 +214,9 @@ Descriptor describe_nonblocking(const DeviceArray& array, std::span<const std::i
   Descriptor mine{.wire = describe_block(array.dtype(), block)};
   const Transport transport = transport_for(array);
   *path = nonblocking_path(array, transport);
-  mine.wire.chunk_rows = preferred_block_rows(
-      block, array.itemsize(), *path == Path::staged ? Transport::staged : Transport::device_direct);
+  mine.wire.chunk_rows =
+      preferred_block_rows(block, array.itemsize(),
+                           *path == Path::staged ? Transport::staged : Transport::device_direct);
   return mine;
 }
 
@@ -247,9 +249,9 @@ Request ibcast(const DeviceArray& array, int root, MPI_Comm comm) {
     if (const auto problem = destination_problem(array)) fail(mine, *problem);
   }
   const bool is_root = rank == root;
-  const std::int64_t row_bytes =
-      array.ndim() == 0 ? array.itemsize()
-                        : array.nbytes() / std::max<std::int64_t>(array.shape()[0], 1);
+  const std::int64_t row_bytes = array.ndim() == 0
+                                     ? array.itemsize()
+                                     : array.nbytes() / std::max<std::int64_t>(array.shape()[0], 1);
   return launch(name, comm, mine, root, path, array.shape(),
                 Side{.array = array, .active = is_root}, Side{.array = array, .active = !is_root},
                 [=](const void* in, void* out, std::int64_t rows, MPI_Request* request) {
@@ -303,9 +305,9 @@ Request iallgather(const DeviceArray& input, const DeviceArray& output, MPI_Comm
   } else if (const auto problem = destination_problem(output)) {
     fail(mine, *problem);
   }
-  const std::int64_t row_bytes =
-      input.ndim() == 0 ? input.itemsize()
-                        : input.nbytes() / std::max<std::int64_t>(input.shape()[0], 1);
+  const std::int64_t row_bytes = input.ndim() == 0
+                                     ? input.itemsize()
+                                     : input.nbytes() / std::max<std::int64_t>(input.shape()[0], 1);
   return launch(name, comm, mine, 0, path, input.shape(), Side{.array = input, .active = true},
                 Side{.array = output, .leading = true, .active = true},
                 [=](const void* in, void* out, std::int64_t rows, MPI_Request* request) {

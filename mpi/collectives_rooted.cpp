@@ -57,8 +57,8 @@ Descriptor describe_for(const DeviceArray& array, const DType& dtype,
 }
 
 // Checks `output` against the shape and dtype expected of it (receiving side).
-void check_output(Descriptor& mine, const char* what, const DeviceArray& output,
-                  const DType& dtype, std::span<const std::int64_t> expected, const char* why) {
+void check_output(Descriptor& mine, const char* what, const DeviceArray& output, const DType& dtype,
+                  std::span<const std::int64_t> expected, const char* why) {
   if (output.dtype() != dtype || !std::ranges::equal(output.shape(), expected)) {
     fail(mine, fmt::format("the {} is {}, expected {}{}", what, shape_text(output),
                            expected_text(dtype, expected), why));
@@ -123,8 +123,8 @@ void reduction(const char* name, const DeviceArray& input, const DeviceArray& ou
 void check_counts(Descriptor& mine, const char* what, std::span<const std::int64_t> counts,
                   int size) {
   if (counts.size() != static_cast<std::size_t>(size)) {
-    fail(mine, fmt::format("{} has {} entries, expected one per rank ({})", what, counts.size(),
-                           size));
+    fail(mine,
+         fmt::format("{} has {} entries, expected one per rank ({})", what, counts.size(), size));
     return;
   }
   for (std::size_t r = 0; r < counts.size(); ++r) {
@@ -187,7 +187,8 @@ void gather(const DeviceArray& input, const DeviceArray& output, int root, MPI_C
   check_root(mine, root, size);
   Shape expected = input.shape();
   expected.insert(expected.begin(), size);
-  if (is_root) check_output(mine, "output", output, input.dtype(), expected, " (ranks, *input.shape)");
+  if (is_root)
+    check_output(mine, "output", output, input.dtype(), expected, " (ranks, *input.shape)");
   const Agreement agreement = agree(name, comm, mine, root);
   const std::int64_t row_bytes = row_bytes_of(input.shape(), input.itemsize());
   run_blocks(name, path, agreement, input.shape(), Side{.array = input, .active = true},
@@ -211,8 +212,8 @@ void scatter(const DeviceArray& input, const DeviceArray& output, int root, MPI_
   Shape expected = output.shape();
   expected.insert(expected.begin(), size);
   if (is_root && (input.dtype() != output.dtype() || input.shape() != expected)) {
-    fail(mine, fmt::format("the input is {}, expected {} (ranks, *output.shape)",
-                           shape_text(input), expected_text(output.dtype(), expected)));
+    fail(mine, fmt::format("the input is {}, expected {} (ranks, *output.shape)", shape_text(input),
+                           expected_text(output.dtype(), expected)));
   }
   if (const auto problem = destination_problem(output)) fail(mine, *problem);
   const Agreement agreement = agree(name, comm, mine, root);
@@ -242,7 +243,8 @@ void gatherv(const DeviceArray& input, const DeviceArray& output,
   check_counts(mine, "counts", counts, size);
   if (input.ndim() == 0) {
     fail(mine, "the input is 0-d (gatherv counts rows of the first axis)");
-  } else if (mine.wire.status == kOk && input.shape()[0] != counts[static_cast<std::size_t>(rank)]) {
+  } else if (mine.wire.status == kOk &&
+             input.shape()[0] != counts[static_cast<std::size_t>(rank)]) {
     fail(mine, fmt::format("the input has {} rows, counts[{}] is {}", input.shape()[0], rank,
                            counts[static_cast<std::size_t>(rank)]));
   }
@@ -297,15 +299,14 @@ void scatterv(const DeviceArray& input, const DeviceArray& output,
   const std::int64_t row_bytes = row_bytes_of(output.shape(), output.itemsize());
   const auto [bytes, displacements] = byte_layout(counts, row_bytes);
   const int mine_bytes = bytes[static_cast<std::size_t>(rank)];
-  run_whole(name, path, agreement, Side{.array = is_root ? input : output, .active = is_root},
-            Side{.array = output, .active = true},
-            [&](const void* in, void* out, MPI_Request* request) {
-              return request == nullptr
-                         ? MPI_Scatterv(in, bytes.data(), displacements.data(), MPI_BYTE, out,
-                                        mine_bytes, MPI_BYTE, root, comm)
-                         : MPI_Iscatterv(in, bytes.data(), displacements.data(), MPI_BYTE, out,
-                                         mine_bytes, MPI_BYTE, root, comm, request);
-            });
+  run_whole(
+      name, path, agreement, Side{.array = is_root ? input : output, .active = is_root},
+      Side{.array = output, .active = true}, [&](const void* in, void* out, MPI_Request* request) {
+        return request == nullptr ? MPI_Scatterv(in, bytes.data(), displacements.data(), MPI_BYTE,
+                                                 out, mine_bytes, MPI_BYTE, root, comm)
+                                  : MPI_Iscatterv(in, bytes.data(), displacements.data(), MPI_BYTE,
+                                                  out, mine_bytes, MPI_BYTE, root, comm, request);
+      });
 }
 
 }  // namespace devmem::mpi

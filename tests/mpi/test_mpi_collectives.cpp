@@ -45,8 +45,8 @@ const std::vector<Mode> kModes{{dm::Transport::staged, 16, ""},
                                {dm::Transport::device_direct, std::int64_t{1} << 20, "blocking"}};
 
 std::string mode_name(const Mode& mode) {
-  return std::string(dm::to_string(mode.transport)) + " chunk " +
-         std::to_string(mode.chunk_bytes) + " " + mode.direct;
+  return std::string(dm::to_string(mode.transport)) + " chunk " + std::to_string(mode.chunk_bytes) +
+         " " + mode.direct;
 }
 
 // Sets a mode for a section; restores the defaults afterwards.
@@ -116,8 +116,8 @@ TEST_CASE("collectives: reduce, scan and exscan of strided views", "[mpi]") {
         const devmem::HostArray h = out.copy_to_host();
         for (std::int64_t i = 0; i < 5; ++i) {
           for (std::int64_t j = 0; j < 3; ++j) {
-            CHECK(h.at<double>(i, j) == ranks + n * (10.0 * static_cast<double>(i) +
-                                                     static_cast<double>(j)));
+            CHECK(h.at<double>(i, j) ==
+                  ranks + n * (10.0 * static_cast<double>(i) + static_cast<double>(j)));
           }
         }
       }
@@ -173,7 +173,8 @@ TEST_CASE("collectives: gather and scatter of strided views", "[mpi]") {
       dm::scatter(source, mine, root);
       const devmem::HostArray h = mine.copy_to_host();
       for (std::int64_t i = 0; i < 2; ++i) {
-        for (std::int64_t j = 0; j < 3; ++j) CHECK(h.at<double>(i, j) == value(root, 2 * me + i, j));
+        for (std::int64_t j = 0; j < 3; ++j)
+          CHECK(h.at<double>(i, j) == value(root, 2 * me + i, j));
       }
     }
   }
@@ -248,7 +249,8 @@ TEST_CASE("collectives: alltoall, alltoallv and reduce_scatter", "[mpi]") {
         std::int64_t first = 0;  // where rank s's rows for me start in its input
         for (int t = 0; t < me; ++t) first += (s + t) % 2 + 1;
         for (std::int64_t i = 0; i < recv[static_cast<std::size_t>(s)]; ++i, ++row) {
-          for (std::int64_t j = 0; j < 2; ++j) CHECK(hv.at<double>(row, j) == value(s, first + i, j));
+          for (std::int64_t j = 0; j < 2; ++j)
+            CHECK(hv.at<double>(row, j) == value(s, first + i, j));
         }
       }
       // reduce_scatter (sum): rank r gets the sum over ranks of their input[r].
@@ -273,16 +275,12 @@ TEST_CASE("collectives: the reductions against plain MPI", "[mpi]") {
     dm::ReduceOp op;
     MPI_Op mpi;
   };
-  const std::vector<Case> cases{{dm::ReduceOp::sum, MPI_SUM},
-                                {dm::ReduceOp::prod, MPI_PROD},
-                                {dm::ReduceOp::min, MPI_MIN},
-                                {dm::ReduceOp::max, MPI_MAX},
-                                {dm::ReduceOp::logical_and, MPI_LAND},
-                                {dm::ReduceOp::logical_or, MPI_LOR},
-                                {dm::ReduceOp::logical_xor, MPI_LXOR},
-                                {dm::ReduceOp::bitwise_and, MPI_BAND},
-                                {dm::ReduceOp::bitwise_or, MPI_BOR},
-                                {dm::ReduceOp::bitwise_xor, MPI_BXOR}};
+  const std::vector<Case> cases{
+      {dm::ReduceOp::sum, MPI_SUM},          {dm::ReduceOp::prod, MPI_PROD},
+      {dm::ReduceOp::min, MPI_MIN},          {dm::ReduceOp::max, MPI_MAX},
+      {dm::ReduceOp::logical_and, MPI_LAND}, {dm::ReduceOp::logical_or, MPI_LOR},
+      {dm::ReduceOp::logical_xor, MPI_LXOR}, {dm::ReduceOp::bitwise_and, MPI_BAND},
+      {dm::ReduceOp::bitwise_or, MPI_BOR},   {dm::ReduceOp::bitwise_xor, MPI_BXOR}};
   for (const auto& mode : kModes) {
     SECTION(mode_name(mode)) {
       const Settings settings(mode);
@@ -389,8 +387,8 @@ TEST_CASE("collectives: mismatches and bad arguments throw on every rank", "[mpi
   CHECK_THROWS_WITH(dm::reduce(b, me == 0 ? b : devmem::DeviceArray{}, dm::ReduceOp::sum, 0),
                     Catch::Contains("rank 1 has float64 (3,), rank 0 has float64 (4,)"));
   // A bad root, a root that differs.
-  CHECK_THROWS_WITH(dm::gather(a, gathered, n), Catch::Contains("root " + std::to_string(n) +
-                                                                " is not in the communicator"));
+  CHECK_THROWS_WITH(dm::gather(a, gathered, n),
+                    Catch::Contains("root " + std::to_string(n) + " is not in the communicator"));
   CHECK_THROWS_WITH(dm::reduce(a, a, dm::ReduceOp::sum, me == 1 ? 1 : 0),
                     Catch::Contains("rank 1 passed root 1, rank 0 passed root 0"));
   // A wrong output shape on root only.
@@ -428,12 +426,12 @@ TEST_CASE("collectives: mismatches and bad arguments throw on every rank", "[mpi
                     Catch::Contains("MPI cannot reduce dtype float32 with logical_or"));
   CHECK_THROWS_WITH(dm::allreduce(f, dm::ReduceOp::minloc), Catch::Contains("use allreduce_loc"));
   const devmem::DeviceArray i32 = devmem::device_array<std::int32_t>({3});
-  CHECK_THROWS_WITH(dm::allreduce_loc(devmem::device_array<std::int16_t>({3}), i32,
-                                      dm::ReduceOp::minloc),
-                    Catch::Contains("MPI cannot reduce dtype int16 with minloc"));
-  CHECK_THROWS_WITH(dm::allreduce_loc(f, devmem::device_array<std::int64_t>({3}),
-                                      dm::ReduceOp::maxloc),
-                    Catch::Contains("the indices are int64 (3,), expected int32 (3,)"));
+  CHECK_THROWS_WITH(
+      dm::allreduce_loc(devmem::device_array<std::int16_t>({3}), i32, dm::ReduceOp::minloc),
+      Catch::Contains("MPI cannot reduce dtype int16 with minloc"));
+  CHECK_THROWS_WITH(
+      dm::allreduce_loc(f, devmem::device_array<std::int64_t>({3}), dm::ReduceOp::maxloc),
+      Catch::Contains("the indices are int64 (3,), expected int32 (3,)"));
   // Non-blocking: the mismatch comes from wait(), on every rank.
   dm::Request r = dm::iallreduce(b, b, dm::ReduceOp::sum);
   CHECK_THROWS_WITH(r.wait(), Catch::Contains("rank 1 has float64 (3,), rank 0 has float64 (4,)"));
@@ -459,7 +457,7 @@ TEST_CASE("datatype_for: MPI_Send and MPI_Recv of strided views", "[mpi]") {
   const int peer = me ^ 1;
   if (peer >= size()) return;
   // The host backend's device memory is host memory: MPI reads and writes it directly.
-  const devmem::DeviceArray source = strided(me, 4, 3);                  // (4, 3), reversed columns
+  const devmem::DeviceArray source = strided(me, 4, 3);  // (4, 3), reversed columns
   const devmem::DeviceArray destination = devmem::device_array<double>({3, 4}).T();  // (4, 3)
   destination.fill(0.0);
   const dm::Datatype send_type = dm::datatype_for(source);

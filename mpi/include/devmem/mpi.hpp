@@ -278,13 +278,12 @@ DEVMEM_MPI_API void alltoall(const DeviceArray& input, const DeviceArray& output
 /// from rank s. recv_counts[s] on rank r must equal send_counts[r] on rank s (checked: every rank
 /// throws naming the rank and the counts). Staged in one chunk.
 DEVMEM_MPI_API void alltoallv(const DeviceArray& input, std::span<const std::int64_t> send_counts,
-                              const DeviceArray& output,
-                              std::span<const std::int64_t> recv_counts,
+                              const DeviceArray& output, std::span<const std::int64_t> recv_counts,
                               MPI_Comm comm = MPI_COMM_WORLD);
 /// Element-wise reduction of every rank's `input` of shape (ranks, *block), then block r of the
 /// result to rank r's `output` (shape block): MPI_Reduce_scatter_block.
-DEVMEM_MPI_API void reduce_scatter(const DeviceArray& input, const DeviceArray& output,
-                                   ReduceOp op, MPI_Comm comm = MPI_COMM_WORLD);
+DEVMEM_MPI_API void reduce_scatter(const DeviceArray& input, const DeviceArray& output, ReduceOp op,
+                                   MPI_Comm comm = MPI_COMM_WORLD);
 /// Inclusive prefix reduction: rank r's `output` is op over ranks 0..r of `input` (same dtype and
 /// shape; may be `input` itself).
 DEVMEM_MPI_API void scan(const DeviceArray& input, const DeviceArray& output, ReduceOp op,
@@ -320,12 +319,10 @@ DEVMEM_MPI_API void allreduce_loc(const DeviceArray& values, const DeviceArray& 
 [[nodiscard]] DEVMEM_MPI_API Request ibcast(const DeviceArray& array, int root,
                                             MPI_Comm comm = MPI_COMM_WORLD);
 /// Non-blocking allreduce (`output` may be `input`).
-[[nodiscard]] DEVMEM_MPI_API Request iallreduce(const DeviceArray& input,
-                                                const DeviceArray& output, ReduceOp op,
-                                                MPI_Comm comm = MPI_COMM_WORLD);
+[[nodiscard]] DEVMEM_MPI_API Request iallreduce(const DeviceArray& input, const DeviceArray& output,
+                                                ReduceOp op, MPI_Comm comm = MPI_COMM_WORLD);
 /// Non-blocking allgather.
-[[nodiscard]] DEVMEM_MPI_API Request iallgather(const DeviceArray& input,
-                                                const DeviceArray& output,
+[[nodiscard]] DEVMEM_MPI_API Request iallgather(const DeviceArray& input, const DeviceArray& output,
                                                 MPI_Comm comm = MPI_COMM_WORLD);
 
 // ---- MPI datatypes for the application's own MPI calls ----------------------------------------
