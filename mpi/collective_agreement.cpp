@@ -311,40 +311,42 @@ std::optional<MPI_Datatype> integer_type(const DType& dtype) {
 
 }  // namespace
 
+namespace {
+
+// float32/float64 (and complex64/complex128 when `complex`).
+std::optional<MPI_Datatype> float_type(const DType& dtype, bool complex) {
+  if (dtype.kind() == 'f') {
+    if (dtype.itemsize() == 4) return MPI_FLOAT;
+    if (dtype.itemsize() == 8) return MPI_DOUBLE;
+  }
+  if (complex && dtype.kind() == 'c') {
+    if (dtype.itemsize() == 8) return MPI_C_FLOAT_COMPLEX;
+    if (dtype.itemsize() == 16) return MPI_C_DOUBLE_COMPLEX;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<MPI_Datatype> reduce_type(const DType& dtype, ReduceOp op) {
-  const char kind = dtype.kind();
-  const bool integer = kind == 'i' || kind == 'u';
+  if (dtype.kind() == 'i' || dtype.kind() == 'u') {
+    return op == ReduceOp::minloc || op == ReduceOp::maxloc ? std::nullopt : integer_type(dtype);
+  }
   switch (op) {
     case ReduceOp::sum:
     case ReduceOp::prod:
-      if (integer) return integer_type(dtype);
-      if (kind == 'f' && dtype.itemsize() == 4) return MPI_FLOAT;
-      if (kind == 'f' && dtype.itemsize() == 8) return MPI_DOUBLE;
-      if (kind == 'c' && dtype.itemsize() == 8) return MPI_C_FLOAT_COMPLEX;
-      if (kind == 'c' && dtype.itemsize() == 16) return MPI_C_DOUBLE_COMPLEX;
-      return std::nullopt;
+      return float_type(dtype, true);
     case ReduceOp::min:
     case ReduceOp::max:
-      if (integer) return integer_type(dtype);
-      if (kind == 'f' && dtype.itemsize() == 4) return MPI_FLOAT;
-      if (kind == 'f' && dtype.itemsize() == 8) return MPI_DOUBLE;
-      return std::nullopt;
+      return float_type(dtype, false);
     case ReduceOp::logical_and:
     case ReduceOp::logical_or:
     case ReduceOp::logical_xor:
-      if (integer) return integer_type(dtype);
-      if (kind == 'b' && dtype.itemsize() == 1) return MPI_C_BOOL;
+      if (dtype.kind() == 'b' && dtype.itemsize() == 1) return MPI_C_BOOL;
       return std::nullopt;
-    case ReduceOp::bitwise_and:
-    case ReduceOp::bitwise_or:
-    case ReduceOp::bitwise_xor:
-      if (integer) return integer_type(dtype);
-      return std::nullopt;
-    case ReduceOp::minloc:
-    case ReduceOp::maxloc:
+    default:  // bitwise: integers only; minloc, maxloc: allreduce_loc's
       return std::nullopt;
   }
-  return std::nullopt;
 }
 
 std::optional<std::string> reduce_problem(const DType& dtype, ReduceOp op) {
@@ -374,6 +376,29 @@ std::optional<std::string> reduce_problem(const DType& dtype, ReduceOp op) {
   }
   return fmt::format("MPI cannot reduce dtype {} with {} (it takes {})", dtype.name(), op_name(op),
                      allowed);
+}
+
+std::optional<std::string> allreduce_problem(const DeviceArray& input, const DeviceArray& output,
+                                             ReduceOp op) {
+  if (input.dtype() != output.dtype() || input.shape() != output.shape()) {
+    return fmt::format("the input ({} {}) and the output ({} {}) differ", input.dtype().name(),
+                       layout::format_tuple(input.shape()), output.dtype().name(),
+                       layout::format_tuple(output.shape()));
+  }
+  if (auto problem = reduce_problem(output.dtype(), op)) return problem;
+  return destination_problem(output);
+}
+
+std::optional<std::string> allgather_problem(const DeviceArray& input, const DeviceArray& output,
+                                             int size) {
+  Shape expected = input.shape();
+  expected.insert(expected.begin(), size);
+  if (output.dtype() != input.dtype() || output.shape() != expected) {
+    return fmt::format("the output is {} {}, expected {} {} (ranks, *input.shape)",
+                       output.dtype().name(), layout::format_tuple(output.shape()),
+                       input.dtype().name(), layout::format_tuple(expected));
+  }
+  return destination_problem(output);
 }
 
 // ---- transports ---------------------------------------------------------------------------------
@@ -433,90 +458,124 @@ Shape chunk_shape(std::span<const std::int64_t> block, std::int64_t rows, std::i
   return shape;
 }
 
+namespace {
+
+// run_blocks' device-direct path: dense device chunks (strided ones packed), MPI on them.
+void run_blocks_direct(const char* name, const Agreement& agreement,
+                       std::span<const std::int64_t> block, const Side& send, const Side& recv,
+                       const Stream& stream, const BlockCall& call) {
+  const Plan& plan = agreement.plan;
+  const int block_ndim = static_cast<int>(block.size());
+  const int send_axis = send.leading ? 1 : 0;
+  const int recv_axis = recv.leading ? 1 : 0;
+  const Path direct = agreement.blocking ? Path::direct_blocking : Path::direct_nonblocking;
+  for (std::int64_t k = 0; k < plan.chunks; ++k) {
+    const std::int64_t rows = rows_in_chunk(plan, k, block_ndim);
+    DeviceArray in;
+    if (send.active) in = dense_copy(chunk_view(send.array, plan, k, send_axis));
+    DeviceArray target;
+    DeviceArray out;
+    if (recv.active) {
+      target = chunk_view(recv.array, plan, k, recv_axis);
+      out = dense_target(target);
+    } else if (recv.discard) {
+      out = device_array(chunk_shape(block, rows, recv.leading ? agreement.size : 0),
+                         recv.array.dtype(), {}, Order::C, stream);
+    }
+    if (in.data() != nullptr && in.data() == out.data()) {
+      in = in.copy(Order::C, stream);  // reduce on root in place
+    }
+    stream.synchronize();
+    run_direct(direct, name, [&](MPI_Request* request) {
+      return call(send.active ? in.data() : nullptr,
+                  recv.active || recv.discard ? out.data() : nullptr, rows, request);
+    });
+    if (recv.active && out.data() != target.data()) target.copy_to_device(out, stream);
+  }
+  stream.synchronize();
+}
+
+// Two page-locked slots for `side` (one when there is one chunk; none when inactive).
+std::array<HostArray, 2> slots_for(const Side& side, bool used, const Agreement& agreement) {
+  std::array<HostArray, 2> slots;
+  if (!used) return slots;
+  const Plan& plan = agreement.plan;
+  for (std::size_t s = 0; s < (plan.chunks > 1 ? 2U : 1U); ++s) {
+    slots.at(s) = side.leading ? staging_slot(side.array[0], plan, agreement.size)
+                               : staging_slot(side.array, plan);
+  }
+  return slots;
+}
+
+}  // namespace
+
 void run_blocks(const char* name, Path path, const Agreement& agreement,
                 std::span<const std::int64_t> block, const Side& send, const Side& recv,
                 const BlockCall& call) {
   const Plan& plan = agreement.plan;
   if (plan.chunks == 0) return;
-  const int block_ndim = static_cast<int>(block.size());
-  const std::int64_t ranks = agreement.size;
-  const int send_axis = send.leading ? 1 : 0;
-  const int recv_axis = recv.leading ? 1 : 0;
-  const bool receives = recv.active || recv.discard;
   const Stream stream = send.active ? send.array.stream() : recv.array.stream();
   if (send.active && recv.active && recv.array.stream() != stream)
     recv.array.stream().synchronize();
   if (path != Path::staged) {
-    for (std::int64_t k = 0; k < plan.chunks; ++k) {
-      DeviceArray in;
-      if (send.active) in = dense_copy(chunk_view(send.array, plan, k, send_axis));
-      const bool aliased = send.active && recv.active && in.data() != nullptr &&
-                           in.data() == chunk_view(recv.array, plan, k, recv_axis).data();
-      if (aliased) in = in.copy(Order::C, in.stream());  // reduce on root in place
-      DeviceArray target;
-      DeviceArray out;
-      if (recv.active) {
-        target = chunk_view(recv.array, plan, k, recv_axis);
-        out = dense_target(target);
-      } else if (recv.discard) {
-        out = device_array(
-            chunk_shape(block, rows_in_chunk(plan, k, block_ndim), recv.leading ? ranks : 0),
-            recv.array.dtype(), {}, Order::C, stream);
-      }
-      stream.synchronize();
-      const std::int64_t rows = rows_in_chunk(plan, k, block_ndim);
-      const Path direct = agreement.blocking ? Path::direct_blocking : Path::direct_nonblocking;
-      run_direct(direct, name, [&](MPI_Request* request) {
-        return call(send.active ? in.data() : nullptr, receives ? out.data() : nullptr, rows,
-                    request);
-      });
-      if (recv.active && out.data() != target.data()) target.copy_to_device(out, stream);
-    }
-    stream.synchronize();
+    run_blocks_direct(name, agreement, block, send, recv, stream, call);
     return;
   }
-  std::array<HostArray, 2> send_slots;
-  std::array<HostArray, 2> recv_slots;
-  const std::size_t slots = plan.chunks > 1 ? 2 : 1;
-  for (std::size_t s = 0; s < slots; ++s) {
-    if (send.active) {
-      send_slots.at(s) =
-          send.leading ? staging_slot(send.array[0], plan, ranks) : staging_slot(send.array, plan);
-    }
-    if (receives) {
-      recv_slots.at(s) =
-          recv.leading ? staging_slot(recv.array[0], plan, ranks) : staging_slot(recv.array, plan);
-    }
-  }
+  const int block_ndim = static_cast<int>(block.size());
+  const bool receives = recv.active || recv.discard;
+  const std::array<HostArray, 2> send_slots = slots_for(send, send.active, agreement);
+  const std::array<HostArray, 2> recv_slots = slots_for(recv, receives, agreement);
   auto slot_of = [&](const std::array<HostArray, 2>& which, const Side& side, std::int64_t k) {
     return dense_view(
         which.at(static_cast<std::size_t>(k % 2)),
-        chunk_shape(block, rows_in_chunk(plan, k, block_ndim), side.leading ? ranks : 0));
+        chunk_shape(block, rows_in_chunk(plan, k, block_ndim), side.leading ? agreement.size : 0));
   };
   pipeline(
       plan.chunks, stream,
       [&](std::int64_t k) {
-        if (send.active) {
-          chunk_view(send.array, plan, k, send_axis)
-              .copy_to_host(slot_of(send_slots, send, k), stream);
-        }
+        if (!send.active) return;
+        chunk_view(send.array, plan, k, send.leading ? 1 : 0)
+            .copy_to_host(slot_of(send_slots, send, k), stream);
       },
       [&](std::int64_t k) {
         const auto s = static_cast<std::size_t>(k % 2);
         MPI_Request request = MPI_REQUEST_NULL;
-        check_mpi(call(send.active ? send_slots.at(s).data() : nullptr,
-                       receives ? recv_slots.at(s).data() : nullptr,
+        check_mpi(call(send_slots.at(s).data(), recv_slots.at(s).data(),
                        rows_in_chunk(plan, k, block_ndim), agreement.blocking ? nullptr : &request),
                   name);
         return request;
       },
       [&](std::int64_t k) {
-        if (recv.active) {
-          chunk_view(recv.array, plan, k, recv_axis)
-              .copy_to_device(slot_of(recv_slots, recv, k), stream);
-        }
+        if (!recv.active) return;
+        chunk_view(recv.array, plan, k, recv.leading ? 1 : 0)
+            .copy_to_device(slot_of(recv_slots, recv, k), stream);
       });
 }
+
+namespace {
+
+void run_whole_direct(const char* name, const Agreement& agreement, const Side& send,
+                      const Side& recv, const Stream& stream, const WholeCall& call) {
+  DeviceArray in;
+  if (send.active) in = dense_copy(send.array);
+  DeviceArray out;
+  if (recv.active) out = dense_target(recv.array);
+  if (in.data() != nullptr && in.data() == out.data()) in = in.copy(Order::C, stream);
+  stream.synchronize();
+  run_direct(agreement.blocking ? Path::direct_blocking : Path::direct_nonblocking, name,
+             [&](MPI_Request* request) { return call(in.data(), out.data(), request); });
+  if (recv.active && out.data() != recv.array.data()) recv.array.copy_to_device(out, stream);
+  stream.synchronize();
+}
+
+// A page-locked C-contiguous copy's place for all of `array` (empty when unused).
+HostArray whole_slot(const DeviceArray& array, bool used) {
+  if (!used) return {};
+  const Plan plan = make_plan(array, array.ndim() == 0 ? 1 : array.shape()[0]);
+  return dense_view(staging_slot(array, plan), array.shape());
+}
+
+}  // namespace
 
 void run_whole(const char* name, Path path, const Agreement& agreement, const Side& send,
                const Side& recv, const WholeCall& call) {
@@ -524,37 +583,15 @@ void run_whole(const char* name, Path path, const Agreement& agreement, const Si
   if (send.active && recv.active && recv.array.stream() != stream)
     recv.array.stream().synchronize();
   if (path != Path::staged) {
-    DeviceArray in;
-    if (send.active) in = dense_copy(send.array);
-    DeviceArray out;
-    if (recv.active) out = dense_target(recv.array);
-    if (in.data() != nullptr && in.data() == out.data()) in = in.copy(Order::C, stream);
-    stream.synchronize();
-    run_direct(agreement.blocking ? Path::direct_blocking : Path::direct_nonblocking, name,
-               [&](MPI_Request* request) {
-                 return call(send.active ? in.data() : nullptr, recv.active ? out.data() : nullptr,
-                             request);
-               });
-    if (recv.active && out.data() != recv.array.data()) recv.array.copy_to_device(out, stream);
-    stream.synchronize();
+    run_whole_direct(name, agreement, send, recv, stream, call);
     return;
   }
-  auto whole_slot = [](const DeviceArray& array) {
-    const Plan plan = make_plan(array, array.ndim() == 0 ? 1 : array.shape()[0]);
-    return dense_view(staging_slot(array, plan), array.shape());
-  };
-  HostArray in;
-  HostArray out;
-  if (send.active) {
-    in = whole_slot(send.array);
-    send.array.copy_to_host(in, stream);
-  }
-  if (recv.active) out = whole_slot(recv.array);
+  const HostArray in = whole_slot(send.array, send.active);
+  const HostArray out = whole_slot(recv.array, recv.active);
+  if (send.active) send.array.copy_to_host(in, stream);
   stream.synchronize();
   MPI_Request request = MPI_REQUEST_NULL;
-  check_mpi(call(send.active ? in.data() : nullptr, recv.active ? out.data() : nullptr,
-                 agreement.blocking ? nullptr : &request),
-            name);
+  check_mpi(call(in.data(), out.data(), agreement.blocking ? nullptr : &request), name);
   wait_request(request, name);
   if (recv.active) recv.array.copy_to_device(out, stream);
   stream.synchronize();

@@ -100,6 +100,13 @@ std::optional<MPI_Datatype> reduce_type(const DType& dtype, ReduceOp op);
 // "MPI cannot reduce dtype complex128 with min" and the like; nullopt when reduce_type has one.
 std::optional<std::string> reduce_problem(const DType& dtype, ReduceOp op);
 
+// allreduce's and iallreduce's local checks of their arguments; nullopt when fine.
+std::optional<std::string> allreduce_problem(const DeviceArray& input, const DeviceArray& output,
+                                             ReduceOp op);
+// allgather's and iallgather's: `output` must be (size, *input.shape) of input's dtype.
+std::optional<std::string> allgather_problem(const DeviceArray& input, const DeviceArray& output,
+                                             int size);
+
 // ---- transports ---------------------------------------------------------------------------------
 
 // How a blocking collective moves device memory.

@@ -106,15 +106,7 @@ void allreduce(const DeviceArray& input, const DeviceArray& output, ReduceOp red
   mine.wire.chunk_rows = preferred_rows(output, transport);
   mine.blocking = path == Path::direct_blocking ? 1 : 0;
   const std::optional<MPI_Datatype> element = reduce_type(output.dtype(), reduction);
-  if (input.dtype() != output.dtype() || input.shape() != output.shape()) {
-    fail(mine, fmt::format("the input ({} {}) and the output ({} {}) differ", input.dtype().name(),
-                           layout::format_tuple(input.shape()), output.dtype().name(),
-                           layout::format_tuple(output.shape())));
-  } else if (const auto problem = reduce_problem(output.dtype(), reduction)) {
-    fail(mine, *problem);
-  } else if (const auto destination = destination_problem(output)) {
-    fail(mine, *destination);
-  }
+  if (const auto problem = allreduce_problem(input, output, reduction)) fail(mine, *problem);
   const Agreement agreement = agree(op, comm, mine, 0);
   const Plan& plan = agreement.plan;
   const bool in_place = input.data() == output.data() && input.layout() == output.layout() &&
@@ -190,15 +182,7 @@ void allgather(const DeviceArray& input, const DeviceArray& output, MPI_Comm com
   const Path path = blocking_path(input, transport);
   mine.wire.chunk_rows = preferred_rows(input, transport);
   mine.blocking = path == Path::direct_blocking ? 1 : 0;
-  Shape expected = input.shape();
-  expected.insert(expected.begin(), size);
-  if (output.dtype() != input.dtype() || output.shape() != expected) {
-    fail(mine, fmt::format("the output is {} {}, expected {} {} (ranks, *input.shape)",
-                           output.dtype().name(), layout::format_tuple(output.shape()),
-                           input.dtype().name(), layout::format_tuple(expected)));
-  } else if (const auto problem = destination_problem(output)) {
-    fail(mine, *problem);
-  }
+  if (const auto problem = allgather_problem(input, output, size)) fail(mine, *problem);
   const Agreement agreement = agree(op, comm, mine, 0);
   const Plan& plan = agreement.plan;
   if (plan.chunks == 0) return;

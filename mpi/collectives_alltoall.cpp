@@ -157,8 +157,7 @@ void alltoallv(const DeviceArray& input, std::span<const std::int64_t> send_coun
                const DeviceArray& output, std::span<const std::int64_t> recv_counts,
                MPI_Comm comm) {
   const char* name = "mpi::alltoallv";
-  const auto [rank, size] = rank_and_size(name, comm);
-  static_cast<void>(rank);
+  const int size = rank_and_size(name, comm).second;
   const Shape rest = without_first(input);
   Path path = Path::staged;
   Descriptor mine = describe_for(input, rest, -1, &path);
@@ -214,8 +213,12 @@ void alltoallv(const DeviceArray& input, std::span<const std::int64_t> send_coun
     }
     return result;
   };
-  const auto [send_bytes, send_displacements] = layout_of(send_counts);
-  const auto [recv_bytes, recv_displacements] = layout_of(recv_counts);
+  const auto send_layout = layout_of(send_counts);
+  const auto recv_layout = layout_of(recv_counts);
+  const std::vector<int>& send_bytes = send_layout.first;
+  const std::vector<int>& send_displacements = send_layout.second;
+  const std::vector<int>& recv_bytes = recv_layout.first;
+  const std::vector<int>& recv_displacements = recv_layout.second;
   run_whole(
       name, path, agreement, Side{.array = input, .active = true},
       Side{.array = output, .active = true}, [&](const void* in, void* out, MPI_Request* req) {
@@ -232,7 +235,7 @@ void allreduce_loc(const DeviceArray& values, const DeviceArray& indices, Reduce
                    MPI_Comm comm) {
   const char* name = "mpi::allreduce_loc";
   Descriptor mine{.wire = describe(values), .reduction = static_cast<std::int32_t>(op)};
-  const DType dtype = values.dtype();
+  const DType& dtype = values.dtype();
   const char kind = dtype.kind();
   const bool int32 = kind == 'i' && dtype.itemsize() == 4;
   const bool int64 =

@@ -59,49 +59,8 @@ class BlocksOperation final : public Operation {
 
   bool advance() override {
     while (true) {
-      switch (state_) {
-        case State::queued:
-          // Earlier non-blocking collectives on the communicator post their calls first.
-          if (!collective_turn(comm_, this)) return false;
-          request_ = start_agreement(name_, comm_, mine_, all_);
-          state_ = State::agreeing;
-          break;
-        case State::agreeing:
-          if (!test_request(request_, "MPI_Iallgather (devmem::mpi descriptors)")) return false;
-          agreement_ = check_agreement(name_, all_, rank_, plan_rank_);
-          if ((!send_.active && !recv_.active && !recv_.discard) || agreement_.plan.chunks == 0) {
-            dequeue_collective(comm_, this);  // a barrier, or nothing to move
-            return true;
-          }
-          make_slots();
-          state_ = State::copy_in;
-          break;
-        case State::copy_in:
-          copy_in();
-          event_ = stream_.record();
-          state_ = State::wait_in;
-          break;
-        case State::wait_in:
-          if (!event_->query()) return false;
-          check_mpi(call_(send_.active ? in_.data() : nullptr,
-                          recv_.active || recv_.discard ? out_.data() : nullptr, rows(), &request_),
-                    name_);
-          if (chunk_ + 1 == agreement_.plan.chunks)
-            dequeue_collective(comm_, this);  // the last call
-          state_ = State::transfer;
-          break;
-        case State::transfer:
-          if (!test_request(request_, name_)) return false;
-          copy_out();
-          event_ = stream_.record();
-          state_ = State::wait_out;
-          break;
-        case State::wait_out:
-          if (!event_->query()) return false;
-          if (++chunk_ == agreement_.plan.chunks) return true;
-          state_ = State::copy_in;
-          break;
-      }
+      const Step step = this->step();
+      if (step != Step::next) return step == Step::done;
     }
   }
 
@@ -109,7 +68,7 @@ class BlocksOperation final : public Operation {
   bool abandon() noexcept override {
     dequeue_collective(comm_, this);
     try {
-      if (event_) event_->synchronize();
+      if (event_.has_value()) event_->synchronize();
     } catch (...) {
       // The copy's own error is the operation's; the buffers must only outlive the copy.
     }
@@ -118,6 +77,62 @@ class BlocksOperation final : public Operation {
 
  private:
   enum class State { queued, agreeing, copy_in, wait_in, transfer, wait_out };
+  enum class Step { blocked, next, done };
+
+  // One state's work: blocked (waiting for MPI, a copy or its turn), next, or done.
+  Step step() {
+    switch (state_) {
+      case State::queued:
+        // Earlier non-blocking collectives on the communicator post their calls first.
+        if (!collective_turn(comm_, this)) return Step::blocked;
+        request_ = start_agreement(name_, comm_, mine_, all_);
+        state_ = State::agreeing;
+        return Step::next;
+      case State::agreeing:
+        return agreed();
+      case State::copy_in:
+        copy_in();
+        event_ = stream_.record();
+        state_ = State::wait_in;
+        return Step::next;
+      case State::wait_in:
+        return copied_in();
+      case State::transfer:
+        if (!test_request(request_, name_)) return Step::blocked;
+        copy_out();
+        event_ = stream_.record();
+        state_ = State::wait_out;
+        return Step::next;
+      case State::wait_out:
+        if (event_.has_value() && !event_->query()) return Step::blocked;
+        if (++chunk_ == agreement_.plan.chunks) return Step::done;
+        state_ = State::copy_in;
+        return Step::next;
+    }
+    return Step::done;
+  }
+
+  Step agreed() {
+    if (!test_request(request_, "MPI_Iallgather (devmem::mpi descriptors)")) return Step::blocked;
+    agreement_ = check_agreement(name_, all_, rank_, plan_rank_);
+    if ((!send_.active && !recv_.active && !recv_.discard) || agreement_.plan.chunks == 0) {
+      dequeue_collective(comm_, this);  // a barrier, or nothing to move
+      return Step::done;
+    }
+    make_slots();
+    state_ = State::copy_in;
+    return Step::next;
+  }
+
+  Step copied_in() {
+    if (event_.has_value() && !event_->query()) return Step::blocked;
+    check_mpi(call_(send_.active ? in_.data() : nullptr,
+                    recv_.active || recv_.discard ? out_.data() : nullptr, rows(), &request_),
+              name_);
+    if (chunk_ + 1 == agreement_.plan.chunks) dequeue_collective(comm_, this);  // the last call
+    state_ = State::transfer;
+    return Step::next;
+  }
 
   [[nodiscard]] std::int64_t rows() const {
     return rows_in_chunk(agreement_.plan, chunk_, static_cast<int>(block_.size()));
@@ -268,15 +283,7 @@ Request iallreduce(const DeviceArray& input, const DeviceArray& output, ReduceOp
   Path path = Path::staged;
   Descriptor mine = describe_nonblocking(output, output.shape(), &path);
   mine.reduction = static_cast<std::int32_t>(op);
-  if (input.dtype() != output.dtype() || input.shape() != output.shape()) {
-    fail(mine, fmt::format("the input ({} {}) and the output ({} {}) differ", input.dtype().name(),
-                           layout::format_tuple(input.shape()), output.dtype().name(),
-                           layout::format_tuple(output.shape())));
-  } else if (const auto problem = reduce_problem(output.dtype(), op)) {
-    fail(mine, *problem);
-  } else if (const auto destination = destination_problem(output)) {
-    fail(mine, *destination);
-  }
+  if (const auto problem = allreduce_problem(input, output, op)) fail(mine, *problem);
   const MPI_Datatype type = reduce_type(output.dtype(), op).value_or(MPI_DATATYPE_NULL);
   const MPI_Op mpi_reduction = mpi_op(op);
   std::int64_t per_row = 1;
@@ -296,15 +303,7 @@ Request iallgather(const DeviceArray& input, const DeviceArray& output, MPI_Comm
   static_cast<void>(rank);
   Path path = Path::staged;
   Descriptor mine = describe_nonblocking(input, input.shape(), &path);
-  Shape expected = input.shape();
-  expected.insert(expected.begin(), size);
-  if (output.dtype() != input.dtype() || output.shape() != expected) {
-    fail(mine, fmt::format("the output is {} {}, expected {} {} (ranks, *input.shape)",
-                           output.dtype().name(), layout::format_tuple(output.shape()),
-                           input.dtype().name(), layout::format_tuple(expected)));
-  } else if (const auto problem = destination_problem(output)) {
-    fail(mine, *problem);
-  }
+  if (const auto problem = allgather_problem(input, output, size)) fail(mine, *problem);
   const std::int64_t row_bytes = input.ndim() == 0
                                      ? input.itemsize()
                                      : input.nbytes() / std::max<std::int64_t>(input.shape()[0], 1);

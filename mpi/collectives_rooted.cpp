@@ -255,7 +255,9 @@ void gatherv(const DeviceArray& input, const DeviceArray& output,
   }
   const Agreement agreement = agree(name, comm, mine, root);
   const std::int64_t row_bytes = row_bytes_of(input.shape(), input.itemsize());
-  const auto [bytes, displacements] = byte_layout(counts, row_bytes);
+  const auto layout = byte_layout(counts, row_bytes);
+  const std::vector<int>& bytes = layout.first;
+  const std::vector<int>& displacements = layout.second;
   const int mine_bytes = bytes[static_cast<std::size_t>(rank)];
   run_whole(name, path, agreement, Side{.array = input, .active = true},
             Side{.array = is_root ? output : input, .active = is_root},
@@ -297,7 +299,9 @@ void scatterv(const DeviceArray& input, const DeviceArray& output,
   }
   const Agreement agreement = agree(name, comm, mine, root);
   const std::int64_t row_bytes = row_bytes_of(output.shape(), output.itemsize());
-  const auto [bytes, displacements] = byte_layout(counts, row_bytes);
+  const auto layout = byte_layout(counts, row_bytes);
+  const std::vector<int>& bytes = layout.first;
+  const std::vector<int>& displacements = layout.second;
   const int mine_bytes = bytes[static_cast<std::size_t>(rank)];
   run_whole(
       name, path, agreement, Side{.array = is_root ? input : output, .active = is_root},

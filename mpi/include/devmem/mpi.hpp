@@ -118,8 +118,8 @@ namespace detail {
 struct Operation;
 }  // namespace detail
 
-/// A non-blocking operation (isend, irecv). Move-only RAII handle: the operation holds the array
-/// and its staging buffers until it completes, whether or not the Request still exists.
+/// A non-blocking operation (isend, irecv, ibcast, ...). Move-only RAII handle: the operation holds
+/// the array and its staging buffers until it completes, whether or not the Request still exists.
 /// Destroying an unfinished Request waits for it (and drops its error, if any: call wait() to see
 /// errors). Progress: test() and wait() of any Request, and blocking calls, advance every
 /// outstanding operation of the process, so an exchange of isend/irecv pairs never deadlocks on
