@@ -206,8 +206,7 @@ enum class ReduceOp {
 /// Root's `array` into every rank's `array` (same dtype and shape on every rank).
 DEVMEM_MPI_API void bcast(const DeviceArray& array, int root, MPI_Comm comm = MPI_COMM_WORLD);
 /// Element-wise reduction over the ranks of `input`, written to `output` (same shape and dtype;
-/// `output` may be `input` itself or a view of other memory). Dtypes: integers and floats of 4 or
-/// 8 bytes, 1- and 2-byte integers; complex for sum only.
+/// `output` may be `input` itself or a view of other memory). Dtypes: as ReduceOp says for `op`.
 DEVMEM_MPI_API void allreduce(const DeviceArray& input, const DeviceArray& output, ReduceOp op,
                               MPI_Comm comm = MPI_COMM_WORLD);
 /// In place: allreduce(array, array, op, comm).
