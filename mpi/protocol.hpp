@@ -70,26 +70,8 @@ void check_peer_tag(const char* operation, MPI_Comm comm, int peer, bool any_sou
 
 // ---- MPI datatypes ------------------------------------------------------------------------------
 
-// An owned, committed MPI datatype.
-class Datatype {
- public:
-  Datatype() = default;
-  explicit Datatype(MPI_Datatype type) : type_(type) {}
-  Datatype(Datatype&& other) noexcept : type_(std::exchange(other.type_, MPI_DATATYPE_NULL)) {}
-  Datatype& operator=(Datatype&& other) noexcept {
-    std::swap(type_, other.type_);
-    return *this;
-  }
-  Datatype(const Datatype&) = delete;
-  Datatype& operator=(const Datatype&) = delete;
-  ~Datatype() {
-    if (type_ != MPI_DATATYPE_NULL) MPI_Type_free(&type_);
-  }
-  [[nodiscard]] MPI_Datatype get() const noexcept { return type_; }
-
- private:
-  MPI_Datatype type_ = MPI_DATATYPE_NULL;
-};
+// An owned, committed MPI datatype (public: devmem::mpi::Datatype).
+using Datatype = devmem::mpi::Datatype;
 
 // `value` as an MPI count; InvalidArgument naming `what` when it exceeds INT_MAX.
 int checked_int(std::int64_t value, const char* what);
