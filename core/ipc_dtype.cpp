@@ -88,6 +88,26 @@ bool valid_size(char kind, std::int64_t count) {
   }
 }
 
+/// The decimal number `text` starts with, removed from it; 0 when there is none, -1 on overflow.
+std::int64_t take_count(std::string_view& text) {
+  std::int64_t count = 0;
+  while (!text.empty() && text.front() >= '0' && text.front() <= '9') {
+    if (count > (std::numeric_limits<std::int64_t>::max() - 9) / 10) return -1;
+    count = count * 10 + (text.front() - '0');
+    text.remove_prefix(1);
+  }
+  return count;
+}
+
+/// What may follow a datetime's size: "[ns]", "[10ms]", or nothing (a generic datetime).
+bool valid_datetime_suffix(std::string_view rest) {
+  if (rest.empty()) return true;
+  if (rest.size() < 3 || rest.front() != '[' || rest.back() != ']') return false;
+  std::string_view unit = rest.substr(1, rest.size() - 2);
+  static_cast<void>(take_count(unit));  // the optional multiplier
+  return is_datetime_unit(unit);
+}
+
 /// `typestr` parsed; InvalidArgument naming `where` and what is wrong otherwise.
 Typestr parse_typestr(std::string_view typestr, std::string_view where, const char* op) {
   const auto refuse = [&](std::string_view why) {
@@ -103,23 +123,12 @@ Typestr parse_typestr(std::string_view typestr, std::string_view where, const ch
   if (std::string_view("biufcmMSUV").find(out.kind) == std::string_view::npos) {
     refuse("has an unknown kind");
   }
-  std::size_t at = 2;
-  std::int64_t count = 0;
-  for (; at < typestr.size() && typestr[at] >= '0' && typestr[at] <= '9'; ++at) {
-    if (count > (std::numeric_limits<std::int64_t>::max() - 9) / 10) refuse("has too large a size");
-    count = count * 10 + (typestr[at] - '0');
-  }
-  if (at == 2 || count <= 0) refuse("has no positive size");
+  std::string_view rest = typestr.substr(2);
+  const std::int64_t count = take_count(rest);
+  if (count <= 0) refuse("has no positive size, or too large a one");
   if (!valid_size(out.kind, count)) refuse("has a size its kind does not have");
-  const std::string_view rest = typestr.substr(at);
   if (out.kind == 'm' || out.kind == 'M') {
-    // "[ns]", "[10ms]", or nothing (a generic datetime).
-    if (!rest.empty()) {
-      if (rest.size() < 3 || rest.front() != '[' || rest.back() != ']') refuse("has a bad unit");
-      std::string_view unit = rest.substr(1, rest.size() - 2);
-      while (!unit.empty() && unit.front() >= '0' && unit.front() <= '9') unit.remove_prefix(1);
-      if (!is_datetime_unit(unit)) refuse("has an unknown datetime unit");
-    }
+    if (!valid_datetime_suffix(rest)) refuse("has an unknown datetime unit");
   } else if (!rest.empty()) {
     refuse("has characters after its size");
   }
@@ -128,6 +137,32 @@ Typestr parse_typestr(std::string_view typestr, std::string_view where, const ch
   }
   out.bytes = out.kind == 'U' ? count * 4 : count;  // NumPy counts 'U' in 4-byte characters
   return out;
+}
+
+void check_name(const DTypeField& field, std::size_t index, const std::string& path,
+                const char* op) {
+  if (field.name.empty()) {
+    throw_invalid(op, "the dtype description's field {} of {} has no name", index,
+                  path.empty() ? std::string("the element") : "'" + path + "'");
+  }
+  if (field.name.size() > kMaxStringBytes) {
+    throw_invalid(op, "the dtype description's field name '{}...' is longer than 255 bytes",
+                  field.name.substr(0, 32));
+  }
+}
+
+/// Bytes of the field: its element's times its sub-array shape's.
+std::int64_t field_bytes(const DTypeField& field, const Typestr& element, const std::string& where,
+                         const char* op) {
+  std::int64_t bytes = element.bytes;
+  for (const std::int64_t n : field.shape) {
+    if (n < 0 || (n > 0 && bytes > std::numeric_limits<std::int64_t>::max() / n)) {
+      throw_invalid(op, "the dtype description's field '{}' has a bad sub-array shape ({})", where,
+                    n);
+    }
+    bytes *= n;
+  }
+  return bytes;
 }
 
 void check_fields(const std::vector<DTypeField>& fields, std::int64_t container,
@@ -143,26 +178,12 @@ void check_fields(const std::vector<DTypeField>& fields, std::int64_t container,
   for (std::size_t i = 0; i < fields.size(); ++i) {
     const DTypeField& field = fields[i];
     const std::string where = path.empty() ? field.name : path + "." + field.name;
-    if (field.name.empty()) {
-      throw_invalid(op, "the dtype description's field {} of {} has no name", i,
-                    path.empty() ? std::string("the element") : "'" + path + "'");
-    }
-    if (field.name.size() > kMaxStringBytes) {
-      throw_invalid(op, "the dtype description's field name '{}...' is longer than 255 bytes",
-                    field.name.substr(0, 32));
-    }
+    check_name(field, i, path, op);
     if (!names.insert(field.name).second) {
       throw_invalid(op, "the dtype description names field '{}' twice", where);
     }
     const Typestr element = parse_typestr(field.typestr, "field '" + where + "'", op);
-    std::int64_t bytes = element.bytes;
-    for (const std::int64_t n : field.shape) {
-      if (n < 0 || (n > 0 && bytes > std::numeric_limits<std::int64_t>::max() / n)) {
-        throw_invalid(op, "the dtype description's field '{}' has a bad sub-array shape ({})",
-                      where, n);
-      }
-      bytes *= n;
-    }
+    const std::int64_t bytes = field_bytes(field, element, where, op);
     if (field.offset < 0 || bytes > container || field.offset > container - bytes) {
       throw_invalid(op,
                     "the dtype description's field '{}' ({} bytes at offset {}) does not lie "
