@@ -100,7 +100,7 @@ VendorIpcHandle Backend::ipc_get_handle(int device, void* base) {
                   name(), name(), base, device));
 }
 
-void* Backend::ipc_open(int device, const VendorIpcHandle& /*handle*/) {
+AllocationRange Backend::ipc_open(int device, const VendorIpcHandle& /*handle*/) {
   throw InvalidArgument(fmt::format(
       "{} ipc_open: the {} backend does not support IPC (opening a handle on device {})", name(),
       name(), device));

@@ -6,6 +6,7 @@
 #include "core/array_access.hpp"
 #include "core/format.hpp"
 #include "core/internal.hpp"
+#include "core/ipc_format.hpp"
 
 #include <devmem/context.hpp>
 
@@ -31,7 +32,9 @@ constexpr std::size_t kPreambleBytes = kMagic.size() + 4 + 4;
 constexpr std::size_t kChecksumBytes = 8;
 // More axes than any array devmem makes (NumPy's limit is 64).
 constexpr std::uint32_t kMaxAxes = 64;
-constexpr std::size_t kMaxNameBytes = 255;
+
+using detail::ipc::Reader;
+using detail::ipc::Writer;
 
 /// This process, as far as handles tell processes apart: a random number drawn once (pids are
 /// reused, and repeat across pid namespaces) together with the pid (a child made by fork without
@@ -52,64 +55,6 @@ std::uint64_t fnv1a(std::span<const std::byte> bytes) noexcept {
   }
   return hash;
 }
-
-class Writer {
- public:
-  template <class T>
-  void put(T value) {
-    const auto* p = reinterpret_cast<const std::byte*>(&value);
-    bytes_.insert(bytes_.end(), p, p + sizeof value);
-  }
-  void put_string(std::string_view text) {
-    put(static_cast<std::uint8_t>(text.size()));
-    const auto* p = reinterpret_cast<const std::byte*>(text.data());
-    bytes_.insert(bytes_.end(), p, p + text.size());
-  }
-  void put_bytes(std::span<const std::byte> bytes) {
-    bytes_.insert(bytes_.end(), bytes.begin(), bytes.end());
-  }
-  std::vector<std::byte>& bytes() noexcept { return bytes_; }
-
- private:
-  std::vector<std::byte> bytes_;
-};
-
-class Reader {
- public:
-  explicit Reader(std::span<const std::byte> bytes) : bytes_(bytes) {}
-  template <class T>
-  T get(const char* what) {
-    need(sizeof(T), what);
-    T value{};
-    std::memcpy(&value, bytes_.data() + at_, sizeof value);
-    at_ += sizeof value;
-    return value;
-  }
-  std::string get_string(const char* what) {
-    const auto length = get<std::uint8_t>(what);
-    need(length, what);
-    std::string text(reinterpret_cast<const char*>(bytes_.data() + at_), length);
-    at_ += length;
-    return text;
-  }
-  void get_bytes(std::span<std::byte> out, const char* what) {
-    need(out.size(), what);
-    std::memcpy(out.data(), bytes_.data() + at_, out.size());
-    at_ += out.size();
-  }
-  [[nodiscard]] std::size_t position() const noexcept { return at_; }
-
- private:
-  void need(std::size_t count, const char* what) const {
-    if (bytes_.size() - at_ < count) {
-      detail::throw_invalid("IpcHandle::from_bytes",
-                            "the handle is malformed: its {} runs past its end at byte {} of {}",
-                            what, at_, bytes_.size());
-    }
-  }
-  std::span<const std::byte> bytes_;
-  std::size_t at_ = 0;
-};
 
 // ---- The mappings this process has opened ----
 
@@ -138,6 +83,7 @@ struct Mapping {
   MappingKey key;
   std::shared_ptr<Context> context;
   void* base = nullptr;
+  std::size_t bytes = 0;  // what the backend really mapped from `base` (not what a handle says)
 
   Mapping() = default;
   Mapping(const Mapping&) = delete;
@@ -156,18 +102,19 @@ class MappingTable {
     }
     // The mapping object is made once the vendor mapping exists: its destructor closes it (and
     // takes this table's mutex, held here).
-    void* const base = context->backend().ipc_open(context->device(), key.vendor);
+    const AllocationRange opened = context->backend().ipc_open(context->device(), key.vendor);
     std::shared_ptr<Mapping> mapping;
     try {
       mapping = std::make_shared<Mapping>();
       table_.insert_or_assign(key, mapping);
     } catch (...) {
-      close_quietly(*context, base);
+      close_quietly(*context, opened.base);
       throw;
     }
     mapping->key = key;
     mapping->context = context;
-    mapping->base = base;
+    mapping->base = opened.base;
+    mapping->bytes = opened.bytes;
     return mapping;
   }
   /// Forgets `key` unless a live mapping took its place.
@@ -203,6 +150,7 @@ struct IpcHandle::State {
   Shape shape;
   Strides strides;
   DType dtype;
+  DTypeDescription description;
   std::int64_t offset = 0;
   std::int64_t allocation_bytes = 0;
   std::int64_t pid = 0;
@@ -269,6 +217,16 @@ DeviceArray open_state(const IpcHandle::State& s, std::optional<int> requested, 
   std::shared_ptr<Context> context = context_for_device(device);
   std::shared_ptr<Mapping> mapping =
       mappings().open(MappingKey{s.backend, device, s.vendor}, context);
+  // The sizes above are the handle's, and a handle is only checksummed: what bounds the array is
+  // the mapping the backend really made. Refusing drops `mapping`, which closes it unless
+  // another array shares it.
+  if (static_cast<std::uint64_t>(s.allocation_bytes) > mapping->bytes) {
+    detail::throw_invalid(op,
+                          "the handle says the exported allocation has {} bytes, but the {} "
+                          "backend mapped {} bytes of it on device {}: the handle is forged or "
+                          "corrupt, and is refused",
+                          s.allocation_bytes, s.backend, mapping->bytes, device);
+  }
 
   auto memory = std::make_shared<detail::DeviceMemory>();
   memory->context = context;
@@ -285,7 +243,12 @@ DeviceArray open_state(const IpcHandle::State& s, std::optional<int> requested, 
 IpcHandle::IpcHandle(std::shared_ptr<State> state) noexcept : state_(std::move(state)) {}
 
 IpcHandle ipc_handle(const DeviceArray& array) {
+  return ipc_handle(array, DTypeDescription::of(array.dtype()));
+}
+
+IpcHandle ipc_handle(const DeviceArray& array, DTypeDescription description) {
   constexpr const char* op = "ipc_handle";
+  detail::ipc::check_description(description, array.dtype(), op);
   const auto& memory = detail::ArrayAccess::memory(array);
   if (!memory || memory->ptr == nullptr) {
     detail::throw_invalid(op, "the array (shape {}) has no device memory to share",
@@ -311,6 +274,7 @@ IpcHandle ipc_handle(const DeviceArray& array) {
   state->shape = array.shape();
   state->strides = array.strides();
   state->dtype = array.dtype();
+  state->description = std::move(description);
   state->offset = (memory->ptr - static_cast<std::byte*>(range.base)) + array.layout().offset;
   state->allocation_bytes = static_cast<std::int64_t>(range.bytes);
   state->pid = ::getpid();
@@ -337,13 +301,14 @@ std::vector<std::byte> IpcHandle::to_bytes() const {
   w.put(static_cast<std::uint8_t>(s.dtype.kind()));
   w.put(s.dtype.itemsize());
   w.put(s.dtype.alignment());
-  w.put_string(s.dtype.typestr());
+  w.put_string(s.description.typestr);
   w.put(s.allocation_bytes);
   w.put(s.offset);
   w.put(static_cast<std::uint32_t>(s.shape.size()));
   for (const std::int64_t n : s.shape) w.put(n);
   for (const std::int64_t stride : s.strides) w.put(stride);
   w.put_bytes(s.vendor);
+  detail::ipc::put_fields(w, s.description.fields);
   std::vector<std::byte>& bytes = w.bytes();
   const auto total = static_cast<std::uint32_t>(bytes.size() + kChecksumBytes);
   std::memcpy(bytes.data() + kMagic.size() + 4, &total, sizeof total);
@@ -399,12 +364,15 @@ IpcHandle IpcHandle::from_bytes(std::span<const std::byte> bytes) {
   const auto kind = static_cast<char>(f.get<std::uint8_t>("dtype kind"));
   const auto itemsize = f.get<std::int64_t>("dtype itemsize");
   const auto alignment = f.get<std::int64_t>("dtype alignment");
-  const std::string typestr = f.get_string("dtype typestr");
+  std::string typestr = f.get_string("dtype typestr");
   try {
     state->dtype = DType(kind, itemsize, alignment);
   } catch (const InvalidArgument& e) {
     detail::throw_invalid(op, "the handle's dtype ({}) is invalid: {}", typestr, e.what());
   }
+  state->description.typestr = std::move(typestr);
+  state->description.itemsize = itemsize;
+  state->description.alignment = alignment;
   state->allocation_bytes = f.get<std::int64_t>("allocation size");
   state->offset = f.get<std::int64_t>("offset");
   const auto ndim = f.get<std::uint32_t>("number of axes");
@@ -416,17 +384,19 @@ IpcHandle IpcHandle::from_bytes(std::span<const std::byte> bytes) {
   for (std::int64_t& n : state->shape) n = f.get<std::int64_t>("shape");
   for (std::int64_t& stride : state->strides) stride = f.get<std::int64_t>("strides");
   f.get_bytes(state->vendor, "vendor handle");
+  state->description.fields = detail::ipc::get_fields(f);
   if (f.position() != total - kChecksumBytes) {
     detail::throw_invalid(op, "the handle is malformed: {} unread bytes before its checksum",
                           total - kChecksumBytes - f.position());
   }
-  if (state->backend.empty() || state->backend.size() > kMaxNameBytes || state->pid <= 0 ||
-      state->allocation_bytes <= 0 || state->offset < 0) {
+  if (state->backend.empty() || state->pid <= 0 || state->allocation_bytes <= 0 ||
+      state->offset < 0) {
     detail::throw_invalid(op,
                           "the handle is malformed (backend '{}', pid {}, allocation of {} bytes, "
                           "offset {})",
                           state->backend, state->pid, state->allocation_bytes, state->offset);
   }
+  detail::ipc::check_description(state->description, state->dtype, op);
   return IpcHandle(std::move(state));
 }
 
@@ -474,6 +444,9 @@ const Strides& IpcHandle::strides() const noexcept {
 }
 const DType& IpcHandle::dtype() const noexcept {
   return state_->dtype;
+}
+const DTypeDescription& IpcHandle::dtype_description() const noexcept {
+  return state_->description;
 }
 std::int64_t IpcHandle::offset() const noexcept {
   return state_->offset;

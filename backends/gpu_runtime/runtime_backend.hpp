@@ -551,7 +551,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
     }
   }
 
-  [[nodiscard]] void* ipc_open(int device, const VendorIpcHandle& handle) override {
+  [[nodiscard]] AllocationRange ipc_open(int device, const VendorIpcHandle& handle) override {
     if constexpr (Api::kHasIpc) {
       const ScopedDevice on_device = use_device("ipc_open", device);
       typename Api::IpcMemHandle vendor_handle{};
@@ -559,7 +559,29 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
       void* base = nullptr;
       check(Api::ipcOpenMemHandle(&base, vendor_handle),
             "opening an allocation of another process on device {}", device);
-      return base;
+      // What is mapped is what the driver says, not the handle (input from another process). On
+      // any failure the mapping is closed again: nothing stays mapped when ipc_open throws.
+      void* first = nullptr;
+      std::size_t bytes = 0;
+      const ApiStatus range = Api::memGetAddressRange(&first, &bytes, base);
+      const auto at = reinterpret_cast<std::uintptr_t>(base);
+      const auto begin = reinterpret_cast<std::uintptr_t>(first);
+      const bool inside = range.code == Api::kSuccess && at >= begin && at - begin < bytes;
+      if (!inside) {
+        static_cast<void>(Api::ipcCloseMemHandle(base));
+        clear_last_error();
+        check(range,
+              "finding the size of the allocation of another process opened at {} on "
+              "device {}",
+              fmt::ptr(base), device);
+        // Not a vendor failure: the call succeeded with a range that contradicts the mapping.
+        throw BackendError(std::string(Api::kBackend), std::string(range.function), 0,
+                           "unexpected address range",
+                           fmt::format("{} ipc_open: the driver places the mapping at {} in the "
+                                       "allocation [{}, +{} bytes), which does not hold it",
+                                       Api::kBackend, fmt::ptr(base), fmt::ptr(first), bytes));
+      }
+      return AllocationRange{base, bytes - (at - begin)};
     } else {
       return Backend::ipc_open(device, handle);
     }

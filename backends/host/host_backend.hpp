@@ -140,7 +140,7 @@ class HostBackend final : public Backend {
   [[nodiscard]] bool supports_ipc(int device) override;
   [[nodiscard]] AllocationRange allocation_range(int device, const void* ptr) override;
   [[nodiscard]] VendorIpcHandle ipc_get_handle(int device, void* base) override;
-  [[nodiscard]] void* ipc_open(int device, const VendorIpcHandle& handle) override;
+  [[nodiscard]] AllocationRange ipc_open(int device, const VendorIpcHandle& handle) override;
   void ipc_close(int device, void* base) override;
   /// Enqueues a simulated kernel (`run_grid` runs every block; see host_kernel.cpp), counted and
   /// fault-injectable as Call::Launch.
@@ -178,8 +178,8 @@ class HostBackend final : public Backend {
   };
   /// A mapping of another process's allocation made by ipc_open.
   struct Import {
-    std::size_t bytes = 0;
-    std::size_t mapped = 0;
+    std::size_t bytes = 0;   // the allocation's size, at most `mapped`
+    std::size_t mapped = 0;  // the memfd's size (fstat), all of it mapped
     int device = 0;
   };
   using HostRangeMap = std::map<std::uintptr_t, HostRange>;

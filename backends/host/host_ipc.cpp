@@ -9,16 +9,21 @@
 //    into it stays valid and now addresses shared memory.
 // The memfd stays open in the exporter until the allocation is freed; then its pages are mapped
 // private and anonymous again (before operator delete gives them back to the heap) and the memfd
-// is closed. The handle names the exporter's pid, the memfd's descriptor number and a random
-// token that is also the memfd's name; an importer opens /proc/<pid>/fd/<fd> (permitted for a
-// process of the same user, as ptrace's read access), checks the name against the token (the
-// number may have been reused after a free) and maps the memfd. Nothing is ever created in
+// is closed. The memfd is sealed against shrinking and growing, so the size an importer checks
+// stays true. The handle names the exporter's pid, the memfd's descriptor number and a random
+// token that is also the memfd's name. An importer checks /proc/<pid>/fd/<fd> before opening it:
+// the link must name the memfd of that token (the number may have been reused after a free, or
+// forged: opening an arbitrary file can have effects, a terminal can become the controlling one),
+// then it opens it (permitted for a process of the same user, as ptrace's read access), checks
+// that it opened the same inode, that it is sealed, and maps all of it: the memfd's size, not the
+// handle's, is what the importer reports as mapped (Backend::ipc_open). Nothing is ever created in
 // /dev/shm, so nothing is left behind when a process dies: the memfd disappears with its last
 // descriptor and mapping.
 // Caveat of the simulation: the remap copies the allocation, so exporting must not race with a
 // host thread writing the allocation outside devmem's streams (a GPU exports without copying).
 #include "backends/host/host_backend.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -89,8 +94,24 @@ std::optional<HandleFields> decode(const VendorIpcHandle& handle) noexcept {
   return fields;
 }
 
+constexpr std::string_view kMemfdPrefix = "devmem-ipc-";
+
 std::string memfd_name(std::uint64_t token) {
-  return fmt::format("devmem-ipc-{:016x}", token);
+  return fmt::format("{}{:016x}", kMemfdPrefix, token);
+}
+
+// Every exported memfd carries these: its size is fixed for as long as it exists.
+constexpr int kExportSeals = F_SEAL_SHRINK | F_SEAL_GROW;
+
+/// Whether `link` (a /proc/<pid>/fd/<n> link's text) names the memfd called `name`.
+bool names_memfd(std::string_view link, std::string_view name) {
+  constexpr std::string_view kPrefix = "/memfd:";
+  constexpr std::string_view kDeleted = " (deleted)";  // memfds have no path: always shown
+  if (!link.starts_with(kPrefix)) return false;
+  link.remove_prefix(kPrefix.size());
+  if (!link.starts_with(name)) return false;
+  link.remove_prefix(name.size());
+  return link.empty() || link == kDeleted;
 }
 
 std::string os_error(int error) {
@@ -178,7 +199,7 @@ VendorIpcHandle HostBackend::ipc_get_handle(int device, void* base) {
   std::random_device random;
   exported.token = (std::uint64_t{random()} << 32) | random();
   const std::string name = memfd_name(exported.token);
-  FdGuard fd{::memfd_create(name.c_str(), MFD_CLOEXEC)};
+  FdGuard fd{::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING)};
   if (fd.fd < 0) {
     fail("ipc_get_handle", Status::MemoryAllocation, "memfd_create for {} ({} bytes) failed: {}",
          fmt::ptr(base), exported.bytes, os_error(errno));
@@ -187,6 +208,10 @@ VendorIpcHandle HostBackend::ipc_get_handle(int device, void* base) {
     fail("ipc_get_handle", Status::MemoryAllocation,
          "sizing the memfd of {} to {} bytes failed: {}", fmt::ptr(base), exported.mapped,
          os_error(errno));
+  }
+  if (::fcntl(fd.fd, F_ADD_SEALS, kExportSeals | F_SEAL_SEAL) != 0) {
+    fail("ipc_get_handle", Status::MemoryAllocation, "sealing the memfd of {} failed: {}",
+         fmt::ptr(base), os_error(errno));
   }
   void* const staging =
       ::mmap(nullptr, exported.mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
@@ -209,7 +234,7 @@ VendorIpcHandle HostBackend::ipc_get_handle(int device, void* base) {
   return encode({pid, exported.fd, exported.token, exported.bytes, exported.mapped});
 }
 
-void* HostBackend::ipc_open(int device, const VendorIpcHandle& handle) {
+AllocationRange HostBackend::ipc_open(int device, const VendorIpcHandle& handle) {
   check_device("ipc_open", device);
   const std::optional<HandleFields> fields = decode(handle);
   if (!fields) {
@@ -229,9 +254,7 @@ void* HostBackend::ipc_open(int device, const VendorIpcHandle& handle) {
   }
   const std::string process = fmt::format("/proc/{}", fields->pid);
   const std::string path = fmt::format("{}/fd/{}", process, fields->fd);
-  FdGuard fd{::open(path.c_str(), O_RDWR | O_CLOEXEC)};
-  if (fd.fd < 0) {
-    const int error = errno;
+  const auto gone = [&](int error) {
     struct stat info {};
     if (::stat(process.c_str(), &info) != 0) {
       fail("ipc_open", Status::InvalidResourceHandle,
@@ -242,36 +265,69 @@ void* HostBackend::ipc_open(int device, const VendorIpcHandle& handle) {
            "process {} has freed the exported allocation (it has no descriptor {} any more)",
            fields->pid, fields->fd);
     }
-    fail("ipc_open", Status::InvalidResourceHandle, "opening {} failed: {}", path, os_error(error));
-  }
-  // The descriptor number may have been reused for another file after a free: the memfd's name
-  // carries the token.
-  const std::string expected = "/memfd:" + memfd_name(fields->token);
+    fail("ipc_open", Status::InvalidResourceHandle, "reading {} failed: {}", path, os_error(error));
+  };
+  // Checked before anything is opened: the number is the handle's, and opening whatever it names
+  // (a terminal, a FIFO, a device) can have effects of its own.
+  const std::string name = memfd_name(fields->token);
   std::array<char, 256> target{};
-  const ssize_t length =
-      ::readlink(fmt::format("/proc/self/fd/{}", fd.fd).c_str(), target.data(), target.size() - 1);
-  const std::string_view actual(target.data(), length > 0 ? static_cast<std::size_t>(length) : 0);
-  if (!actual.starts_with(expected) ||
-      (actual.size() != expected.size() && actual.substr(expected.size()) != " (deleted)")) {
-    fail("ipc_open", Status::InvalidResourceHandle,
-         "process {} has freed the exported allocation (its descriptor {} is now '{}')",
-         fields->pid, fields->fd, actual);
+  const ssize_t length = ::readlink(path.c_str(), target.data(), target.size() - 1);
+  if (length < 0) gone(errno);
+  const std::string_view found(target.data(), static_cast<std::size_t>(length));
+  if (!names_memfd(found, name)) {
+    if (found.starts_with(fmt::format("/memfd:{}", kMemfdPrefix))) {
+      fail("ipc_open", Status::InvalidResourceHandle,
+           "process {} has freed the exported allocation (its descriptor {} is now another "
+           "export, '{}')",
+           fields->pid, fields->fd, found);
+    }
+    throw InvalidArgument(fmt::format(
+        "host ipc_open: descriptor {} of process {} is '{}', not the exporter's memfd "
+        "'memfd:{}': the handle does not name a shared allocation (forged, or the allocation was "
+        "freed and the number reused); it was not opened",
+        fields->fd, fields->pid, found, name));
   }
-  struct stat info {};
-  if (::fstat(fd.fd, &info) != 0 || static_cast<std::uint64_t>(info.st_size) < fields->mapped) {
-    fail("ipc_open", Status::InvalidResourceHandle,
-         "the shared memory of process {} holds fewer than the handle's {} bytes", fields->pid,
-         fields->mapped);
+  struct stat named {};
+  if (::stat(path.c_str(), &named) != 0) gone(errno);
+  FdGuard fd{::open(path.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC)};
+  if (fd.fd < 0) gone(errno);
+  struct stat opened {};
+  if (::fstat(fd.fd, &opened) != 0) {
+    fail("ipc_open", Status::InvalidResourceHandle, "fstat of {} failed: {}", path,
+         os_error(errno));
   }
-  void* const mapped =
-      ::mmap(nullptr, fields->mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
+  if (opened.st_dev != named.st_dev || opened.st_ino != named.st_ino) {
+    fail("ipc_open", Status::InvalidResourceHandle,
+         "process {} has freed the exported allocation (its descriptor {} changed while it was "
+         "being opened)",
+         fields->pid, fields->fd);
+  }
+  const int seals = ::fcntl(fd.fd, F_GET_SEALS);
+  if (!S_ISREG(opened.st_mode) || opened.st_size <= 0 || seals < 0 ||
+      (seals & kExportSeals) != kExportSeals) {
+    throw InvalidArgument(
+        fmt::format("host ipc_open: descriptor {} of process {} ('{}') is not a sealed memfd of a "
+                    "devmem export "
+                    "(mode {:o}, {} bytes, seals {}); it was not mapped",
+                    fields->fd, fields->pid, found, opened.st_mode, opened.st_size, seals));
+  }
+  // All of the memfd is mapped, and only it: its size, not the handle's, bounds what the caller
+  // may address.
+  const auto memfd_bytes = static_cast<std::size_t>(opened.st_size);
+  void* const mapped = ::mmap(nullptr, memfd_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
   if (mapped == MAP_FAILED) {
     fail("ipc_open", Status::MemoryAllocation, "mapping {} bytes shared by process {} failed: {}",
-         fields->mapped, fields->pid, os_error(errno));
+         memfd_bytes, fields->pid, os_error(errno));
   }
-  const std::lock_guard lock(memory_mutex_);
-  imports_.emplace(address_of(mapped), Import{fields->bytes, fields->mapped, device});
-  return mapped;
+  const std::size_t bytes = std::min<std::size_t>(fields->bytes, memfd_bytes);
+  try {
+    const std::lock_guard lock(memory_mutex_);
+    imports_.emplace(address_of(mapped), Import{bytes, memfd_bytes, device});
+  } catch (...) {
+    static_cast<void>(::munmap(mapped, memfd_bytes));
+    throw;
+  }
+  return AllocationRange{mapped, bytes};
 }
 
 void HostBackend::ipc_close(int device, void* base) {

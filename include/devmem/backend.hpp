@@ -289,11 +289,17 @@ class DEVMEM_API Backend {
   /// A handle to the allocation starting at `base` that another process can open with ipc_open
   /// (cudaIpcGetMemHandle). The same allocation may be exported any number of times.
   [[nodiscard]] virtual VendorIpcHandle ipc_get_handle(int device, void* base);
-  /// Maps an allocation exported by another process into this one on `device` and returns its
-  /// base (cudaIpcOpenMemHandle with lazy peer access). BackendError for a handle that names no
-  /// live allocation (freed, or its exporter gone) or one exported by this process.
-  [[nodiscard]] virtual void* ipc_open(int device, const VendorIpcHandle& handle);
-  /// Unmaps what ipc_open returned (cudaIpcCloseMemHandle). Called once per ipc_open.
+  /// Maps an allocation exported by another process into this one on `device` (cudaIpcOpenMemHandle
+  /// with lazy peer access) and returns the mapping: its base and the bytes from there that are
+  /// really mapped, as the driver or the operating system says (cuMemGetAddressRange,
+  /// hipMemGetAddressRange, the memfd's size), never as the handle says, since a handle is input
+  /// from another process. BackendError for a handle that names no live allocation (freed, or
+  /// its exporter gone) or one exported by this process; a backend may refuse a handle naming
+  /// something that is not a shared allocation at all with InvalidArgument (the host backend
+  /// does). Nothing stays mapped when it throws.
+  [[nodiscard]] virtual AllocationRange ipc_open(int device, const VendorIpcHandle& handle);
+  /// Unmaps what ipc_open returned (cudaIpcCloseMemHandle), given its base. Called once per
+  /// ipc_open.
   virtual void ipc_close(int device, void* base);
 };
 

@@ -3,6 +3,7 @@
 // hands it to ipc_child_main below), the handle passed as hexadecimal text on its command line.
 // Backends without IPC (the GPU backends on HIP-CPU) check only that exporting says so.
 #include "../common/exported_memfds.hpp"
+#include "ipc_test_support.hpp"
 #include "support.hpp"
 
 #include <devmem/ipc.hpp>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 using namespace conformance;
+using namespace conformance::ipc_test;
 using devmem::BackendError;
 using devmem::DeviceArray;
 using devmem::InvalidArgument;
@@ -35,72 +37,12 @@ double child_value(std::size_t i) {
   return 1000.0 + static_cast<double>(i);
 }
 
-/// Result of a child process: exit status and everything it printed.
-struct ChildResult {
-  int status = -1;
-  std::string output;
-};
-
-/// Runs this executable as an IPC child: `mode` and `args` after --devmem-ipc-child.
-ChildResult run_child(const std::string& mode, const std::vector<std::string>& args) {
-  char exe[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-  REQUIRE(n > 0);
-  exe[n] = '\0';
-  char path[] = "/tmp/devmem-ipc-child-XXXXXX";
-  const int fd = ::mkstemp(path);
-  REQUIRE(fd >= 0);
-  ::close(fd);
-  std::string command = "'" + std::string(exe) + "' --devmem-ipc-child " + mode;
-  for (const std::string& arg : args) command += " '" + arg + "'";
-  command += " > '" + std::string(path) + "' 2>&1";
-  const int status = std::system(command.c_str());  // NOLINT(cert-env33-c)
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  ::unlink(path);
-  ChildResult result;
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.output = text.str();
-  return result;
-}
-
 /// Fills `array` (float64, any layout) with parent_value in C order.
 void fill_parent_values(const DeviceArray& array) {
   std::vector<double> values(static_cast<std::size_t>(array.size()));
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = parent_value(i);
   array.copy_to_device(values);
   array.stream().synchronize();
-}
-
-/// The handle's bytes with the field at `at` replaced by `value`, the checksum made right again:
-/// a well-formed handle that says something else (the format is in docs/scaling-out.md#ipc).
-template <class T>
-std::vector<std::byte> patched(std::vector<std::byte> bytes, std::size_t at, T value) {
-  if (bytes.size() < at + sizeof value + 8) throw std::logic_error("patched: handle too short");
-  std::memcpy(bytes.data() + at, &value, sizeof value);
-  std::uint64_t hash = 0xcbf29ce484222325ULL;
-  for (std::size_t i = 0; i + 8 < bytes.size(); ++i) {
-    hash ^= static_cast<std::uint64_t>(bytes[i]);
-    hash *= 0x100000001b3ULL;
-  }
-  std::memcpy(&*(bytes.end() - 8), &hash, sizeof hash);
-  return bytes;
-}
-// Field offsets of format version 1.
-constexpr std::size_t kVersionAt = 8;
-constexpr std::size_t kPidAt = 24;
-constexpr std::size_t kDeviceAt = 32;
-constexpr std::size_t kBackendAt = 37;  // after its one-byte length
-
-std::string hex_of(const std::vector<std::byte>& bytes) {
-  std::string hex;
-  for (const std::byte b : bytes) {
-    char digits[3];
-    std::snprintf(digits, sizeof digits, "%02x", std::to_integer<unsigned>(b));
-    hex += digits;
-  }
-  return hex;
 }
 
 using devmem_test::exported_memfds;
@@ -129,14 +71,6 @@ class CarvingManager : public devmem::DirectMemoryManager {
   }
   [[nodiscard]] std::string_view name() const noexcept override { return "carving"; }
 };
-
-#define IPC_OR_RETURN()                                                                    \
-  if (!devmem::ipc_supported()) {                                                          \
-    DeviceArray probe = devmem::device_array<float>({4});                                  \
-    CHECK_THROWS_MATCHES(probe.ipc_handle(), InvalidArgument, MessageContains("IPC"));     \
-    WARN("the " << devmem::backend_name() << " backend has no IPC: only that is checked"); \
-    return;                                                                                \
-  }
 
 /// Exports `shared`, lets a child read parent values and write child values, checks both sides.
 void round_trip(const DeviceArray& shared) {
@@ -336,6 +270,10 @@ TEST_CASE("IPC: handles that are not handles, or not for this process, are refus
   }
   CHECK_THROWS_MATCHES(IpcHandle::from_bytes(patched(good, kVersionAt, std::uint32_t{7})),
                        InvalidArgument, MessageContains("format version 7"));
+  // A version 1 handle (without the dtype description) is refused, naming both versions.
+  CHECK_THROWS_MATCHES(IpcHandle::from_bytes(patched(good, kVersionAt, std::uint32_t{1})),
+                       InvalidArgument,
+                       MessageContains("format version 1") && MessageContains("reads version 2"));
   CHECK_THROWS_MATCHES(IpcHandle::from_hex("abc"), InvalidArgument, MessageContains("odd"));
   CHECK_THROWS_MATCHES(IpcHandle::from_hex("zz"), InvalidArgument,
                        MessageContains("not a hexadecimal digit"));
@@ -420,6 +358,9 @@ int ipc_child_main(int argc, char** argv) {
     if (argc < 2) {
       std::fprintf(stderr, "ipc child: mode %s needs a handle\n", argv[0]);
       return 2;
+    }
+    if (const int status = ipc_hardening_child(mode, argc - 1, argv + 1); status >= 0) {
+      return status;
     }
     const IpcHandle handle = IpcHandle::from_hex(argv[1]);
     if (mode == "rw") {
