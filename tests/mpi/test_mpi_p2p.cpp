@@ -376,8 +376,65 @@ TEST_CASE("mpi p2p: the tag range", "[mpi][p2p]") {
   }
 }
 
+TEST_CASE("mpi p2p: stream-ordered send, recv and allreduce", "[mpi][p2p][enqueue]") {
+  const int peer = partner();
+  const bool sender = rank() % 2 == 0;
+  const devmem::Stream stream = devmem::stream();
+  if (peer >= 0) {
+    const std::int64_t n = 3000;  // above the eager limit; a small one below
+    for (const std::int64_t size : {n, std::int64_t{5}}) {
+      const devmem::DeviceArray array = devmem::to_device(std::vector<double>(static_cast<std::size_t>(size), -1.0));
+      const devmem::DeviceArray after = devmem::device_array<double>({size});
+      if (sender) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        // Work enqueued before the send (a copy of new values) is what gets sent.
+        array.copy_to_device(devmem::HostArray::from<double>(iota(size, 11.0)), stream);
+        dm::send_enqueue(array, peer, 70, stream);
+        stream.synchronize();
+      } else {
+        dm::recv_enqueue(array, peer, 70, stream);
+        after.copy_to_device(array, stream);  // ordered after the receive
+        // The call returned before the message exists: the sender sends after this barrier.
+        CHECK(!stream.query());
+        MPI_Barrier(MPI_COMM_WORLD);
+        stream.synchronize();
+        CHECK(after.to_vector<double>() == iota(size, 11.0));
+      }
+      dm::check_enqueued();
+    }
+    // A stream-ordered receive matches a plain send, and a failed one leaves the array as it was.
+    const devmem::DeviceArray kept = devmem::to_device(iota(4, 1.0));
+    if (sender) {
+      dm::send(devmem::to_device(iota(5, 0.0)), peer, 71);  // eager: the sender is not told
+    } else {
+      dm::recv_enqueue(kept, peer, 71, stream);
+      stream.synchronize();
+      CHECK_THROWS_WITH(dm::check_enqueued(), Catch::Contains("shape/dtype mismatch"));
+      CHECK(kept.to_vector<double>() == iota(4, 1.0));
+      dm::check_enqueued();  // reported once
+    }
+  } else {
+    MPI_Barrier(MPI_COMM_WORLD);  // the two barriers of the odd rank out
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  // allreduce on a stream: every rank contributes rank + 1.
+  const devmem::DeviceArray input = devmem::device_array<double>({7});
+  const devmem::DeviceArray output = devmem::device_array<double>({7});
+  const devmem::DeviceArray copied = devmem::device_array<double>({7});
+  input.copy_to_device(std::vector<double>(7, rank() + 1.0), stream);
+  dm::allreduce_enqueue(input, output, dm::ReduceOp::sum, stream);
+  copied.copy_to_device(output, stream);
+  stream.synchronize();
+  const int n = size();
+  CHECK(copied.to_vector<double>() == std::vector<double>(7, n * (n + 1) / 2.0));
+  CHECK_THROWS_WITH(dm::allreduce_enqueue(input, devmem::device_array<float>({7}), dm::ReduceOp::sum, stream),
+                    Catch::Contains("the input (float64 (7,)) and the output (float32 (7,)) differ"));
+}
+
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  // Stream-ordered calls make MPI calls on devmem::mpi's progress thread.
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   if (const char* private_comm = std::getenv("DEVMEM_MPI_TESTS_INITIALIZE");
       private_comm != nullptr && std::string(private_comm) == "1") {
     dm::initialize();

@@ -48,6 +48,7 @@
 #include <devmem/error.hpp>
 #include <devmem/host_array.hpp>
 #include <devmem/layout.hpp>
+#include <devmem/stream.hpp>
 
 // The C API only: Open MPI's and MPICH's mpi.h otherwise pull in the removed C++ bindings, whose
 // symbols live in a library MPI::MPI_C does not link. (The devmem::mpi target also defines these
@@ -498,5 +499,35 @@ class Datatype {
 /// (transport_for(view) == Transport::device_direct). InvalidArgument when an axis is longer than
 /// INT_MAX; MpiError when MPI fails.
 [[nodiscard]] DEVMEM_MPI_API Datatype datatype_for(const DeviceArray& view);
+
+// ---- stream-ordered communication -------------------------------------------------------------
+
+/// Stream-ordered communication (MPICH's MPIX_Send_enqueue and friends, NCCL's model): the call
+/// enqueues the operation on `stream` and returns at once. The operation starts after the work
+/// enqueued on `stream` before the call, and work enqueued on `stream` after the call runs after it
+/// has completed, so communication overlaps the host's own work without host threads in the
+/// application. How: the array is copied into a page-locked staging buffer on the stream; a host
+/// function on the stream (cudaLaunchHostFunc) hands the message on that buffer to devmem::mpi's
+/// progress thread (started by the first such call) and holds the stream until it is done;
+/// receives copy the buffer back on the stream. The message is an ordinary devmem::mpi message:
+/// it matches send/recv/isend/irecv on the other rank. Needs MPI_THREAD_MULTIPLE (InvalidArgument
+/// naming the level MPI provides otherwise). On the default stream of the host backend, whose
+/// work runs when it is enqueued, the call returns only when the operation is done.
+/// Errors of the operation itself (a mismatch, an MPI error) surface from check_enqueued() or the
+/// next *_enqueue call, once; a failed receive leaves the array's values as they were (the
+/// staging buffer first holds them). Argument errors throw at once, before anything is enqueued.
+DEVMEM_MPI_API void send_enqueue(const DeviceArray& array, int destination, int tag,
+                                 const Stream& stream, MPI_Comm comm = MPI_COMM_WORLD);
+/// Stream-ordered receive into `array` (see send_enqueue).
+DEVMEM_MPI_API void recv_enqueue(const DeviceArray& array, int source, int tag,
+                                 const Stream& stream, MPI_Comm comm = MPI_COMM_WORLD);
+/// Stream-ordered allreduce of `input` into `output` (same dtype and shape; may be the same
+/// array). No descriptor exchange: every rank must enqueue the same allreduce (dtype, shape,
+/// reduction), in the same order relative to the communicator's other non-blocking collectives.
+DEVMEM_MPI_API void allreduce_enqueue(const DeviceArray& input, const DeviceArray& output,
+                                      ReduceOp op, const Stream& stream,
+                                      MPI_Comm comm = MPI_COMM_WORLD);
+/// Throws the first error of an enqueued operation that failed since the last check (once).
+DEVMEM_MPI_API void check_enqueued();
 
 }  // namespace devmem::mpi
