@@ -58,7 +58,10 @@ int run(int argc, char** argv, int rank) {
     } else if (std::strcmp(argv[i], "--chunk") == 0 && i + 1 < argc) {
       chunk = std::atoll(argv[++i]);
     } else {
-      if (rank == 0) std::fprintf(stderr, "usage: devmem_mpi_bench [--quick] [--chunk BYTES] [--part bandwidth|small|all]\n");
+      if (rank == 0)
+        std::fprintf(
+            stderr,
+            "usage: devmem_mpi_bench [--quick] [--chunk BYTES] [--part bandwidth|small|all]\n");
       return 1;
     }
   }
@@ -66,8 +69,8 @@ int run(int argc, char** argv, int rank) {
   const bool bandwidth = part != "small";
   const std::vector<std::int64_t> sizes =
       !bandwidth ? std::vector<std::int64_t>{}
-      : quick ? std::vector<std::int64_t>{64 << 10, 1 << 20}
-            : std::vector<std::int64_t>{64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
+      : quick    ? std::vector<std::int64_t>{64 << 10, 1 << 20}
+                 : std::vector<std::int64_t>{64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
   if (rank == 0 && bandwidth) {
     std::printf(
         "# devmem MPI ping-pong (ranks 0 and 1)\n\nbackend: %s, staging chunk %s, device-aware "

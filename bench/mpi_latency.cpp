@@ -78,8 +78,8 @@ int run_small_messages(int rank, bool quick) {
   for (const std::int64_t bytes : sizes) {
     const std::int64_t n = std::max<std::int64_t>(bytes / 8, 1);
     std::vector<double> host(static_cast<std::size_t>(n), 1.0);
-    const devmem::DeviceArray array = devmem::to_device(std::vector<double>(
-        static_cast<std::size_t>(n), rank == 0 ? 1.0 : 2.0));
+    const devmem::DeviceArray array =
+        devmem::to_device(std::vector<double>(static_cast<std::size_t>(n), rank == 0 ? 1.0 : 2.0));
     const int reps = quick ? 20 : (bytes <= 4096 ? 2000 : 500);
     const int count = static_cast<int>(n);
     auto raw = [&] {
@@ -133,10 +133,11 @@ int run_small_messages(int rank, bool quick) {
         "|---:|---:|---:|---:|\n",
         kWindow, rounds);
   }
-  for (const std::int64_t bytes : quick ? std::vector<std::int64_t>{8}
-                                        : std::vector<std::int64_t>{8, 512, 4096}) {
+  for (const std::int64_t bytes :
+       quick ? std::vector<std::int64_t>{8} : std::vector<std::int64_t>{8, 512, 4096}) {
     const std::int64_t n = std::max<std::int64_t>(bytes / 8, 1);
-    std::vector<std::vector<double>> host(kWindow, std::vector<double>(static_cast<std::size_t>(n)));
+    std::vector<std::vector<double>> host(kWindow,
+                                          std::vector<double>(static_cast<std::size_t>(n)));
     std::vector<devmem::DeviceArray> arrays;
     for (int i = 0; i < kWindow; ++i) {
       arrays.push_back(devmem::to_device(std::vector<double>(static_cast<std::size_t>(n), i)));

@@ -258,13 +258,12 @@ void allreduce_enqueue(const DeviceArray& input, const DeviceArray& output, Redu
   if (input.dtype() != output.dtype() || input.shape() != output.shape()) {
     throw InvalidArgument(fmt::format("{}: the input ({} {}) and the output ({} {}) differ", name,
                                       input.dtype().name(), layout::format_tuple(input.shape()),
-                                      output.dtype().name(),
-                                      layout::format_tuple(output.shape())));
+                                      output.dtype().name(), layout::format_tuple(output.shape())));
   }
   const std::optional<MPI_Datatype> type = reduce_type(output.dtype(), op);
   if (!type) {
-    throw InvalidArgument(fmt::format("{}: {}", name,
-                                      reduce_problem(output.dtype(), op).value_or("unsupported")));
+    throw InvalidArgument(
+        fmt::format("{}: {}", name, reduce_problem(output.dtype(), op).value_or("unsupported")));
   }
   check_stream(name, input, stream);
   check_stream(name, output, stream);

@@ -79,9 +79,9 @@ const CommInfo& comm_info(MPI_Comm comm) {
   }
   const std::lock_guard lock(g_comm_mutex);
   if (g_info_keyval == MPI_KEYVAL_INVALID) {
-    check_mpi(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_comm_info, &g_info_keyval,
-                                     nullptr),
-              "MPI_Comm_create_keyval");
+    check_mpi(
+        MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_comm_info, &g_info_keyval, nullptr),
+        "MPI_Comm_create_keyval");
     g_info_keyval_ready.store(g_info_keyval, std::memory_order_release);
   }
   void* value = nullptr;
@@ -149,8 +149,8 @@ MessageInfo info_of(const StashedMessage& m) {
   info.source = m.source;
   info.tag = m.tag;
   const MessageHeader& h = m.buffer.header();
-  info.dtype = DType::from_typestr(std::string(h.typestr.data(), strnlen(h.typestr.data(),
-                                                                          h.typestr.size())));
+  info.dtype = DType::from_typestr(
+      std::string(h.typestr.data(), strnlen(h.typestr.data(), h.typestr.size())));
   info.shape.assign(m.buffer.shape(), m.buffer.shape() + h.ndim);
   return info;
 }
@@ -194,8 +194,8 @@ void check_envelope(const char* operation, MPI_Comm comm, int peer, int tag, boo
   }
   const bool any_source = receiving && peer == MPI_ANY_SOURCE;
   if (!any_source && peer != MPI_PROC_NULL && (peer < 0 || peer >= info.size)) {
-    throw InvalidArgument(fmt::format("{}: rank {} is not in the communicator (size {})",
-                                      operation, peer, info.size));
+    throw InvalidArgument(fmt::format("{}: rank {} is not in the communicator (size {})", operation,
+                                      peer, info.size));
   }
   const bool private_traffic = g_initialized.load(std::memory_order_acquire);
   if (tag == MPI_ANY_TAG && receiving) {
@@ -236,7 +236,7 @@ EagerBuffer& EagerBuffer::operator=(EagerBuffer&& other) noexcept {
 }
 
 EagerBuffer::~EagerBuffer() {
-  if (empty()) return;
+  if (!storage_.has_value()) return;
   try {
     const std::lock_guard lock(g_eager_mutex);
     if (g_eager_pool.size() < kMaxPooledEagerBuffers) g_eager_pool.push_back(std::move(*storage_));
@@ -250,7 +250,7 @@ const std::string& Endpoint::typestr_of(const DType& dtype) {
   // The last dtype this thread asked for, without a lock.
   thread_local std::optional<DType> last;
   thread_local const std::string* last_typestr = nullptr;
-  if (last_typestr != nullptr && *last == dtype) return *last_typestr;
+  if (last_typestr != nullptr && last.has_value() && *last == dtype) return *last_typestr;
   // A program uses a handful of dtypes; a deque keeps the strings where they are, for the life of
   // the process (operations move between threads).
   static std::mutex mutex;
@@ -263,20 +263,24 @@ const std::string& Endpoint::typestr_of(const DType& dtype) {
   return *(last_typestr = &cache.emplace_back(dtype, dtype.typestr()).second);
 }
 
+// get_if rather than visit: these are noexcept, and the variant always holds one of the two.
 const Layout& Endpoint::layout() const noexcept {
-  return std::visit([](const auto& a) -> const Layout& { return a.layout(); }, array_);
+  if (const auto* d = std::get_if<DeviceArray>(&array_)) return d->layout();
+  return std::get_if<HostArray>(&array_)->layout();
 }
 const DType& Endpoint::dtype() const noexcept {
-  return std::visit([](const auto& a) -> const DType& { return a.dtype(); }, array_);
+  if (const auto* d = std::get_if<DeviceArray>(&array_)) return d->dtype();
+  return std::get_if<HostArray>(&array_)->dtype();
 }
 void* Endpoint::data() const noexcept {
-  return std::visit([](const auto& a) { return a.data(); }, array_);
+  if (const auto* d = std::get_if<DeviceArray>(&array_)) return d->data();
+  return std::get_if<HostArray>(&array_)->data();
 }
 std::int64_t Endpoint::size() const noexcept {
-  return std::visit([](const auto& a) { return a.size(); }, array_);
+  return layout().size();
 }
 bool Endpoint::c_contiguous() const noexcept {
-  return std::visit([](const auto& a) { return a.is_c_contiguous(); }, array_);
+  return layout().is_c_contiguous();
 }
 Stream Endpoint::stream() const {
   return on_device() ? device().stream() : Stream();
@@ -301,8 +305,8 @@ void Endpoint::pack(std::byte* destination, const Stream& stream) const {
       return;
     }
     if (const std::shared_ptr<Context> context = device().context()) {
-      context->backend().copy(context->device(), destination, data(), bytes,
-                              CopyKind::DeviceToHost, stream.native_handle());
+      context->backend().copy(context->device(), destination, data(), bytes, CopyKind::DeviceToHost,
+                              stream.native_handle());
       return;
     }
   }
@@ -354,8 +358,8 @@ void write_header(EagerBuffer& buffer, const Endpoint& array, MessageKind kind, 
   std::memcpy(h.typestr.data(), typestr.data(), std::min(typestr.size(), h.typestr.size() - 1));
   std::string problem = error.value_or("");
   if (problem.empty() && array.ndim() > kMaxWireDims) {
-    problem = fmt::format("an array of {} dimensions (at most {} are sent)", array.ndim(),
-                          kMaxWireDims);
+    problem =
+        fmt::format("an array of {} dimensions (at most {} are sent)", array.ndim(), kMaxWireDims);
   }
   if (!problem.empty()) {
     h.sender_error = 1;
@@ -390,7 +394,8 @@ std::optional<std::string> header_problem(const EagerBuffer& buffer, int count) 
                        count, static_cast<int>(h.ndim), h.payload_bytes);
   }
   for (int d = 0; d < ndim; ++d) {
-    if (buffer.shape()[d] < 0) return std::string("a devmem::mpi message with a negative axis length");
+    if (buffer.shape()[d] < 0)
+      return std::string("a devmem::mpi message with a negative axis length");
   }
   return std::nullopt;
 }
@@ -405,8 +410,9 @@ std::string describe_header(const EagerBuffer& buffer) {
   } catch (const Error&) {
     // A typestr devmem cannot parse is shown as it came.
   }
-  return fmt::format("{} {}", dtype,
-                     layout::format_tuple(std::span(buffer.shape(), static_cast<std::size_t>(h.ndim))));
+  return fmt::format(
+      "{} {}", dtype,
+      layout::format_tuple(std::span(buffer.shape(), static_cast<std::size_t>(h.ndim))));
 }
 
 bool header_matches(const EagerBuffer& buffer, const Endpoint& array) {
@@ -447,8 +453,7 @@ std::optional<MessageInfo> probe_once(MPI_Comm comm, int source, int tag) {
   if (flag == 0) return std::nullopt;
   int count = 0;
   check_mpi(MPI_Get_count(&status, MPI_BYTE, &count), "MPI_Get_count");
-  if (count < static_cast<int>(sizeof(MessageHeader)) ||
-      count > static_cast<int>(kEagerCapacity)) {
+  if (count < static_cast<int>(sizeof(MessageHeader)) || count > static_cast<int>(kEagerCapacity)) {
     throw InvalidArgument(fmt::format(
         "mpi::probe: the message from rank {} (tag {}, {} bytes) is not a devmem::mpi message "
         "(it was left for an MPI receive)",
@@ -468,8 +473,9 @@ std::optional<MessageInfo> probe_once(MPI_Comm comm, int source, int tag) {
   check_mpi(MPI_Mrecv(stashed.buffer.data(), stashed.count, MPI_BYTE, &message, MPI_STATUS_IGNORE),
             "MPI_Mrecv");
   if (const auto problem = header_problem(stashed.buffer, stashed.count)) {
-    throw InvalidArgument(fmt::format("mpi::probe: rank {} (tag {}) sent {}; it was received and dropped",
-                                      stashed.source, stashed.tag, *problem));
+    throw InvalidArgument(
+        fmt::format("mpi::probe: rank {} (tag {}) sent {}; it was received and dropped",
+                    stashed.source, stashed.tag, *problem));
   }
   MessageInfo info = info_of(stashed);
   g_stash.push_back(std::move(stashed));
@@ -508,7 +514,8 @@ bool initialized() noexcept {
 }
 
 int max_tag(MPI_Comm comm) {
-  if (comm == MPI_COMM_NULL) throw InvalidArgument("mpi::max_tag: the communicator is MPI_COMM_NULL");
+  if (comm == MPI_COMM_NULL)
+    throw InvalidArgument("mpi::max_tag: the communicator is MPI_COMM_NULL");
   return user_tag_limit(comm);
 }
 

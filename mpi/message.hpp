@@ -83,7 +83,7 @@ class EagerBuffer {
   EagerBuffer() = default;
   static EagerBuffer take();
   EagerBuffer(EagerBuffer&& other) noexcept
-      : storage_(std::exchange(other.storage_, {})), data_(std::exchange(other.data_, nullptr)) {}
+      : data_(std::exchange(other.data_, nullptr)), storage_(std::exchange(other.storage_, {})) {}
   EagerBuffer& operator=(EagerBuffer&& other) noexcept;
   EagerBuffer(const EagerBuffer&) = delete;
   EagerBuffer& operator=(const EagerBuffer&) = delete;
@@ -104,9 +104,9 @@ class EagerBuffer {
 
  private:
   explicit EagerBuffer(HostArray storage)
-      : storage_(std::move(storage)), data_(static_cast<std::byte*>(storage_->data())) {}
-  std::optional<HostArray> storage_;
+      : data_(static_cast<std::byte*>(storage.data())), storage_(std::move(storage)) {}
   std::byte* data_ = nullptr;
+  std::optional<HostArray> storage_;
 };
 
 // ---- one array as a message buffer --------------------------------------------------------------
@@ -114,7 +114,8 @@ class EagerBuffer {
 // A DeviceArray (staged or device-direct) or a HostArray (MPI reads and writes it in place).
 class Endpoint {
  public:
-  explicit Endpoint(const DeviceArray& array) : array_(array), typestr_(&typestr_of(array.dtype())) {}
+  explicit Endpoint(const DeviceArray& array)
+      : array_(array), typestr_(&typestr_of(array.dtype())) {}
   explicit Endpoint(const HostArray& array) : array_(array), typestr_(&typestr_of(array.dtype())) {}
 
   [[nodiscard]] bool on_device() const noexcept {

@@ -20,8 +20,8 @@ namespace devmem::mpi {
 using namespace detail;
 
 struct PersistentRequest::State {
-  State(const Endpoint& a, bool s, int p, int t, MPI_Comm c)
-      : array(a), sending(s), peer(p), tag(t), comm(c) {}
+  State(Endpoint a, bool s, int p, int t, MPI_Comm c)
+      : array(std::move(a)), sending(s), peer(p), tag(t), comm(c) {}
   Endpoint array;
   bool sending;
   int peer;
@@ -38,8 +38,8 @@ struct PersistentRequest::State {
 struct PersistentAccess {
   static PersistentRequest make(const Endpoint& array, bool sending, int peer, int tag,
                                 MPI_Comm comm) {
-    return PersistentRequest(std::make_unique<PersistentRequest::State>(array, sending, peer, tag,
-                                                                        comm));
+    return PersistentRequest(
+        std::make_unique<PersistentRequest::State>(array, sending, peer, tag, comm));
   }
 };
 
@@ -142,8 +142,7 @@ std::optional<std::vector<std::pair<std::intptr_t, std::intptr_t>>> byte_runs(
   if (array.size() == 0) return runs;
   const auto base = reinterpret_cast<std::intptr_t>(array.data());  // NOLINT: addresses compared
   const int ndim = array.ndim();
-  const bool inner_dense =
-      ndim > 0 && array.strides().back() == array.itemsize();
+  const bool inner_dense = ndim > 0 && array.strides().back() == array.itemsize();
   const std::int64_t run_bytes =
       inner_dense ? array.shape().back() * array.itemsize() : array.itemsize();
   const int outer = inner_dense ? ndim - 1 : ndim;

@@ -55,7 +55,8 @@ std::int64_t row_bytes(const Endpoint& array) {
 std::int64_t sender_rows(const Endpoint& array, Transport transport) {
   if (transport == Transport::staged) return preferred_rows(array.device(), transport);
   const std::int64_t row = std::max<std::int64_t>(row_bytes(array), 1);
-  return std::clamp<std::int64_t>(kDirectChunkBytes / row, 1, std::max<std::int64_t>(rows_of(array), 1));
+  return std::clamp<std::int64_t>(kDirectChunkBytes / row, 1,
+                                  std::max<std::int64_t>(rows_of(array), 1));
 }
 
 // Copies on a non-default stream to or from page-locked memory may still run after the call.
@@ -95,9 +96,9 @@ Wire describe_endpoint(const Endpoint& array) {
 bool test_all(std::vector<MPI_Request>& requests, const char* call) {
   if (requests.empty()) return true;
   int flag = 0;
-  check_mpi(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag,
-                        MPI_STATUSES_IGNORE),
-            call);
+  check_mpi(
+      MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE),
+      call);
   return flag != 0;
 }
 
@@ -143,8 +144,8 @@ class MessageOperation : public Operation {
 
   // The staging slots for plan_ (one when there is one chunk).
   void make_slots() {
-    slots_[0] = staging_slot(array_.device(), plan_);
-    if (plan_.chunks > 1) slots_[1] = staging_slot(array_.device(), plan_);
+    slots_.push_back(staging_slot(array_.device(), plan_));
+    if (plan_.chunks > 1) slots_.push_back(staging_slot(array_.device(), plan_));
   }
 
   // Waits for the copies into or out of the slots (device work: bounded).
@@ -180,8 +181,8 @@ class MessageOperation : public Operation {
   MPI_Request start_request_ = MPI_REQUEST_NULL;
   Wire ack_;
   MPI_Request ack_request_ = MPI_REQUEST_NULL;
-  std::optional<Event> ready_;  // the array's stream's earlier work, or a pack/unpack copy
-  std::array<std::optional<HostArray>, 2> slots_;  // (an empty HostArray allocates)
+  std::optional<Event> ready_;    // the array's stream's earlier work, or a pack/unpack copy
+  std::vector<HostArray> slots_;  // one or two, made when needed (an empty HostArray allocates)
   std::array<std::optional<Event>, 2> copy_events_;
   std::vector<MPI_Request> payload_requests_;
   bool payload_posted_ = false;
@@ -216,16 +217,16 @@ class SendOperation final : public MessageOperation {
     }
     seq_ = next_sequence();
     start_ = EagerBuffer::take();
-    eager_ = !role.persistent && array_.nbytes() <= eager_limit_bytes &&
-             array_.ndim() <= kMaxWireDims;
+    eager_ =
+        !role.persistent && array_.nbytes() <= eager_limit_bytes && array_.ndim() <= kMaxWireDims;
     if (eager_) {
       write_header(start_, array_, MessageKind::eager, seq_, 0, std::nullopt);
       if (array_.size() > 0) {
         array_.pack(start_.payload(array_.ndim()), stream_);
         if (asynchronous(array_, stream_)) packed_ = stream_.record();
       }
-      start_count_ = static_cast<int>(header_bytes(array_.ndim()) +
-                                      static_cast<std::size_t>(array_.nbytes()));
+      start_count_ =
+          static_cast<int>(header_bytes(array_.ndim()) + static_cast<std::size_t>(array_.nbytes()));
       state_ = "sending the message (eager)";
     } else {
       transport_ = array_.transport();
@@ -268,10 +269,10 @@ class SendOperation final : public MessageOperation {
     if (small_round_) {
       if (!start_posted_) {
         if (packed_ && !packed_->query()) return false;
-        check_mpi(MPI_Isend(start_.data(), static_cast<int>(array_.nbytes()), MPI_BYTE,
-                            channel_.peer, payload_tag(channel_, seq_), channel_.comm,
-                            &start_request_),
-                  "MPI_Isend (devmem::mpi payload)");
+        check_mpi(
+            MPI_Isend(start_.data(), static_cast<int>(array_.nbytes()), MPI_BYTE, channel_.peer,
+                      payload_tag(channel_, seq_), channel_.comm, &start_request_),
+            "MPI_Isend (devmem::mpi payload)");
         start_posted_ = true;
       }
       return test_request(start_request_, "MPI_Isend (devmem::mpi payload)");
@@ -282,8 +283,7 @@ class SendOperation final : public MessageOperation {
 
  private:
   void post_start() {
-    check_mpi(MPI_Isend(start_.data(), start_count_, MPI_BYTE, peer_, tag_, comm_,
-                        &start_request_),
+    check_mpi(MPI_Isend(start_.data(), start_count_, MPI_BYTE, peer_, tag_, comm_, &start_request_),
               "MPI_Isend (devmem::mpi message)");
     start_posted_ = true;
   }
@@ -307,9 +307,9 @@ class SendOperation final : public MessageOperation {
       throw InvalidArgument(
           fmt::format("{}: the receiver cannot receive: {}", where, message_of(ack_)));
     }
-    throw InvalidArgument(fmt::format(
-        "{}: shape/dtype mismatch: this rank sends {}, the receiver expects {}", where,
-        array_.describe(), format_wire(ack_)));
+    throw InvalidArgument(
+        fmt::format("{}: shape/dtype mismatch: this rank sends {}, the receiver expects {}", where,
+                    array_.describe(), format_wire(ack_)));
   }
 
   // Staged: the first two copies start now, overlapping the handshake. Direct: a strided device
@@ -334,7 +334,7 @@ class SendOperation final : public MessageOperation {
     const std::int64_t k = copied_++;
     const auto s = static_cast<std::size_t>(k % 2);
     chunk_view(array_.device(), plan_, k)
-        .copy_to_host(slot_view(*slots_.at(s), array_.device(), plan_, k), stream_);
+        .copy_to_host(slot_view(slots_.at(s), array_.device(), plan_, k), stream_);
     copy_events_.at(s) = stream_.record();
   }
 
@@ -346,7 +346,7 @@ class SendOperation final : public MessageOperation {
       if (posted_ < copied_) {
         const auto s = static_cast<std::size_t>(posted_ % 2);
         if (auto& e = copy_events_.at(s); e.has_value()) e->synchronize();  // bounded device work
-        check_mpi(MPI_Isend(slots_.at(s)->data(),
+        check_mpi(MPI_Isend(slots_.at(s).data(),
                             checked_int(chunk_bytes_of(posted_), "a chunk's byte count"), MPI_BYTE,
                             channel_.peer, payload_tag(channel_, seq_), channel_.comm,
                             &payload_requests_.at(s)),
@@ -370,7 +370,7 @@ class SendOperation final : public MessageOperation {
   bool advance_direct() {
     if (!payload_posted_) {
       if (ready_ && !ready_->query()) return false;
-      const void* base = packed_device_   ? packed_device_->data()
+      const void* base = packed_device_ ? packed_device_->data()
                          : packed_host_ ? packed_host_->data()
                                         : array_.data();
       payload_requests_.assign(static_cast<std::size_t>(plan_.chunks), MPI_REQUEST_NULL);
@@ -387,7 +387,7 @@ class SendOperation final : public MessageOperation {
   }
 
   std::optional<Event> packed_;  // an eager message's copy into its buffer
-  bool small_round_ = false;      // a later persistent round of at most eager_limit_bytes
+  bool small_round_ = false;     // a later persistent round of at most eager_limit_bytes
   bool handshake_ = true;
   bool eager_ = false;
   bool start_posted_ = false;
@@ -417,10 +417,10 @@ class RecvOperation final : public MessageOperation {
       if (array_.nbytes() <= eager_limit_bytes) {
         small_round_ = true;  // as the sender decides: both know the size from the first round
         start_ = EagerBuffer::take();
-        check_mpi(MPI_Irecv(start_.data(), static_cast<int>(array_.nbytes()), MPI_BYTE,
-                            channel_.peer, payload_tag(channel_, seq_), channel_.comm,
-                            &start_request_),
-                  "MPI_Irecv (devmem::mpi payload)");
+        check_mpi(
+            MPI_Irecv(start_.data(), static_cast<int>(array_.nbytes()), MPI_BYTE, channel_.peer,
+                      payload_tag(channel_, seq_), channel_.comm, &start_request_),
+            "MPI_Irecv (devmem::mpi payload)");
         return;
       }
       prepare_receive();
@@ -486,7 +486,9 @@ class RecvOperation final : public MessageOperation {
     tag_ = matched_tag_;
     status.source = peer_;
     status.tag = tag_;
-    const auto where = [this] { return fmt::format("mpi::recv from rank {} (tag {})", peer_, tag_); };
+    const auto where = [this] {
+      return fmt::format("mpi::recv from rank {} (tag {})", peer_, tag_);
+    };
     if (const auto problem = header_problem(start_, start_count_)) {
       failure_ = fmt::format("{}: received {}", where(), *problem);
       return;
@@ -534,8 +536,8 @@ class RecvOperation final : public MessageOperation {
                                "persistent request (send_init)";
       ack_.status = kLocalError;
       set_message(ack_, text);
-      failure_ = fmt::format("{}: {} (both ranks of a pair must use persistent requests)", where(),
-                             text);
+      failure_ =
+          fmt::format("{}: {} (both ranks of a pair must use persistent requests)", where(), text);
     } else if (ack_.status != kOk) {
       failure_ = fmt::format("{}: cannot receive into {}", where(), message_of(ack_));
     } else if (!header_matches(start_, array_)) {
@@ -549,8 +551,8 @@ class RecvOperation final : public MessageOperation {
     } else if (h.chunk_rows < 1) {
       ack_.status = kLocalError;
       set_message(ack_, "the header's chunk plan is invalid");
-      failure_ = fmt::format("{}: the header's chunk plan ({} rows) is invalid", where(),
-                             h.chunk_rows);
+      failure_ =
+          fmt::format("{}: the header's chunk plan ({} rows) is invalid", where(), h.chunk_rows);
     }
     if (!failure_) {
       plan_ = plan_for(array_, h.chunk_rows);
@@ -575,8 +577,7 @@ class RecvOperation final : public MessageOperation {
     void* base = array_.data();
     if (array_.on_device()) {
       if (!array_.c_contiguous()) {
-        unpack_device_ =
-            device_array(array_.shape(), array_.dtype(), {}, Order::C, stream_);
+        unpack_device_ = device_array(array_.shape(), array_.dtype(), {}, Order::C, stream_);
         base = unpack_device_->data();
       }
       // MPI writes device memory outside the stream: after the stream's earlier work.
@@ -598,11 +599,11 @@ class RecvOperation final : public MessageOperation {
   void post_staged() {
     const auto s = static_cast<std::size_t>(posted_ % 2);
     if (auto& e = copy_events_.at(s); e.has_value()) e->synchronize();  // bounded device work
-    check_mpi(MPI_Irecv(slots_.at(s)->data(),
-                        checked_int(chunk_bytes_of(posted_), "a chunk's byte count"), MPI_BYTE,
-                        channel_.peer, payload_tag(channel_, seq_), channel_.comm,
-                        &payload_requests_.at(s)),
-              "MPI_Irecv (devmem::mpi payload)");
+    check_mpi(
+        MPI_Irecv(slots_.at(s).data(), checked_int(chunk_bytes_of(posted_), "a chunk's byte count"),
+                  MPI_BYTE, channel_.peer, payload_tag(channel_, seq_), channel_.comm,
+                  &payload_requests_.at(s)),
+        "MPI_Irecv (devmem::mpi payload)");
     ++posted_;
   }
 
@@ -618,7 +619,7 @@ class RecvOperation final : public MessageOperation {
         const auto s = static_cast<std::size_t>(copied_ % 2);
         if (test_request(payload_requests_.at(s), "MPI_Irecv (devmem::mpi payload)")) {
           chunk_view(array_.device(), plan_, copied_)
-              .copy_to_device(slot_view(*slots_.at(s), array_.device(), plan_, copied_), stream_);
+              .copy_to_device(slot_view(slots_.at(s), array_.device(), plan_, copied_), stream_);
           copy_events_.at(s) = stream_.record();
           ++copied_;
           moved = true;
@@ -674,9 +675,9 @@ Request make_recv(Endpoint array, int source, int tag, MPI_Comm comm) {
 void blocking_send(Endpoint array, int destination, int tag, MPI_Comm comm) {
   check_envelope("mpi::send", comm, destination, tag, false);
   if (destination == MPI_PROC_NULL) return;
-  run_blocking(std::make_shared<SendOperation>(std::move(array), destination, tag, comm,
-                                               MessageRole{}),
-               "mpi::send");
+  run_blocking(
+      std::make_shared<SendOperation>(std::move(array), destination, tag, comm, MessageRole{}),
+      "mpi::send");
 }
 
 Status blocking_recv(Endpoint array, int source, int tag, MPI_Comm comm) {
@@ -702,8 +703,8 @@ std::shared_ptr<Operation> make_recv_operation(Endpoint array, int source, int t
   return std::make_shared<RecvOperation>(std::move(array), source, tag, comm, role);
 }
 
-std::shared_ptr<Operation> start_send(Endpoint array, int destination, int tag,
-                                      MPI_Comm comm, MessageRole role) {
+std::shared_ptr<Operation> start_send(Endpoint array, int destination, int tag, MPI_Comm comm,
+                                      MessageRole role) {
   auto op = make_send_operation(std::move(array), destination, tag, comm, role);
   launch(op);
   return op;

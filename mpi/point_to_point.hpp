@@ -22,14 +22,14 @@ struct RoundInfo {
 
 // What kind of message an operation is.
 struct MessageRole {
-  bool persistent = false;             // a round of a persistent pair
-  const RoundInfo* later = nullptr;    // a later round: payload only, with the first round's facts
+  bool persistent = false;           // a round of a persistent pair
+  const RoundInfo* later = nullptr;  // a later round: payload only, with the first round's facts
 };
 
 // Started operations (in the progress engine's list). The envelope must have been checked
 // (check_envelope) and must not name MPI_PROC_NULL.
-std::shared_ptr<Operation> start_send(Endpoint array, int destination, int tag,
-                                      MPI_Comm comm, MessageRole role);
+std::shared_ptr<Operation> start_send(Endpoint array, int destination, int tag, MPI_Comm comm,
+                                      MessageRole role);
 std::shared_ptr<Operation> start_recv(Endpoint array, int source, int tag, MPI_Comm comm,
                                       MessageRole role);
 // The same operations, not started: for run_blocking (progress.hpp).

@@ -377,9 +377,10 @@ TEST_CASE("mpi: a shape or dtype mismatch is an error on both ranks", "[mpi][err
       const devmem::DeviceArray small = devmem::device_array<double>({40, 50});
       const devmem::DeviceArray wide = devmem::device_array<double>({40, 60});
       if (sender) {
-        CHECK_THROWS_WITH(dm::send(small, peer, 8), Catch::Contains("mismatch") &&
-                                                        Catch::Contains("sends float64 (40, 50)") &&
-                                                        Catch::Contains("expects float64 (40, 60)"));
+        CHECK_THROWS_WITH(dm::send(small, peer, 8),
+                          Catch::Contains("mismatch") &&
+                              Catch::Contains("sends float64 (40, 50)") &&
+                              Catch::Contains("expects float64 (40, 60)"));
       } else {
         CHECK_THROWS_WITH(dm::recv(wide, peer, 8), Catch::Contains("mismatch") &&
                                                        Catch::Contains("sends float64 (40, 50)") &&
@@ -504,9 +505,10 @@ TEST_CASE("mpi: a message that is not devmem's is refused by the receiver", "[mp
     MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_CHAR, peer, 12, comm);
   } else {
     const devmem::DeviceArray a = devmem::to_device(std::vector<double>{4.0, 5.0});
-    CHECK_THROWS_WITH(dm::recv(a, peer, 12, comm),
-                      Catch::Contains("mpi::recv from rank " + std::to_string(peer) + " (tag 12)") &&
-                          Catch::Contains("600 bytes that is not a devmem::mpi message"));
+    CHECK_THROWS_WITH(
+        dm::recv(a, peer, 12, comm),
+        Catch::Contains("mpi::recv from rank " + std::to_string(peer) + " (tag 12)") &&
+            Catch::Contains("600 bytes that is not a devmem::mpi message"));
     CHECK(a.to_vector<double>() == std::vector<double>{4.0, 5.0});  // untouched
   }
   MPI_Comm_free(&comm);

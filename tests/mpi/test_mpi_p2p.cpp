@@ -71,10 +71,9 @@ TEST_CASE("mpi p2p: a small message is eager: a mismatch is the receiver's error
   if (sender) {
     dm::send(sent, peer, 31);  // returns: the eager message needs no answer
   } else {
-    CHECK_THROWS_WITH(dm::recv(wide, peer, 31),
-                      Catch::Contains("sends float64 (4, 5)") &&
-                          Catch::Contains("expects float64 (4, 6)") &&
-                          Catch::Contains("the sender was not told"));
+    CHECK_THROWS_WITH(dm::recv(wide, peer, 31), Catch::Contains("sends float64 (4, 5)") &&
+                                                    Catch::Contains("expects float64 (4, 6)") &&
+                                                    Catch::Contains("the sender was not told"));
     CHECK(wide.to_vector<double>() == iota(24, -1.0));  // untouched
   }
   // At the limit exactly the message is eager; one element more takes the handshake, and then
@@ -163,7 +162,8 @@ TEST_CASE("mpi p2p: MPI_PROC_NULL completes at once and moves nothing", "[mpi][p
   MPI_Cart_shift(line, 0, 1, &left, &right);
   std::vector<double> values(24, -1.0);
   for (int row = 0; row < 4; ++row) {
-    for (int col = 1; col <= 4; ++col) values[static_cast<std::size_t>(row * 6 + col)] = 10.0 * me + col;
+    for (int col = 1; col <= 4; ++col)
+      values[static_cast<std::size_t>(row * 6 + col)] = 10.0 * me + col;
   }
   const devmem::DeviceArray block = devmem::to_device(values).reshape({4, 6});
   auto column = [&](int c) { return block.slice({devmem::Slice{}, devmem::Slice{c, c + 1}}); };
@@ -243,10 +243,10 @@ TEST_CASE("mpi p2p: host arrays are buffers too, matching device arrays", "[mpi]
     if (sender) {
       pinned.copy_from(devmem::HostArray::from<double>(iota(n, 1.0)).reshape({rows, 4}));
       strided.copy_from(devmem::HostArray::from<double>(iota(n, 2.0)).reshape({rows, 4}));
-      dm::send(pinned, peer, 50);                                           // host -> device
-      dm::send(strided, peer, 51);                                          // host -> host
+      dm::send(pinned, peer, 50);   // host -> device
+      dm::send(strided, peer, 51);  // host -> host
       dm::Request r = dm::isend(devmem::to_device(iota(n, 3.0)).reshape({rows, 4}), peer, 52);
-      r.wait();                                                             // device -> host
+      r.wait();  // device -> host
     } else {
       const devmem::DeviceArray d = devmem::device_array<double>({rows, 4});
       dm::recv(d, peer, 50);
@@ -280,7 +280,8 @@ TEST_CASE("mpi p2p: persistent requests pay the check once and move the data eve
       dm::PersistentRequest request =
           sender ? dm::send_init(column, peer, 60) : dm::recv_init(column, peer, 60);
       for (int round = 0; round < 4; ++round) {
-        if (sender) column.copy_to_device(devmem::HostArray::from<double>(iota(n, round)).reshape({n, 1}));
+        if (sender)
+          column.copy_to_device(devmem::HostArray::from<double>(iota(n, round)).reshape({n, 1}));
         request.start();
         CHECK(request.active());
         CHECK_THROWS_WITH(request.start(), Catch::Contains("previous round is active"));
@@ -290,7 +291,8 @@ TEST_CASE("mpi p2p: persistent requests pay the check once and move the data eve
         if (!sender) CHECK(column.to_vector<double>() == iota(n, round));
       }
       // The other column is never written.
-      CHECK(full.slice(1, 1, 2).to_vector<double>() == std::vector<double>(static_cast<std::size_t>(n), 0.0));
+      CHECK(full.slice(1, 1, 2).to_vector<double>() ==
+            std::vector<double>(static_cast<std::size_t>(n), 0.0));
     }
   }
   // A mismatch in the first round fails both ranks' requests, which then refuse to start.
@@ -325,7 +327,8 @@ TEST_CASE("mpi p2p: wait_any, test_any, wait_some and test_some", "[mpi][p2p]") 
   for (int i = 0; i < 3; ++i) arrays.push_back(devmem::device_array<double>({2}));
   std::vector<dm::Request> requests;
   if (!sender) {
-    for (int i = 0; i < 3; ++i) requests.push_back(dm::irecv(arrays[static_cast<std::size_t>(i)], peer, 90 + i));
+    for (int i = 0; i < 3; ++i)
+      requests.push_back(dm::irecv(arrays[static_cast<std::size_t>(i)], peer, 90 + i));
     CHECK(!dm::test_any(requests).has_value());  // nothing was sent yet
     CHECK(dm::test_some(requests).empty());
   }
@@ -347,7 +350,8 @@ TEST_CASE("mpi p2p: wait_any, test_any, wait_some and test_some", "[mpi][p2p]") 
       }
     }
     CHECK(!dm::wait_any(requests).has_value());  // none pending
-    for (int i = 0; i < 3; ++i) CHECK(arrays[static_cast<std::size_t>(i)].to_vector<double>() == iota(2, i));
+    for (int i = 0; i < 3; ++i)
+      CHECK(arrays[static_cast<std::size_t>(i)].to_vector<double>() == iota(2, i));
   }
 }
 
@@ -383,7 +387,8 @@ TEST_CASE("mpi p2p: stream-ordered send, recv and allreduce", "[mpi][p2p][enqueu
   if (peer >= 0) {
     const std::int64_t n = 3000;  // above the eager limit; a small one below
     for (const std::int64_t size : {n, std::int64_t{5}}) {
-      const devmem::DeviceArray array = devmem::to_device(std::vector<double>(static_cast<std::size_t>(size), -1.0));
+      const devmem::DeviceArray array =
+          devmem::to_device(std::vector<double>(static_cast<std::size_t>(size), -1.0));
       const devmem::DeviceArray after = devmem::device_array<double>({size});
       if (sender) {
         MPI_Barrier(MPI_COMM_WORLD);
@@ -427,8 +432,9 @@ TEST_CASE("mpi p2p: stream-ordered send, recv and allreduce", "[mpi][p2p][enqueu
   stream.synchronize();
   const int n = size();
   CHECK(copied.to_vector<double>() == std::vector<double>(7, n * (n + 1) / 2.0));
-  CHECK_THROWS_WITH(dm::allreduce_enqueue(input, devmem::device_array<float>({7}), dm::ReduceOp::sum, stream),
-                    Catch::Contains("the input (float64 (7,)) and the output (float32 (7,)) differ"));
+  CHECK_THROWS_WITH(
+      dm::allreduce_enqueue(input, devmem::device_array<float>({7}), dm::ReduceOp::sum, stream),
+      Catch::Contains("the input (float64 (7,)) and the output (float32 (7,)) differ"));
 }
 
 int main(int argc, char** argv) {

@@ -70,15 +70,16 @@ void run(int me) {
       // Persistent rounds, large and small.
       for (const std::int64_t n : {std::int64_t{4}, rows * 64}) {
         const devmem::DeviceArray p = devmem::device_array<double>({n});
-        dm::PersistentRequest r = me == from ? dm::send_init(p, 1 - me, 4) : dm::recv_init(p, 1 - me, 4);
+        dm::PersistentRequest r =
+            me == from ? dm::send_init(p, 1 - me, 4) : dm::recv_init(p, 1 - me, 4);
         for (int round = 0; round < 3; ++round) {
           if (me == from) p.copy_to_device(iota(n, round));
           r.start();
           r.wait();
           if (me != from) {
-            expect(p.to_vector<double>() == iota(n, round),
-                   "persistent " + std::to_string(n) + " " + dir + at + " round " +
-                       std::to_string(round));
+            expect(p.to_vector<double>() == iota(n, round), "persistent " + std::to_string(n) +
+                                                                " " + dir + at + " round " +
+                                                                std::to_string(round));
           }
         }
       }

@@ -219,7 +219,8 @@ class DEVMEM_MPI_API Request {
 /// Waits for every request (in any completion order); throws the first error after all are done.
 DEVMEM_MPI_API void wait_all(std::span<Request> requests);
 /// Waits until one of the requests that are not yet complete completes and returns its index
-/// (its Status in requests[i].status()); nullopt when none was pending. Throws that request's error.
+/// (its Status in requests[i].status()); nullopt when none was pending. Throws that request's
+/// error.
 DEVMEM_MPI_API std::optional<std::size_t> wait_any(std::span<Request> requests);
 /// As wait_any without blocking: the index of a pending request that has completed, or nullopt.
 DEVMEM_MPI_API std::optional<std::size_t> test_any(std::span<Request> requests);
@@ -303,9 +304,8 @@ DEVMEM_MPI_API Status sendrecv(const DeviceArray& send_array, int destination, i
                                MPI_Comm comm = MPI_COMM_WORLD);
 /// A persistent send of `array` to `destination` with `tag` (see PersistentRequest). The peer
 /// must be a rank (MPI_PROC_NULL gives a request whose rounds do nothing).
-[[nodiscard]] DEVMEM_MPI_API PersistentRequest send_init(const DeviceArray& array,
-                                                         int destination, int tag,
-                                                         MPI_Comm comm = MPI_COMM_WORLD);
+[[nodiscard]] DEVMEM_MPI_API PersistentRequest send_init(const DeviceArray& array, int destination,
+                                                         int tag, MPI_Comm comm = MPI_COMM_WORLD);
 /// A persistent receive into `array` from `source` with `tag` (no MPI_ANY_SOURCE / MPI_ANY_TAG:
 /// the pair is fixed).
 [[nodiscard]] DEVMEM_MPI_API PersistentRequest recv_init(const DeviceArray& array, int source,
