@@ -133,7 +133,8 @@ def test_persistent_requests_in_a_loop():
         send.wait()
         status = recv.wait()
         assert not recv.active and status.elements == 64
-        np.testing.assert_array_equal(halo_in.copy_to_host(), values((4, 16), seed=10 * peer + step))
+        np.testing.assert_array_equal(halo_in.copy_to_host(),
+                                      values((4, 16), seed=10 * peer + step))
 
 
 def test_proc_null_does_nothing():
