@@ -11,6 +11,8 @@
 #                                    preset and the devmem::mpi component
 #   scripts/install-deps.sh --python also Debian's Python headers, pybind11, NumPy, pytest and Numba
 #                                    for the `python` preset (the devmem Python module)
+#   --python and --mpi together      also mpi4py (python3-mpi4py) for the `python-mpi` preset
+#                                    (devmem.mpi)
 set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config catch2 libfmt-dev libdlpack-dev libboost-context-dev)
@@ -25,6 +27,10 @@ for arg in "$@"; do
     *) echo "install-deps.sh: unknown option '$arg' (known: --roc, --fuzz, --hipcpu, --lint, --mpi, --python)" >&2; exit 2 ;;
   esac
 done
+# devmem.mpi (the python-mpi preset) needs both, and mpi4py over Debian's Open MPI.
+if [[ " $* " == *" --python "* && " $* " == *" --mpi "* ]]; then
+  packages+=(python3-mpi4py)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -6,13 +6,15 @@
 #   scripts/lint.sh --fix [FILE...]     clang-format, rewriting those files in place
 #   scripts/lint.sh --tidy [FILE...]    clang-tidy (.clang-tidy) over the library's sources: core/,
 #                                     backends/, apps/ as the host preset compiles them, mpi/ as
-#                                     host-mpi does, python/ as the python preset does, and the
+#                                     host-mpi does, python/ as the python preset does (python-mpi
+#                                     with Open MPI and mpi4py: devmem.mpi's module too), and the
 #                                     GPU backends' sources (backends/cuda, backends/roc,
 #                                     backends/gpu_runtime) as cuda-hipcpu and roc-hipcpu compile
 #                                     them (or over each FILE among them; other files, headers
 #                                     included, are skipped)
-# The tidy check uses the compile_commands.json of build/host, build/host-mpi, build/python,
-# build/cuda-hipcpu and build/roc-hipcpu, configuring each preset when its database is missing;
+# The tidy check uses the compile_commands.json of build/host, build/host-mpi, build/python (or
+# build/python-mpi), build/cuda-hipcpu and build/roc-hipcpu, configuring each preset when its
+# database is missing;
 # without Open MPI (scripts/install-deps.sh --mpi) mpi/ is skipped with a note, without pybind11
 # (--python) python/ is, and without TBB (--hipcpu) or the HIP-CPU checkout
 # (../shared/third_party/hip-cpu) the GPU sources are. The HIP-CPU presets compile the CUDA and ROC
@@ -124,10 +126,15 @@ run_tidy() {  # the files to check (all of the library's sources when none)
   else
     echo "clang-tidy: Open MPI is not installed (scripts/install-deps.sh --mpi): mpi/ is skipped"
   fi
-  # The Python module builds only with pybind11 (the python preset): its own database too.
-  local python_all=""
+  # The Python module builds only with pybind11 (the python preset): its own database too. With
+  # Open MPI and mpi4py the python-mpi preset's, which adds devmem.mpi's extension module.
+  local python_all="" python_preset=python
+  if command -v mpicc >/dev/null && /usr/bin/python3 -c 'import mpi4py' 2>/dev/null; then
+    python_dir=build/python-mpi
+    python_preset=python-mpi
+  fi
   if [ -f "$python_dir/compile_commands.json" ] || [ -f /usr/include/pybind11/pybind11.h ]; then
-    [ -f "$python_dir/compile_commands.json" ] || cmake --preset python >/dev/null
+    [ -f "$python_dir/compile_commands.json" ] || cmake --preset "$python_preset" >/dev/null
     python_all=$(tidy_files "$python_dir" 'python')
   else
     echo "clang-tidy: pybind11 is not installed (scripts/install-deps.sh --python): python/ is skipped"
