@@ -17,6 +17,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace devmem::mpi {
@@ -230,6 +231,23 @@ void scatter(const DeviceArray& input, const DeviceArray& output, int root, MPI_
              });
 }
 
+namespace {
+
+// A v-form's own array (gatherv's input, scatterv's output) has counts[rank] rows.
+void check_local_rows(Descriptor& mine, const DeviceArray& array, const char* role,
+                      const char* operation, std::span<const std::int64_t> counts, int rank) {
+  if (array.ndim() == 0) {
+    fail(mine, fmt::format("the {} is 0-d ({} counts rows of the first axis)", role,
+                           std::string_view(operation).substr(5)));  // without "mpi::"
+  } else if (mine.wire.status == kOk &&
+             array.shape()[0] != counts[static_cast<std::size_t>(rank)]) {
+    fail(mine, fmt::format("the {} has {} rows, counts[{}] is {}", role, array.shape()[0], rank,
+                           counts[static_cast<std::size_t>(rank)]));
+  }
+}
+
+}  // namespace
+
 void gatherv(const DeviceArray& input, const DeviceArray& output,
              std::span<const std::int64_t> counts, int root, MPI_Comm comm) {
   const char* name = "mpi::gatherv";
@@ -241,13 +259,7 @@ void gatherv(const DeviceArray& input, const DeviceArray& output,
   mine.counts = hash_counts(counts);
   check_root(mine, root, size);
   check_counts(mine, "counts", counts, size);
-  if (input.ndim() == 0) {
-    fail(mine, "the input is 0-d (gatherv counts rows of the first axis)");
-  } else if (mine.wire.status == kOk &&
-             input.shape()[0] != counts[static_cast<std::size_t>(rank)]) {
-    fail(mine, fmt::format("the input has {} rows, counts[{}] is {}", input.shape()[0], rank,
-                           counts[static_cast<std::size_t>(rank)]));
-  }
+  check_local_rows(mine, input, "input", name, counts, rank);
   if (is_root && mine.wire.status == kOk) {
     Shape expected = rest;
     expected.insert(expected.begin(), sum_of(counts));
@@ -281,13 +293,7 @@ void scatterv(const DeviceArray& input, const DeviceArray& output,
   mine.counts = hash_counts(counts);
   check_root(mine, root, size);
   check_counts(mine, "counts", counts, size);
-  if (output.ndim() == 0) {
-    fail(mine, "the output is 0-d (scatterv counts rows of the first axis)");
-  } else if (mine.wire.status == kOk &&
-             output.shape()[0] != counts[static_cast<std::size_t>(rank)]) {
-    fail(mine, fmt::format("the output has {} rows, counts[{}] is {}", output.shape()[0], rank,
-                           counts[static_cast<std::size_t>(rank)]));
-  }
+  check_local_rows(mine, output, "output", name, counts, rank);
   if (const auto problem = destination_problem(output)) fail(mine, *problem);
   if (is_root && mine.wire.status == kOk) {
     Shape expected = rest;

@@ -78,19 +78,7 @@ std::optional<std::string> overlap_problem(const Endpoint& array) {
 
 // The acknowledgement's description of the receiver's array.
 Wire describe_endpoint(const Endpoint& array) {
-  Wire wire;
-  const std::string typestr = array.dtype().typestr();
-  std::copy_n(typestr.begin(), std::min(typestr.size(), wire.typestr.size() - 1),
-              wire.typestr.begin());
-  wire.ndim = array.ndim();
-  if (array.ndim() > kMaxWireDims) {
-    wire.status = kLocalError;
-    set_message(wire, fmt::format("an array of {} dimensions (at most {} are sent)", array.ndim(),
-                                  kMaxWireDims));
-    return wire;
-  }
-  std::copy(array.shape().begin(), array.shape().end(), wire.shape.begin());
-  return wire;
+  return describe(array.typestr(), array.shape());
 }
 
 bool test_all(std::vector<MPI_Request>& requests, const char* call) {

@@ -137,20 +137,23 @@ std::string message_of(const Wire& wire) {
   return {wire.message.data(), strnlen(wire.message.data(), wire.message.size())};
 }
 
-Wire describe(const DeviceArray& array) {
+Wire describe(std::string_view typestr, std::span<const std::int64_t> shape) {
   Wire wire;
-  const std::string typestr = array.dtype().typestr();
   std::memcpy(wire.typestr.data(), typestr.data(),
               std::min(typestr.size(), wire.typestr.size() - 1));
-  wire.ndim = array.ndim();
-  if (array.ndim() > kMaxWireDims) {
+  wire.ndim = static_cast<std::int32_t>(shape.size());
+  if (wire.ndim > kMaxWireDims) {
     wire.status = kLocalError;
-    set_message(wire, fmt::format("an array of {} dimensions (at most {} are sent)", array.ndim(),
+    set_message(wire, fmt::format("an array of {} dimensions (at most {} are sent)", wire.ndim,
                                   kMaxWireDims));
     return wire;
   }
-  std::copy(array.shape().begin(), array.shape().end(), wire.shape.begin());
+  std::copy(shape.begin(), shape.end(), wire.shape.begin());
   return wire;
+}
+
+Wire describe(const DeviceArray& array) {
+  return describe(array.dtype().typestr(), array.shape());
 }
 
 // "float64 (4, 5)".

@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -51,6 +52,8 @@ void set_message(Wire& wire, std::string_view text);
 std::string message_of(const Wire& wire);
 // The descriptor of `array` (status kLocalError when it has more than kMaxWireDims dimensions).
 Wire describe(const DeviceArray& array);
+// The same from a dtype's typestr and a shape.
+Wire describe(std::string_view typestr, std::span<const std::int64_t> shape);
 // "float64 (4, 5)".
 std::string format_wire(const Wire& wire);
 bool same_array(const Wire& a, const Wire& b);

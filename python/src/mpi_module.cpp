@@ -494,6 +494,38 @@ void bind_point_to_point(py::module_& m) {
       py::arg("requests"), "The indices of the pending requests that have completed.");
 }
 
+// The collectives that reduce `input` element-wise into an output of `output_shape(input)`: the
+// same Python signature (input, output=None, op="sum", comm=None), returning the output.
+using ElementwiseReduction = void (*)(const DeviceArray&, const DeviceArray&, mpi::ReduceOp,
+                                      MPI_Comm);
+
+void def_elementwise(py::module_& m, const char* name, ElementwiseReduction reduction,
+                     Shape (*output_shape)(const DeviceArray&), const char* doc) {
+  m.def(
+      name,
+      [reduction, output_shape](const DeviceNDArray& input, const py::object& output,
+                                const py::object& op, const py::object& comm) {
+        const mpi::ReduceOp o = to_op(op);
+        const MPI_Comm c = to_comm(comm);
+        py::object out = output_or_new(output, input, output_shape(input.array));
+        const DeviceArray& target = out.cast<const DeviceNDArray&>().array;
+        return collective(out, [&] { reduction(input.array, target, o, c); });
+      },
+      py::arg("input"), py::arg("output") = py::none(), py::arg("op") = "sum",
+      py::arg("comm") = py::none(), doc);
+}
+
+Shape same_shape(const DeviceArray& input) {
+  return input.shape();
+}
+
+// reduce_scatter's input is (ranks, *block): each rank gets one block.
+Shape block_shape(const DeviceArray& input) {
+  Shape block = input.shape();
+  if (!block.empty()) block.erase(block.begin());
+  return block;
+}
+
 void bind_collectives(py::module_& m) {
   m.def(
       "barrier",
@@ -511,18 +543,8 @@ void bind_collectives(py::module_& m) {
       },
       py::arg("array"), py::arg("root") = 0, py::arg("comm") = py::none(),
       "Root's `array` into every rank's `array`; returns `array`.");
-  m.def(
-      "allreduce",
-      [](const DeviceNDArray& input, const py::object& output, const py::object& op,
-         const py::object& comm) {
-        const mpi::ReduceOp o = to_op(op);
-        const MPI_Comm c = to_comm(comm);
-        py::object out = output_or_new(output, input, input.array.shape());
-        const DeviceArray& target = out.cast<const DeviceNDArray&>().array;
-        return collective(out, [&] { mpi::allreduce(input.array, target, o, c); });
-      },
-      py::arg("input"), py::arg("output") = py::none(), py::arg("op") = "sum",
-      py::arg("comm") = py::none(),
+  def_elementwise(
+      m, "allreduce", static_cast<ElementwiseReduction>(&mpi::allreduce), same_shape,
       "Element-wise reduction over the ranks into `output` (a new array when None; `input` "
       "itself works); returns it.");
   m.def(
@@ -627,46 +649,13 @@ void bind_collectives(py::module_& m) {
       py::arg("input"), py::arg("send_counts"), py::arg("recv_counts"),
       py::arg("output") = py::none(), py::arg("comm") = py::none(),
       "alltoall of rows: send_counts[s] rows to rank s, recv_counts[s] rows from it.");
-  m.def(
-      "reduce_scatter",
-      [](const DeviceNDArray& input, const py::object& output, const py::object& op,
-         const py::object& comm) {
-        const mpi::ReduceOp o = to_op(op);
-        const MPI_Comm c = to_comm(comm);
-        Shape block = input.array.shape();
-        if (!block.empty()) block.erase(block.begin());
-        py::object out = output_or_new(output, input, block);
-        const DeviceArray& target = out.cast<const DeviceNDArray&>().array;
-        return collective(out, [&] { mpi::reduce_scatter(input.array, target, o, c); });
-      },
-      py::arg("input"), py::arg("output") = py::none(), py::arg("op") = "sum",
-      py::arg("comm") = py::none(),
+  def_elementwise(
+      m, "reduce_scatter", &mpi::reduce_scatter, block_shape,
       "Reduction of every rank's (ranks, *block) `input`; block r of the result to rank r.");
-  m.def(
-      "scan",
-      [](const DeviceNDArray& input, const py::object& output, const py::object& op,
-         const py::object& comm) {
-        const mpi::ReduceOp o = to_op(op);
-        const MPI_Comm c = to_comm(comm);
-        py::object out = output_or_new(output, input, input.array.shape());
-        const DeviceArray& target = out.cast<const DeviceNDArray&>().array;
-        return collective(out, [&] { mpi::scan(input.array, target, o, c); });
-      },
-      py::arg("input"), py::arg("output") = py::none(), py::arg("op") = "sum",
-      py::arg("comm") = py::none(), "Inclusive prefix reduction over ranks 0..r.");
-  m.def(
-      "exscan",
-      [](const DeviceNDArray& input, const py::object& output, const py::object& op,
-         const py::object& comm) {
-        const mpi::ReduceOp o = to_op(op);
-        const MPI_Comm c = to_comm(comm);
-        py::object out = output_or_new(output, input, input.array.shape());
-        const DeviceArray& target = out.cast<const DeviceNDArray&>().array;
-        return collective(out, [&] { mpi::exscan(input.array, target, o, c); });
-      },
-      py::arg("input"), py::arg("output") = py::none(), py::arg("op") = "sum",
-      py::arg("comm") = py::none(),
-      "Exclusive prefix reduction over ranks 0..r-1 (rank 0's `output` is left as it was).");
+  def_elementwise(m, "scan", &mpi::scan, same_shape, "Inclusive prefix reduction over ranks 0..r.");
+  def_elementwise(m, "exscan", &mpi::exscan, same_shape,
+                  "Exclusive prefix reduction over ranks 0..r-1 (rank 0's `output` is left as it "
+                  "was).");
   m.def(
       "allreduce_loc",
       [](const DeviceNDArray& values, const DeviceNDArray& indices, const py::object& op,

@@ -7,6 +7,8 @@
 #include <devmem/devmem.hpp>
 #include <devmem/mpi.hpp>
 
+#include "mpi_test_support.hpp"
+
 #include <unistd.h>
 
 #include <complex>
@@ -21,34 +23,11 @@
 #include <vector>
 
 namespace dm = devmem::mpi;
+using mpi_test::rank;
+using mpi_test::Settings;
+using mpi_test::size;
 
 namespace {
-
-int rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-
-// Restores the transport and chunk size after a section that changes them.
-struct Settings {
-  Settings(dm::Transport transport, std::int64_t chunk_bytes) {
-    dm::set_transport(transport);
-    dm::set_staging_chunk_bytes(chunk_bytes);
-  }
-  Settings(const Settings&) = delete;
-  Settings& operator=(const Settings&) = delete;
-  ~Settings() {
-    dm::set_transport(dm::Transport::automatic);
-    dm::set_staging_chunk_bytes(std::int64_t{1} << 20);
-  }
-};
 
 // Staged with chunks smaller than one row (several chunks, both slots reused), staged in one
 // chunk, and device_direct.
@@ -530,22 +509,5 @@ TEST_CASE("mpi: bad arguments are refused before anything is sent", "[mpi][error
 }
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  // The suite runs twice in CTest: with devmem's traffic on the application's communicators (tags
-  // above MPI_TAG_UB / 2) and, with DEVMEM_MPI_TESTS_INITIALIZE=1, on its private communicator.
-  if (const char* private_comm = std::getenv("DEVMEM_MPI_TESTS_INITIALIZE");
-      private_comm != nullptr && std::string(private_comm) == "1") {
-    dm::initialize();
-  }
-  if (size() < 2) {
-    std::fprintf(stderr, "devmem_mpi_tests: run with at least 2 ranks (mpirun -np 2)\n");
-    MPI_Finalize();
-    return 2;
-  }
-  int result = Catch::Session().run(argc, argv);
-  // One verdict for all ranks: a failure on any rank fails the run.
-  int worst = 0;
-  MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
+  return mpi_test::run_catch(argc, argv, "devmem_mpi_tests");
 }

@@ -10,6 +10,8 @@
 #include <devmem/devmem.hpp>
 #include <devmem/mpi.hpp>
 
+#include "mpi_test_support.hpp"
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -18,20 +20,10 @@
 #include <vector>
 
 namespace dm = devmem::mpi;
+using mpi_test::rank;
+using mpi_test::size;
 
 namespace {
-
-int rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
 
 struct Mode {
   dm::Transport transport;
@@ -483,15 +475,5 @@ TEST_CASE("datatype_for: MPI_Send and MPI_Recv of strided views", "[mpi]") {
 }
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  if (size() < 2) {
-    std::fprintf(stderr, "devmem_mpi_collectives_tests: run with at least 2 ranks\n");
-    MPI_Finalize();
-    return 2;
-  }
-  int result = Catch::Session().run(argc, argv);
-  int worst = 0;
-  MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
+  return mpi_test::run_catch(argc, argv, "devmem_mpi_collectives_tests");
 }

@@ -9,6 +9,8 @@
 #include <devmem/devmem.hpp>
 #include <devmem/mpi.hpp>
 
+#include "mpi_test_support.hpp"
+
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -18,20 +20,11 @@
 #include <vector>
 
 namespace dm = devmem::mpi;
+using mpi_test::rank;
+using mpi_test::Settings;
+using mpi_test::size;
 
 namespace {
-
-int rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
 
 // The partner of this rank, or -1 for the last rank of an odd count.
 int partner() {
@@ -44,20 +37,6 @@ std::vector<double> iota(std::int64_t n, double start) {
   std::iota(v.begin(), v.end(), start);
   return v;
 }
-
-// Restores the transport and chunk size after a section that changes them.
-struct Settings {
-  Settings(dm::Transport transport, std::int64_t chunk_bytes) {
-    dm::set_transport(transport);
-    dm::set_staging_chunk_bytes(chunk_bytes);
-  }
-  Settings(const Settings&) = delete;
-  Settings& operator=(const Settings&) = delete;
-  ~Settings() {
-    dm::set_transport(dm::Transport::automatic);
-    dm::set_staging_chunk_bytes(std::int64_t{1} << 20);
-  }
-};
 
 }  // namespace
 
@@ -438,21 +417,5 @@ TEST_CASE("mpi p2p: stream-ordered send, recv and allreduce", "[mpi][p2p][enqueu
 }
 
 int main(int argc, char** argv) {
-  // Stream-ordered calls make MPI calls on devmem::mpi's progress thread.
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  if (const char* private_comm = std::getenv("DEVMEM_MPI_TESTS_INITIALIZE");
-      private_comm != nullptr && std::string(private_comm) == "1") {
-    dm::initialize();
-  }
-  if (size() < 2) {
-    std::fprintf(stderr, "devmem_mpi_p2p_tests: run with at least 2 ranks (mpirun -np 2)\n");
-    MPI_Finalize();
-    return 2;
-  }
-  int result = Catch::Session().run(argc, argv);
-  int worst = 0;
-  MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
+  return mpi_test::run_catch(argc, argv, "devmem_mpi_p2p_tests");
 }
