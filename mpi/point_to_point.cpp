@@ -39,12 +39,7 @@ std::int64_t rows_of(const Endpoint& array) {
 }
 
 Plan plan_for(const Endpoint& array, std::int64_t rows_per_chunk) {
-  Plan plan;
-  plan.rows = rows_of(array);
-  plan.rows_per_chunk =
-      std::clamp<std::int64_t>(rows_per_chunk, 1, std::max<std::int64_t>(plan.rows, 1));
-  plan.chunks = array.size() == 0 ? 0 : (plan.rows + plan.rows_per_chunk - 1) / plan.rows_per_chunk;
-  return plan;
+  return make_plan(rows_of(array), array.size(), rows_per_chunk);
 }
 
 std::int64_t row_bytes(const Endpoint& array) {

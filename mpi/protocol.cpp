@@ -244,13 +244,17 @@ Datatype byte_elements_type(const DeviceArray& view) {
 
 // ---- chunk plans and staging --------------------------------------------------------------------
 
-Plan make_plan(const DeviceArray& array, std::int64_t rows_per_chunk) {
+Plan make_plan(std::int64_t rows, std::int64_t elements, std::int64_t rows_per_chunk) {
   Plan plan;
-  plan.rows = rows_of(array);
+  plan.rows = rows;
   plan.rows_per_chunk =
       std::clamp<std::int64_t>(rows_per_chunk, 1, std::max<std::int64_t>(plan.rows, 1));
-  plan.chunks = array.size() == 0 ? 0 : (plan.rows + plan.rows_per_chunk - 1) / plan.rows_per_chunk;
+  plan.chunks = elements == 0 ? 0 : (plan.rows + plan.rows_per_chunk - 1) / plan.rows_per_chunk;
   return plan;
+}
+
+Plan make_plan(const DeviceArray& array, std::int64_t rows_per_chunk) {
+  return make_plan(rows_of(array), array.size(), rows_per_chunk);
 }
 
 // The rows per chunk this rank would choose for `array`.

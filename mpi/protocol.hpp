@@ -96,6 +96,8 @@ struct Plan {
 };
 
 Plan make_plan(const DeviceArray& array, std::int64_t rows_per_chunk);
+// The plan for `rows` first-axis rows holding `elements` elements in all (0-d arrays: one row).
+Plan make_plan(std::int64_t rows, std::int64_t elements, std::int64_t rows_per_chunk);
 // The rows per chunk this rank would choose for `array`.
 std::int64_t preferred_rows(const DeviceArray& array, Transport transport);
 // The first-axis rows [begin, end) of chunk k.
