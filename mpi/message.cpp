@@ -131,7 +131,7 @@ int world_rank(MPI_Comm comm, int rank) {
 // ---- eager buffers ------------------------------------------------------------------------------
 
 std::mutex g_eager_mutex;
-std::vector<HostArray> g_eager_pool;
+std::vector<std::unique_ptr<HostArray>> g_eager_pool;
 constexpr std::size_t kMaxPooledEagerBuffers = 256;
 
 // ---- probe stash --------------------------------------------------------------------------------
@@ -226,7 +226,8 @@ EagerBuffer EagerBuffer::take() {
       return buffer;
     }
   }
-  return EagerBuffer(pinned_array(Shape{static_cast<std::int64_t>(kEagerCapacity)}, DType('u', 1)));
+  return EagerBuffer(std::make_unique<HostArray>(
+      pinned_array(Shape{static_cast<std::int64_t>(kEagerCapacity)}, DType('u', 1))));
 }
 
 EagerBuffer& EagerBuffer::operator=(EagerBuffer&& other) noexcept {
@@ -236,10 +237,10 @@ EagerBuffer& EagerBuffer::operator=(EagerBuffer&& other) noexcept {
 }
 
 EagerBuffer::~EagerBuffer() {
-  if (!storage_.has_value()) return;
+  if (storage_ == nullptr) return;
   try {
     const std::lock_guard lock(g_eager_mutex);
-    if (g_eager_pool.size() < kMaxPooledEagerBuffers) g_eager_pool.push_back(std::move(*storage_));
+    if (g_eager_pool.size() < kMaxPooledEagerBuffers) g_eager_pool.push_back(std::move(storage_));
   } catch (...) {  // out of memory growing the pool: the buffer is freed instead
   }
 }

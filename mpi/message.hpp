@@ -15,6 +15,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -83,13 +84,13 @@ class EagerBuffer {
   EagerBuffer() = default;
   static EagerBuffer take();
   EagerBuffer(EagerBuffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), storage_(std::exchange(other.storage_, {})) {}
+      : data_(std::exchange(other.data_, nullptr)), storage_(std::move(other.storage_)) {}
   EagerBuffer& operator=(EagerBuffer&& other) noexcept;
   EagerBuffer(const EagerBuffer&) = delete;
   EagerBuffer& operator=(const EagerBuffer&) = delete;
   ~EagerBuffer();
   [[nodiscard]] std::byte* data() const noexcept { return data_; }
-  [[nodiscard]] bool empty() const noexcept { return !storage_.has_value(); }
+  [[nodiscard]] bool empty() const noexcept { return storage_ == nullptr; }
   [[nodiscard]] const MessageHeader& header() const noexcept {
     return *reinterpret_cast<const MessageHeader*>(data());  // NOLINT: raw wire bytes
   }
@@ -103,10 +104,11 @@ class EagerBuffer {
   [[nodiscard]] std::byte* payload(int ndim) const noexcept { return data() + header_bytes(ndim); }
 
  private:
-  explicit EagerBuffer(HostArray storage)
-      : data_(static_cast<std::byte*>(storage.data())), storage_(std::move(storage)) {}
+  // The pool moves pointers, not arrays (a HostArray's move touches its shape, strides and owner).
+  explicit EagerBuffer(std::unique_ptr<HostArray> storage)
+      : data_(static_cast<std::byte*>(storage->data())), storage_(std::move(storage)) {}
   std::byte* data_ = nullptr;
-  std::optional<HostArray> storage_;
+  std::unique_ptr<HostArray> storage_;
 };
 
 // ---- one array as a message buffer --------------------------------------------------------------
