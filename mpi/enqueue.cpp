@@ -4,8 +4,13 @@
 // operation on that buffer to devmem::mpi's progress thread and blocks the stream until it has
 // finished, and (3) for receives the copy back. The host function itself only waits on a
 // condition variable: a stream's host functions must not call the device runtime (CUDA forbids
-// it), while the operation's MPI calls and buffers belong to the progress thread, which starts
-// with the first enqueued call and sleeps when it has nothing to do.
+// it), while the operation's MPI calls belong to the progress thread, which starts with the first
+// enqueued call and sleeps when it has nothing to do. Neither ever waits for a stream: the
+// progress thread advances only the enqueued operations (not the application's, whose staging
+// copies wait for events on streams an enqueued operation may be holding), and it never frees a
+// finished operation's buffers itself (freeing device-runtime memory waits for the streams that
+// may use it, the very stream that waits for the progress thread): the application's threads
+// free them at their next enqueue call or check_enqueued().
 #include "collective_agreement.hpp"
 #include "message.hpp"
 #include "point_to_point.hpp"
@@ -36,11 +41,19 @@ using namespace detail;
 
 namespace {
 
-// One enqueued operation, between the stream's host function and the progress thread.
+// One enqueued operation, between the stream's host function and the progress thread. Once done
+// it holds nothing but the flag: the stream's host function may drop the last reference on the
+// stream's own thread.
 struct Enqueued {
   std::function<std::shared_ptr<Operation>()> make;  // run by the progress thread
   std::shared_ptr<Operation> op;
   bool done = false;  // guarded by the engine's mutex
+};
+
+// What a finished operation leaves to be freed by an application thread.
+struct Retired {
+  std::function<std::shared_ptr<Operation>()> make;  // holds the staging buffer
+  std::shared_ptr<Operation> op;
 };
 
 // The progress thread and the enqueued operations it runs.
@@ -65,10 +78,17 @@ class EnqueueEngine {
     if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
   }
 
-  // The first error of an enqueued operation since the last call, cleared.
+  // The first error of an enqueued operation since the last call, cleared; frees what finished
+  // operations left (called by application threads only).
   std::exception_ptr take_error() {
-    const std::lock_guard lock(mutex_);
-    return std::exchange(error_, nullptr);
+    std::vector<Retired> freed;
+    std::exception_ptr error;
+    {
+      const std::lock_guard lock(mutex_);
+      freed.swap(retired_);
+      error = std::exchange(error_, nullptr);
+    }
+    return error;  // `freed` goes here, outside the lock, on the application's thread
   }
 
  private:
@@ -95,7 +115,7 @@ class EnqueueEngine {
           finish(*work, std::current_exception());
         }
       }
-      progress_all();
+      for (const auto& work : running) advance_started(work->op);
       bool moved = !arrived.empty();
       std::erase_if(running, [&](const std::shared_ptr<Enqueued>& work) {
         if (!work->op->finished.load(std::memory_order_acquire)) return false;
@@ -112,6 +132,8 @@ class EnqueueEngine {
   void finish(Enqueued& work, std::exception_ptr error) {
     const std::lock_guard lock(mutex_);
     if (error && !error_) error_ = std::move(error);
+    retired_.push_back(Retired{std::move(work.make), std::move(work.op)});
+    work.make = nullptr;
     work.done = true;
     finished_.notify_all();
   }
@@ -121,6 +143,7 @@ class EnqueueEngine {
   std::condition_variable finished_;
   std::deque<std::shared_ptr<Enqueued>> incoming_;
   std::exception_ptr error_;
+  std::vector<Retired> retired_;
   std::thread thread_;
 };
 

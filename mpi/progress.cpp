@@ -161,6 +161,11 @@ void run_blocking(const std::shared_ptr<Operation>& op, const char* what) {
   op->finished = true;
 }
 
+void advance_started(const std::shared_ptr<Operation>& op) {
+  const std::lock_guard lock(g_progress_mutex);
+  if (!op->finished) advance_once(op);
+}
+
 void launch(const std::shared_ptr<Operation>& op) {
   {
     const std::lock_guard lock(g_progress_mutex);  // parking, if it fails, is under the lock

@@ -47,6 +47,8 @@ struct Operation {
 
 // Adds `op` to the operations that progress advances.
 void start(const std::shared_ptr<Operation>& op);
+// Advances a started operation once (under the progress lock) unless it has finished.
+void advance_started(const std::shared_ptr<Operation>& op);
 // Advances a new operation once (a small message often completes at once: it then never enters
 // the list) and adds it to the list if it has not finished; a failure is kept for wait().
 void launch(const std::shared_ptr<Operation>& op);
