@@ -513,6 +513,8 @@ class Datatype {
 /// it matches send/recv/isend/irecv on the other rank. Needs MPI_THREAD_MULTIPLE (InvalidArgument
 /// naming the level MPI provides otherwise). On the default stream of the host backend, whose
 /// work runs when it is enqueued, the call returns only when the operation is done.
+/// The progress thread advances only enqueued operations; their staging buffers are freed by the
+/// next *_enqueue call or check_enqueued() on an application thread.
 /// Errors of the operation itself (a mismatch, an MPI error) surface from check_enqueued() or the
 /// next *_enqueue call, once; a failed receive leaves the array's values as they were (the
 /// staging buffer first holds them). Argument errors throw at once, before anything is enqueued.
