@@ -597,4 +597,14 @@ void run_whole(const char* name, Path path, const Agreement& agreement, const Si
   stream.synchronize();
 }
 
+std::int64_t row_elements(std::span<const std::int64_t> block) {
+  std::int64_t n = 1;
+  for (std::size_t d = 1; d < block.size(); ++d) n *= block[d];
+  return n;
+}
+
+std::string shape_text(const DeviceArray& array) {
+  return fmt::format("{} {}", array.dtype().name(), layout::format_tuple(array.shape()));
+}
+
 }  // namespace devmem::mpi::detail

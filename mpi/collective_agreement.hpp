@@ -100,6 +100,11 @@ std::optional<MPI_Datatype> reduce_type(const DType& dtype, ReduceOp op);
 // "MPI cannot reduce dtype complex128 with min" and the like; nullopt when reduce_type has one.
 std::optional<std::string> reduce_problem(const DType& dtype, ReduceOp op);
 
+// The elements of one first-axis row of an array of shape `block` (1 for 0-d and 1-d shapes).
+std::int64_t row_elements(std::span<const std::int64_t> block);
+// "float64 (4, 5)".
+std::string shape_text(const DeviceArray& array);
+
 // allreduce's and iallreduce's local checks of their arguments; nullopt when fine.
 std::optional<std::string> allreduce_problem(const DeviceArray& input, const DeviceArray& output,
                                              ReduceOp op);

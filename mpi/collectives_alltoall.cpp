@@ -24,16 +24,6 @@ using namespace detail;
 
 namespace {
 
-std::int64_t row_elements(std::span<const std::int64_t> block) {
-  std::int64_t n = 1;
-  for (std::size_t d = 1; d < block.size(); ++d) n *= block[d];
-  return n;
-}
-
-std::string shape_text(const DeviceArray& array) {
-  return fmt::format("{} {}", array.dtype().name(), layout::format_tuple(array.shape()));
-}
-
 // `array`'s shape without its first axis (empty for a 0-d array).
 Shape without_first(const DeviceArray& array) {
   if (array.ndim() == 0) return {};

@@ -26,19 +26,9 @@ using namespace detail;
 
 namespace {
 
-std::int64_t row_elements(std::span<const std::int64_t> block) {
-  std::int64_t n = 1;
-  for (std::size_t d = 1; d < block.size(); ++d) n *= block[d];
-  return n;
-}
-
 // The block's row bytes (the whole block for a 0-d block).
 std::int64_t row_bytes_of(std::span<const std::int64_t> block, std::int64_t itemsize) {
   return row_elements(block) * itemsize;
-}
-
-std::string shape_text(const DeviceArray& array) {
-  return fmt::format("{} {}", array.dtype().name(), layout::format_tuple(array.shape()));
 }
 
 std::string expected_text(const DType& dtype, std::span<const std::int64_t> shape) {
