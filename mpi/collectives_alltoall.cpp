@@ -1,6 +1,7 @@
-// devmem::mpi's alltoall, alltoallv, reduce_scatter and allreduce_loc, to_string(ReduceOp) and
-// datatype_for: the descriptor agreement of mpi/collective_agreement.hpp, then run_blocks (chunked)
-// or run_whole (alltoallv, one chunk); allreduce_loc packs (value, index) pairs in host memory.
+// devmem::mpi's alltoall, alltoallv, reduce_scatter (block and counts forms) and allreduce_loc,
+// to_string(ReduceOp) and datatype_for: the descriptor agreement of mpi/collective_agreement.hpp,
+// then run_blocks (chunked) or run_whole (the v-forms, one chunk); allreduce_loc packs
+// (value, index) pairs in host memory.
 #include "collective_agreement.hpp"
 
 #include <devmem/layout.hpp>
@@ -141,6 +142,54 @@ void reduce_scatter(const DeviceArray& input, const DeviceArray& output, ReduceO
                           : MPI_Ireduce_scatter_block(in, out, count, type, mpi_reduction, comm,
                                                       request);
              });
+}
+
+void reduce_scatter(const DeviceArray& input, std::span<const std::int64_t> counts,
+                    const DeviceArray& output, ReduceOp op, MPI_Comm comm) {
+  const char* name = "mpi::reduce_scatter";
+  const auto [rank, size] = rank_and_size(name, comm);
+  const Shape rest = without_first(input);
+  Path path = Path::staged;
+  Descriptor mine = describe_for(input, rest, static_cast<std::int32_t>(op), &path);
+  mine.counts = hash_counts(counts);  // agree() refuses counts that differ between ranks
+  if (const auto problem = reduce_problem(input.dtype(), op)) fail(mine, *problem);
+  if (counts.size() != static_cast<std::size_t>(size)) {
+    fail(mine,
+         fmt::format("counts has {} entries, expected one per rank ({})", counts.size(), size));
+  } else {
+    for (std::size_t r = 0; r < counts.size(); ++r) {
+      if (counts[r] < 0) fail(mine, fmt::format("counts[{}] is {} (negative)", r, counts[r]));
+    }
+    const std::int64_t total = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
+    Shape expected = rest;
+    expected.insert(expected.begin(), counts[static_cast<std::size_t>(rank)]);
+    if (input.ndim() == 0 || input.shape()[0] != total) {
+      fail(mine, fmt::format("the input is {}, expected {} rows (sum of counts)", shape_text(input),
+                             total));
+    } else if (output.dtype() != input.dtype() || output.shape() != expected) {
+      fail(mine, fmt::format("the output is {}, expected {} {} (counts[{}] rows of the input's)",
+                             shape_text(output), input.dtype().name(),
+                             layout::format_tuple(expected), rank));
+    } else if (const auto problem = destination_problem(output)) {
+      fail(mine, *problem);
+    }
+  }
+  const Agreement agreement = agree(name, comm, mine, 0);
+  const MPI_Datatype type = reduce_type(input.dtype(), op).value_or(MPI_DATATYPE_NULL);
+  const MPI_Op mpi_reduction = mpi_op(op);
+  const std::int64_t per_row = input.ndim() == 0 ? 1 : row_elements(input.shape());
+  std::vector<int> elements;
+  elements.reserve(counts.size());
+  for (const std::int64_t c : counts)
+    elements.push_back(checked_int(c * per_row, "a rank's count"));
+  run_whole(name, path, agreement, Side{.array = input, .active = true},
+            Side{.array = output, .active = true},
+            [&](const void* in, void* out, MPI_Request* request) {
+              return request == nullptr
+                         ? MPI_Reduce_scatter(in, out, elements.data(), type, mpi_reduction, comm)
+                         : MPI_Ireduce_scatter(in, out, elements.data(), type, mpi_reduction, comm,
+                                               request);
+            });
 }
 
 void alltoallv(const DeviceArray& input, std::span<const std::int64_t> send_counts,

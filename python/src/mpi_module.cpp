@@ -649,9 +649,33 @@ void bind_collectives(py::module_& m) {
       py::arg("input"), py::arg("send_counts"), py::arg("recv_counts"),
       py::arg("output") = py::none(), py::arg("comm") = py::none(),
       "alltoall of rows: send_counts[s] rows to rank s, recv_counts[s] rows from it.");
-  def_elementwise(
-      m, "reduce_scatter", &mpi::reduce_scatter, block_shape,
-      "Reduction of every rank's (ranks, *block) `input`; block r of the result to rank r.");
+  m.def(
+      "reduce_scatter",
+      [](const DeviceNDArray& input, const py::object& output, const py::object& op,
+         const py::object& comm, const py::object& counts) {
+        const mpi::ReduceOp o = to_op(op);
+        const MPI_Comm c = to_comm(comm);
+        if (counts.is_none()) {
+          py::object out = output_or_new(output, input, block_shape(input.array));
+          const DeviceArray& target = out.cast<const DeviceNDArray&>().array;
+          return collective(out, [&] { mpi::reduce_scatter(input.array, target, o, c); });
+        }
+        const std::vector<std::int64_t> rows = to_counts(counts, "counts");
+        int rank = 0;
+        MPI_Comm_rank(c, &rank);
+        // This rank's share when the counts are well formed; the C++ call names what is wrong.
+        const std::int64_t mine =
+            static_cast<std::size_t>(rank) < rows.size() ? rows[static_cast<std::size_t>(rank)] : 0;
+        py::object out = output_or_new(
+            output, input, prepend(std::max<std::int64_t>(mine, 0), block_shape(input.array)));
+        const DeviceArray& target = out.cast<const DeviceNDArray&>().array;
+        return collective(out, [&] { mpi::reduce_scatter(input.array, rows, target, o, c); });
+      },
+      py::arg("input"), py::arg("output") = py::none(), py::arg("op") = "sum",
+      py::arg("comm") = py::none(), py::arg("counts") = py::none(),
+      "Reduction of every rank's (ranks, *block) `input`; block r of the result to rank r. With "
+      "`counts` (one per rank, the same on every rank): `input` is (sum(counts), *rest) and rank r "
+      "gets rows counts[0] + ... + counts[r-1] onwards, counts[r] of them (MPI_Reduce_scatter).");
   def_elementwise(m, "scan", &mpi::scan, same_shape, "Inclusive prefix reduction over ranks 0..r.");
   def_elementwise(m, "exscan", &mpi::exscan, same_shape,
                   "Exclusive prefix reduction over ranks 0..r-1 (rank 0's `output` is left as it "

@@ -86,6 +86,20 @@ def test_alltoall_and_reduce_scatter():
     np.testing.assert_array_equal(block.copy_to_host(), everyone((size, 4)).sum(axis=0)[rank])
 
 
+def test_reduce_scatter_counts():
+    # Rank r gets r + 1 rows of the sum (MPI_Reduce_scatter).
+    counts = [r + 1 for r in range(size)]
+    total = sum(counts)
+    d = devmem.to_device(values((total, 3), seed=rank))
+    mine = dmpi.reduce_scatter(d, op="sum", counts=counts)
+    assert mine.shape == (rank + 1, 3)
+    first = sum(counts[:rank])
+    expected = everyone((total, 3)).sum(axis=0)[first:first + rank + 1]
+    np.testing.assert_array_equal(mine.copy_to_host(), expected)
+    with pytest.raises(ValueError, match="counts has 1 entries"):
+        dmpi.reduce_scatter(d, counts=[total])
+
+
 def test_alltoallv():
     # Rank r sends s + 1 rows to rank s.
     send_counts = [s + 1 for s in range(size)]

@@ -207,7 +207,7 @@ TEST_CASE("collectives: gatherv and scatterv with rows per rank", "[mpi]") {
   }
 }
 
-TEST_CASE("collectives: alltoall, alltoallv and reduce_scatter", "[mpi]") {
+TEST_CASE("collectives: alltoall, alltoallv and reduce_scatter (block and counts)", "[mpi]") {
   const int me = rank();
   const int n = size();
   for (const auto& mode : kModes) {
@@ -254,6 +254,24 @@ TEST_CASE("collectives: alltoall, alltoallv and reduce_scatter", "[mpi]") {
           double expected = 0;
           for (int r = 0; r < n; ++r) expected += value(r, 2 * me + i, j);
           CHECK(hb.at<double>(i, j) == expected);
+        }
+      }
+      // reduce_scatter with counts (MPI_Reduce_scatter): counts[r] = r % 2 + 1 rows to rank r
+      // (rank r's rows start at the sum of the counts before it), strided into a transposed view.
+      std::vector<std::int64_t> counts(static_cast<std::size_t>(n));
+      for (int r = 0; r < n; ++r) counts[static_cast<std::size_t>(r)] = r % 2 + 1;
+      const std::int64_t total = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
+      const std::int64_t mine = counts[static_cast<std::size_t>(me)];
+      std::int64_t first = 0;
+      for (int r = 0; r < me; ++r) first += counts[static_cast<std::size_t>(r)];
+      const devmem::DeviceArray rows = transposed(mine, 3);
+      dm::reduce_scatter(strided(me, total, 3), counts, rows, dm::ReduceOp::sum);
+      const devmem::HostArray hr = rows.copy_to_host();
+      for (std::int64_t i = 0; i < mine; ++i) {
+        for (std::int64_t j = 0; j < 3; ++j) {
+          double expected = 0;
+          for (int r = 0; r < n; ++r) expected += value(r, first + i, j);
+          CHECK(hr.at<double>(i, j) == expected);
         }
       }
     }
@@ -400,6 +418,20 @@ TEST_CASE("collectives: mismatches and bad arguments throw on every rank", "[mpi
   negative[static_cast<std::size_t>(n - 1)] = -1;
   CHECK_THROWS_WITH(dm::scatterv(devmem::DeviceArray{}, one_row, negative, 0),
                     Catch::Contains("counts[" + std::to_string(n - 1) + "] is -1"));
+  // reduce_scatter's counts: different between ranks, negative, an output of the wrong rows.
+  std::vector<std::int64_t> uneven(static_cast<std::size_t>(n), 1);
+  uneven[0] = me == 0 ? 2 : 1;
+  const devmem::DeviceArray scattered = devmem::device_array<double>({me == 0 ? 2 : 1, 2});
+  CHECK_THROWS_AS(dm::reduce_scatter(devmem::device_array<double>({n + (me == 0 ? 1 : 0), 2}),
+                                     uneven, scattered, dm::ReduceOp::sum),
+                  devmem::InvalidArgument);
+  CHECK_THROWS_WITH(dm::reduce_scatter(devmem::device_array<double>({n - 2, 2}), negative, one_row,
+                                       dm::ReduceOp::sum),
+                    Catch::Contains("counts[" + std::to_string(n - 1) + "] is -1"));
+  std::vector<std::int64_t> twos(static_cast<std::size_t>(n), 2);
+  CHECK_THROWS_WITH(dm::reduce_scatter(devmem::device_array<double>({2 * n, 2}), twos, one_row,
+                                       dm::ReduceOp::sum),
+                    Catch::Contains("the output is float64 (1, 2), expected float64 (2, 2)"));
   // alltoallv counts that do not match the senders'.
   std::vector<std::int64_t> send(static_cast<std::size_t>(n), 1);
   std::vector<std::int64_t> recv(static_cast<std::size_t>(n), 1);

@@ -426,6 +426,15 @@ DEVMEM_MPI_API void alltoallv(const DeviceArray& input, std::span<const std::int
 /// result to rank r's `output` (shape block): MPI_Reduce_scatter_block.
 DEVMEM_MPI_API void reduce_scatter(const DeviceArray& input, const DeviceArray& output, ReduceOp op,
                                    MPI_Comm comm = MPI_COMM_WORLD);
+/// The same with blocks of different sizes (MPI_Reduce_scatter): every rank's `input` has
+/// sum(counts) rows (shape (sum(counts), *rest)); the element-wise reduction's rows
+/// [counts[0] + ... + counts[r-1], ... + counts[r]) go to rank r's `output`, of shape
+/// (counts[r], *rest). `counts` has one entry per rank, none negative, and is the same on every
+/// rank (checked: InvalidArgument on every rank naming the first difference). Staged in one
+/// chunk.
+DEVMEM_MPI_API void reduce_scatter(const DeviceArray& input, std::span<const std::int64_t> counts,
+                                   const DeviceArray& output, ReduceOp op,
+                                   MPI_Comm comm = MPI_COMM_WORLD);
 /// Inclusive prefix reduction: rank r's `output` is op over ranks 0..r of `input` (same dtype and
 /// shape; may be `input` itself).
 DEVMEM_MPI_API void scan(const DeviceArray& input, const DeviceArray& output, ReduceOp op,
