@@ -10,6 +10,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -308,50 +309,54 @@ DeviceNDArray device_view(const DeviceNDArray& base, std::int64_t byte_offset,
   return DeviceNDArray{std::move(view), type};
 }
 
+/// DeviceNDArray.__dlpack__ (DLPack 1's arguments; see its docstring).
+py::capsule export_dlpack(const DeviceNDArray& a, const py::object& stream,
+                          const py::object& max_version, const py::object& dl_device,
+                          const py::object& copy) {
+  check_dlpack_exportable(a);
+  const bool as_bool = a.array.dtype().kind() == 'b' && knows_dlpack_bool(max_version);
+  if (!stream.is_none() && has_array_interface()) {
+    // The consumer will use `stream`: order our array's pending work before it.
+    const auto consumer = stream.cast<std::intptr_t>();
+    if (consumer != -1) without_gil([&] { a.array.stream().synchronize(); });
+  }
+  // copy=True (DLPack 1's consumers, NumPy 2): a new array of the same values, complete
+  // before the consumer reads it.
+  DeviceArray exported = a.array;
+  if (!copy.is_none() && py::bool_(copy)) {
+    exported = without_gil([&] {
+      DeviceArray copied = a.array.copy(Order::K);
+      copied.stream().synchronize();
+      return copied;
+    });
+  }
+  // Owned here until the capsule takes it, so that an error below frees it.
+  const auto free_tensor = [](DLManagedTensor* t) { t->deleter(t); };
+  std::unique_ptr<DLManagedTensor, decltype(free_tensor)> tensor(exported.to_dlpack(), free_tensor);
+  const DLDevice own = tensor->dl_tensor.device;
+  if (!dl_device.is_none()) {
+    const auto wanted = dl_device.cast<py::tuple>();
+    if (wanted.size() != 2 || wanted[0].cast<int>() != static_cast<int>(own.device_type) ||
+        wanted[1].cast<int>() != own.device_id) {
+      throw py::buffer_error(
+          fmt::format("__dlpack__: dl_device {} is not the array's device ({}, {}); devmem exports "
+                      "to the array's own device only",
+                      py::repr(dl_device).cast<std::string>(), static_cast<int>(own.device_type),
+                      own.device_id));
+    }
+  }
+  if (as_bool) tensor->dl_tensor.dtype.code = kDLBoolCode;
+  return dlpack_capsule(tensor.release());
+}
+
 }  // namespace
 
 void bind_interop(py::module_& m) {
   auto cls = py::reinterpret_borrow<py::class_<DeviceNDArray>>(m.attr("DeviceNDArray"));
   cls.def(
-         "__dlpack__",
-         [](const DeviceNDArray& a, const py::object& stream, const py::object& max_version,
-            const py::object& dl_device, const py::object& copy) {
-           check_dlpack_exportable(a);
-           const bool as_bool = a.array.dtype().kind() == 'b' && knows_dlpack_bool(max_version);
-           if (!stream.is_none() && has_array_interface()) {
-             // The consumer will use `stream`: order our array's pending work before it.
-             const auto consumer = stream.cast<std::intptr_t>();
-             if (consumer != -1) without_gil([&] { a.array.stream().synchronize(); });
-           }
-           // copy=True (DLPack 1's consumers, NumPy 2): a new array of the same values, complete
-           // before the consumer reads it.
-           const DeviceArray exported = !copy.is_none() && py::bool_(copy) ? without_gil([&] {
-             DeviceArray copied = a.array.copy(Order::K);
-             copied.stream().synchronize();
-             return copied;
-           })
-                                                                           : a.array;
-           DLManagedTensor* tensor = exported.to_dlpack();
-           if (!dl_device.is_none()) {
-             const auto wanted = dl_device.cast<py::tuple>();
-             const DLDevice own = tensor->dl_tensor.device;
-             if (wanted.size() != 2 || wanted[0].cast<int>() != static_cast<int>(own.device_type) ||
-                 wanted[1].cast<int>() != own.device_id) {
-               tensor->deleter(tensor);
-               throw py::buffer_error(fmt::format(
-                   "__dlpack__: dl_device {} is not the array's device ({}, {}); devmem exports "
-                   "to the array's own device only",
-                   py::repr(dl_device).cast<std::string>(), static_cast<int>(own.device_type),
-                   own.device_id));
-             }
-           }
-           if (as_bool) {
-             tensor->dl_tensor.dtype.code = kDLBoolCode;
-           }
-           return dlpack_capsule(tensor);
-         },
-         py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
-         py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
+         "__dlpack__", &export_dlpack, py::kw_only(), py::arg("stream") = py::none(),
+         py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
+         py::arg("copy") = py::none(),
          "A DLPack capsule viewing the array (a copy for copy=True). A bool array is kDLBool for a "
          "consumer that passes max_version >= (1, 0) (DLPack 1 knows kDLBool), otherwise uint8.")
       .def("__dlpack_device__",

@@ -1,7 +1,7 @@
-"""The defects of docs/python.md's first-day checks, each as its reproducer found it: interpreter
-exit with a daemon thread inside devmem, non-native byte order and full dtypes across DLPack and
-IPC, out-of-range integers and wrong types, stream comparisons, and the out-of-memory message
-inside defer_cleanup."""
+"""Defects found by trying the package as a Numba/CuPy user would, each as its reproducer showed
+it: interpreter exit with a daemon thread inside devmem, non-native byte order and full dtypes
+across DLPack and IPC, out-of-range integers and wrong types, stream comparisons, and the
+out-of-memory message inside defer_cleanup."""
 
 import subprocess
 import sys
