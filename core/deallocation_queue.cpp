@@ -24,6 +24,18 @@ std::int64_t byte_limit(const DeallocationConfig& config, std::int64_t manager_t
   return static_cast<std::int64_t>(static_cast<double>(manager_total) * config.max_pending_ratio);
 }
 
+/// What the out-of-memory retry freed, for its message.
+std::string flush_outcome(int defer_depth, std::size_t pending, std::int64_t pending_bytes) {
+  if (defer_depth == 0) return "after flushing pending deallocations";
+  // Numba's rule frees nothing inside defer_cleanup (docs/memory-managers.md#defer-cleanup): say
+  // what is held and how to get it back, rather than claim a flush that did not happen.
+  return fmt::format(
+      "nothing flushed: inside defer_cleanup, which is holding {} pending deallocation(s) of {}; "
+      "leaving its outermost block does not free them either: call flush_deallocations() after "
+      "the block, or allocate outside it",
+      pending, format_bytes(pending_bytes));
+}
+
 }  // namespace
 
 template <class Allocate>
@@ -44,11 +56,16 @@ void* DeallocationQueue::allocate_with_retry(Allocate&& allocate, const char* op
         info = manager()->memory_info();
       } catch (...) {  // the size and the vendor's error still make a useful message
       }
+      std::string outcome;
+      {
+        std::lock_guard lock(mutex_);
+        outcome = flush_outcome(defer_depth_, queue_.size(), queue_bytes_);
+      }
       throw OutOfMemory(
-          fmt::format("{}: out of {} allocating {} bytes ({}) on device {} ({} free of {}, after "
-                      "flushing pending deallocations): {}",
+          fmt::format("{}: out of {} allocating {} bytes ({}) on device {} ({} "
+                      "free of {}, {}): {}",
                       operation, what, bytes, format_bytes(bytes), owner_.device(),
-                      format_bytes(info.free), format_bytes(info.total), e.what()),
+                      format_bytes(info.free), format_bytes(info.total), outcome, e.what()),
           bytes);
     }
   }

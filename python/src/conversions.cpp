@@ -1,14 +1,44 @@
 #include "conversions.hpp"
 
 #include <fmt/format.h>
+#include <unistd.h>
+
+#if defined(__GLIBCXX__)
+#include <cxxabi.h>
+#endif
 
 #include <atomic>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace devmem::python {
+
+namespace {
+
+/// A thread that CPython ends at its exit (GilRelease) waits here until the process is gone.
+[[noreturn]] void park_thread_until_exit() noexcept {
+  for (;;) pause();
+}
+
+}  // namespace
+
+GilRelease::~GilRelease() {
+#if defined(__GLIBCXX__)
+  try {
+    PyEval_RestoreThread(state_);
+  } catch (abi::__forced_unwind&) {
+    // CPython called pthread_exit: the interpreter is finalising and this is a daemon thread.
+    // Rethrowing would leave this noexcept destructor (std::terminate); letting the thread go
+    // on would run Python without the GIL. Neither: the thread never returns.
+    park_thread_until_exit();
+  }
+#else
+  PyEval_RestoreThread(state_);
+#endif
+}
 
 py::handle numpy() {
   // Imported once and kept for the life of the process (a handle, so never released at exit).
@@ -168,8 +198,23 @@ py::dtype as_numpy_dtype(py::handle obj) {
   }
 }
 
+std::int64_t to_int64(py::handle obj, const char* what) {
+  const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(obj.ptr()));
+  if (!index) throw py::error_already_set();
+  int overflow = 0;
+  const long long value = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (overflow != 0) {
+    throw py::value_error(fmt::format("{} {} does not fit a 64-bit signed integer (from {} to {})",
+                                      what, py::str(index).cast<std::string>(),
+                                      std::numeric_limits<std::int64_t>::min(),
+                                      std::numeric_limits<std::int64_t>::max()));
+  }
+  if (value == -1 && PyErr_Occurred() != nullptr) throw py::error_already_set();
+  return value;
+}
+
 Shape to_shape(py::handle obj, const char* what) {
-  if (is_integer(obj)) return Shape{obj.cast<std::int64_t>()};
+  if (is_integer(obj)) return Shape{to_int64(obj, what)};
   if (py::isinstance<py::array>(obj)) {
     const auto array = py::reinterpret_borrow<py::array>(obj);
     if (array.dtype().kind() != 'i' && array.dtype().kind() != 'u') {
@@ -188,7 +233,7 @@ Shape to_shape(py::handle obj, const char* what) {
           fmt::format("{} elements must be integers, got {}", what,
                       py::str(py::type::of(item).attr("__name__")).cast<std::string>()));
     }
-    shape.push_back(item.cast<std::int64_t>());
+    shape.push_back(to_int64(item, what));
   }
   return shape;
 }

@@ -58,6 +58,9 @@ struct DescriptorFields {
 /// np.dtype(obj), TypeError naming `obj` when NumPy cannot make a dtype of it.
 [[nodiscard]] py::dtype as_numpy_dtype(py::handle obj);
 
+/// An integer (a Python int or anything with __index__) as int64; ValueError naming `what` and
+/// the value when it does not fit (NumPy: "Maximum allowed dimension exceeded").
+[[nodiscard]] std::int64_t to_int64(py::handle obj, const char* what);
 /// An int or a sequence of ints (Python or NumPy integers) as a shape; TypeError otherwise, as
 /// numba-cuda: "shape must be an integer or tuple of integers".
 [[nodiscard]] Shape to_shape(py::handle obj, const char* what = "shape");
@@ -103,11 +106,31 @@ void release_queued_python_objects();
 /// np.asarray(obj, dtype): converted to `dtype` where it differs.
 [[nodiscard]] py::array as_numpy_array(py::handle obj, const py::dtype& dtype);
 
+/// Releases the GIL for its lifetime, like pybind11's gil_scoped_release, but survives the
+/// interpreter's exit (docs/python.md#threads): when Python finalises while a daemon thread is
+/// inside a devmem call, CPython's PyEval_RestoreThread ends that thread with pthread_exit, a
+/// forced unwind, which std::terminate()s the process where it leaves a noexcept frame (this
+/// destructor). The destructor catches the forced unwind instead and parks the thread for good:
+/// it never runs Python code again, drops no reference without the GIL, and dies with the process
+/// (what CPython 3.14 does itself, PyThread_hang_thread).
+class GilRelease {
+ public:
+  GilRelease() noexcept : state_(PyEval_SaveThread()) {}
+  GilRelease(const GilRelease&) = delete;
+  GilRelease& operator=(const GilRelease&) = delete;
+  GilRelease(GilRelease&&) = delete;
+  GilRelease& operator=(GilRelease&&) = delete;
+  ~GilRelease();
+
+ private:
+  PyThreadState* state_;
+};
+
 /// Runs `fn` with the GIL released: every devmem call that may wait for a stream goes through
 /// here, so that other Python threads, and keep-alives dropped on other threads, never stall.
 template <class Fn>
 decltype(auto) without_gil(Fn&& fn) {
-  py::gil_scoped_release release;
+  const GilRelease release;
   return fn();
 }
 

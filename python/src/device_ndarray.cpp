@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <pybind11/stl.h>
 
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,11 +53,18 @@ int explicit_axes_of(const py::tuple& items, int ndim) {
   return explicit_axes;
 }
 
+/// A slice's start, stop or step. Beyond int64 it is clipped to int64's range, as NumPy clips
+/// (np.arange(10)[1:2**100] has 9 elements): no axis is that long.
 std::optional<std::int64_t> slice_bound(PyObject* value) {
   if (value == Py_None) return std::nullopt;
   const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(value));
   if (!index) throw py::error_already_set();
-  return index.cast<std::int64_t>();
+  int overflow = 0;
+  const long long bound = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (overflow > 0) return std::numeric_limits<std::int64_t>::max();
+  if (overflow < 0) return std::numeric_limits<std::int64_t>::min();
+  if (bound == -1 && PyErr_Occurred() != nullptr) throw py::error_already_set();
+  return bound;
 }
 
 DeviceArray apply_slice(const DeviceArray& view, int dim, py::handle item) {
@@ -71,11 +79,14 @@ DeviceArray apply_slice(const DeviceArray& view, int dim, py::handle item) {
 DeviceArray apply_integer(const DeviceArray& view, int dim, int axis, py::handle item) {
   const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(item.ptr()));
   if (!index) throw py::error_already_set();
-  const auto i = index.cast<std::int64_t>();
+  int overflow = 0;
+  const long long i = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (i == -1 && overflow == 0 && PyErr_Occurred() != nullptr) throw py::error_already_set();
   const std::int64_t extent = view.shape()[static_cast<std::size_t>(dim)];
-  if (i < -extent || i >= extent) {
-    throw py::index_error(
-        fmt::format("index {} is out of bounds for axis {} with size {}", i, axis, extent));
+  if (overflow != 0 || i < -extent || i >= extent) {
+    // py::str of the index: one beyond int64 is named as the caller wrote it.
+    throw py::index_error(fmt::format("index {} is out of bounds for axis {} with size {}",
+                                      py::str(index).cast<std::string>(), axis, extent));
   }
   return view.index(dim, i);
 }
@@ -173,6 +184,11 @@ py::object to_device_impl(const py::object& obj, const py::object& stream, bool 
                           const py::object& to) {
   const Stream s = to_stream(stream);
   if (!to.is_none()) {
+    if (!py::isinstance<DeviceNDArray>(to)) {
+      throw py::type_error(
+          fmt::format("to_device: `to` must be a DeviceNDArray to copy into (or None), got {}",
+                      py::repr(py::type::of(to)).cast<std::string>()));
+    }
     auto& target = to.cast<DeviceNDArray&>();
     if (copy) {
       const py::array host = as_numpy_array(obj);

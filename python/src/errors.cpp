@@ -40,8 +40,9 @@ void bind_errors(py::module_& module) {
              "A bad shape, strides, order, dtype, section or size (also a ValueError).");
   out_of_memory_type = define(
       module, "OutOfMemory", py::make_tuple(py::handle(error_type), py::handle(PyExc_MemoryError)),
-      "An allocation failed even after flushing pending deallocations (also a "
-      "MemoryError). `requested_bytes` says how much was asked for.");
+      "An allocation failed even after flushing pending deallocations, or inside "
+      "defer_cleanup, where nothing is flushed (the message says what the block holds). Also a "
+      "MemoryError; `requested_bytes` says how much was asked for.");
   backend_error_type = define(module, "BackendError", py::make_tuple(py::handle(error_type)),
                               "A vendor runtime call failed; `backend`, `function`, `code` and "
                               "`code_name` say which and how.");

@@ -9,7 +9,12 @@
 #include <fmt/format.h>
 #include <pybind11/stl.h>
 
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -19,6 +24,22 @@ namespace {
 
 constexpr const char* kUnusedCapsule = "dltensor";
 constexpr const char* kUsedCapsule = "used_dltensor";
+
+// DLPack >= 0.8's kDLBool; the dlpack.h devmem builds with may be older (Debian's 0.6).
+constexpr std::uint8_t kDLBoolCode = 6;
+
+/// Whether a consumer that passed `max_version` to __dlpack__ reads kDLBool: DLPack 1.0 has it,
+/// so a consumer announcing (1, 0) or later does. Older consumers (NumPy 1, which passes
+/// nothing) get bool as uint8, the only 1-byte type they know.
+bool knows_dlpack_bool(const py::object& max_version) {
+  if (max_version.is_none()) return false;
+  if (!py::isinstance<py::tuple>(max_version) || py::len(max_version) < 1) {
+    throw py::type_error(
+        fmt::format("__dlpack__: max_version must be a (major, minor) tuple or None, got {}",
+                    py::repr(max_version).cast<std::string>()));
+  }
+  return to_int64(max_version.cast<py::tuple>()[0], "max_version") >= 1;
+}
 
 bool has_array_interface() {
   const std::string backend = backend_name();
@@ -63,6 +84,127 @@ py::object cuda_array_interface(const DeviceNDArray& self) {
   out["version"] = iface.version;
   out["stream"] = iface.stream ? py::object(py::int_(*iface.stream)) : py::object(py::none());
   return out;
+}
+
+/// The fields of a NumPy dtype as an IPC handle carries them (names in NumPy's order, offsets,
+/// each field's element typestr with its byte order and datetime unit, sub-array shapes, nested
+/// structures); empty for a dtype without fields.
+std::vector<DTypeField> describe_fields(const py::dtype& dtype) {
+  std::vector<DTypeField> out;
+  const py::object names = dtype.attr("names");
+  if (names.is_none()) return out;
+  const py::dict fields = dtype.attr("fields");
+  for (const py::handle name : names) {
+    const auto entry = py::reinterpret_borrow<py::tuple>(fields[name]);
+    const auto field_type = py::reinterpret_borrow<py::dtype>(entry[0]);
+    const auto base = py::reinterpret_borrow<py::dtype>(field_type.attr("base"));
+    DTypeField field;
+    field.name = name.cast<std::string>();
+    field.offset = entry[1].cast<std::int64_t>();
+    field.typestr = base.attr("str").cast<std::string>();
+    field.shape = to_shape(field_type.attr("shape"), "sub-array shape");
+    field.fields = describe_fields(base);
+    out.push_back(std::move(field));
+  }
+  return out;
+}
+
+/// The NumPy dtype of a DeviceNDArray as its IPC handle carries it (DTypeDescription).
+DTypeDescription describe(const DeviceNDArray& a) {
+  DTypeDescription out = DTypeDescription::of(a.array.dtype());
+  out.typestr = a.dtype.attr("str").cast<std::string>();
+  out.fields = describe_fields(a.dtype);
+  return out;
+}
+
+IpcHandle export_ipc(const DeviceNDArray& a) {
+  return ipc_handle(a.array, describe(a));
+}
+
+py::dtype structure_dtype(const std::vector<DTypeField>& fields, std::int64_t itemsize, bool align);
+
+/// One field's format for np.dtype's dict form: its element, with its sub-array shape.
+py::object field_format(const DTypeField& field, bool align) {
+  const auto element = py::reinterpret_borrow<py::dtype>(as_numpy_dtype(py::str(field.typestr)));
+  py::object format = field.fields.empty()
+                          ? py::object(element)
+                          : py::object(structure_dtype(field.fields, element.itemsize(), align));
+  if (!field.shape.empty()) return py::make_tuple(format, to_tuple(field.shape));
+  return format;
+}
+
+py::dtype structure_dtype(const std::vector<DTypeField>& fields, std::int64_t itemsize,
+                          bool align) {
+  py::list names;
+  py::list formats;
+  py::list offsets;
+  for (const DTypeField& field : fields) {
+    names.append(field.name);
+    formats.append(field_format(field, align));
+    offsets.append(field.offset);
+  }
+  py::dict spec;
+  spec["names"] = names;
+  spec["formats"] = formats;
+  spec["offsets"] = offsets;
+  spec["itemsize"] = itemsize;
+  return py::reinterpret_steal<py::dtype>(
+      numpy().attr("dtype")(spec, py::arg("align") = align).release());
+}
+
+/// The exporter's NumPy dtype, rebuilt from the handle's description; it must give the array's
+/// devmem dtype back (ValueError naming both otherwise).
+py::dtype rebuild_dtype(const DTypeDescription& description, const DType& element,
+                        const char* operation) {
+  py::dtype dtype;
+  if (description.fields.empty()) {
+    dtype = as_numpy_dtype(py::str(description.typestr));
+  } else {
+    // An aligned structure (np.dtype(..., align=True)) has its fields' alignment; a packed one
+    // has alignment 1. NumPy refuses align=True for offsets that are not aligned: packed then.
+    try {
+      dtype = structure_dtype(description.fields, description.itemsize, description.alignment > 1);
+    } catch (const py::error_already_set&) {
+      if (description.alignment <= 1) throw;
+      dtype = structure_dtype(description.fields, description.itemsize, false);
+    }
+  }
+  const DType rebuilt = to_devmem_dtype(dtype);
+  if (!(rebuilt == element)) {
+    throw py::value_error(fmt::format(
+        "{}: the handle's dtype {} rebuilds in NumPy as {} (itemsize {}, alignment {}), but the "
+        "exported array's elements have itemsize {} and alignment {}",
+        operation, description.typestr, py::repr(dtype).cast<std::string>(), rebuilt.itemsize(),
+        rebuilt.alignment(), element.itemsize(), element.alignment()));
+  }
+  return dtype;
+}
+
+DeviceNDArray open_ipc(const IpcHandle& handle, std::optional<int> device, const char* operation) {
+  DeviceArray array = without_gil([&] { return open_ipc_array(handle, device); });
+  py::dtype dtype = rebuild_dtype(handle.dtype_description(), array.dtype(), operation);
+  return DeviceNDArray{std::move(array), dtype};
+}
+
+/// BufferError (the DLPack protocol's error, and NumPy's) for an array DLPack cannot describe:
+/// DLPack has no byte order (a non-native one would be read as native: wrong values), and no
+/// structured, datetime, string or void types.
+void check_dlpack_exportable(const DeviceNDArray& a) {
+  const auto dtype = py::repr(a.dtype).cast<std::string>();
+  if (!a.dtype.attr("isnative").cast<bool>()) {
+    throw py::buffer_error(fmt::format(
+        "DLPack only supports native byte order, not {}: copy it to native order first "
+        "(d.copy_to_host().astype(d.dtype.newbyteorder('='))), or share it through IPC, which "
+        "keeps the byte order",
+        dtype));
+  }
+  const DescriptorFields descr = descriptor_fields(a.dtype);
+  if (descr.has_fields || std::string_view("biufc").find(descr.kind) == std::string_view::npos) {
+    throw py::buffer_error(fmt::format(
+        "DLPack only supports bool, integer, float and complex dtypes, not {} (IPC handles keep "
+        "any dtype)",
+        dtype));
+  }
 }
 
 DeviceNDArray from_array_interface(const py::object& obj, bool sync) {
@@ -113,9 +255,18 @@ DeviceNDArray from_dlpack_object(const py::object& obj) {
     const int device_type = device[0].cast<int>();
     // GPU producers order their work before our default stream's (the legacy default, 1); CPU
     // producers take no stream.
-    capsule = device_type == kDLCPU || device_type == kDLCUDAHost
-                  ? obj.attr("__dlpack__")()
-                  : obj.attr("__dlpack__")(py::arg("stream") = 1);
+    // devmem's own arrays are asked with max_version (1, 0), so that bool stays kDLBool (devmem
+    // reads it); a foreign producer may not take the argument.
+    const bool own = py::isinstance<DeviceNDArray>(obj);
+    const py::object max_version = own ? py::object(py::make_tuple(1, 0)) : py::object(py::none());
+    if (device_type == kDLCPU || device_type == kDLCUDAHost) {
+      capsule = own ? obj.attr("__dlpack__")(py::arg("max_version") = max_version)
+                    : obj.attr("__dlpack__")();
+    } else {
+      capsule =
+          own ? obj.attr("__dlpack__")(py::arg("stream") = 1, py::arg("max_version") = max_version)
+              : obj.attr("__dlpack__")(py::arg("stream") = 1);
+    }
   }
   if (PyCapsule_IsValid(capsule.ptr(), kUnusedCapsule) == 0) {
     throw py::value_error(
@@ -158,22 +309,56 @@ DeviceNDArray device_view(const DeviceNDArray& base, std::int64_t byte_offset,
   return DeviceNDArray{std::move(view), type};
 }
 
+/// DeviceNDArray.__dlpack__ (DLPack 1's arguments; see its docstring).
+py::capsule export_dlpack(const DeviceNDArray& a, const py::object& stream,
+                          const py::object& max_version, const py::object& dl_device,
+                          const py::object& copy) {
+  check_dlpack_exportable(a);
+  const bool as_bool = a.array.dtype().kind() == 'b' && knows_dlpack_bool(max_version);
+  if (!stream.is_none() && has_array_interface()) {
+    // The consumer will use `stream`: order our array's pending work before it.
+    const auto consumer = stream.cast<std::intptr_t>();
+    if (consumer != -1) without_gil([&] { a.array.stream().synchronize(); });
+  }
+  // copy=True (DLPack 1's consumers, NumPy 2): a new array of the same values, complete
+  // before the consumer reads it.
+  DeviceArray exported = a.array;
+  if (!copy.is_none() && py::bool_(copy)) {
+    exported = without_gil([&] {
+      DeviceArray copied = a.array.copy(Order::K);
+      copied.stream().synchronize();
+      return copied;
+    });
+  }
+  // Owned here until the capsule takes it, so that an error below frees it.
+  const auto free_tensor = [](DLManagedTensor* t) { t->deleter(t); };
+  std::unique_ptr<DLManagedTensor, decltype(free_tensor)> tensor(exported.to_dlpack(), free_tensor);
+  const DLDevice own = tensor->dl_tensor.device;
+  if (!dl_device.is_none()) {
+    const auto wanted = dl_device.cast<py::tuple>();
+    if (wanted.size() != 2 || wanted[0].cast<int>() != static_cast<int>(own.device_type) ||
+        wanted[1].cast<int>() != own.device_id) {
+      throw py::buffer_error(
+          fmt::format("__dlpack__: dl_device {} is not the array's device ({}, {}); devmem exports "
+                      "to the array's own device only",
+                      py::repr(dl_device).cast<std::string>(), static_cast<int>(own.device_type),
+                      own.device_id));
+    }
+  }
+  if (as_bool) tensor->dl_tensor.dtype.code = kDLBoolCode;
+  return dlpack_capsule(tensor.release());
+}
+
 }  // namespace
 
 void bind_interop(py::module_& m) {
   auto cls = py::reinterpret_borrow<py::class_<DeviceNDArray>>(m.attr("DeviceNDArray"));
   cls.def(
-         "__dlpack__",
-         [](const DeviceNDArray& a, const py::object& stream) {
-           if (!stream.is_none() && has_array_interface()) {
-             // The consumer will use `stream`: order our array's pending work before it.
-             const auto consumer = stream.cast<std::intptr_t>();
-             if (consumer != -1) without_gil([&] { a.array.stream().synchronize(); });
-           }
-           return dlpack_capsule(a.array.to_dlpack());
-         },
-         py::kw_only(), py::arg("stream") = py::none(),
-         "A DLPack capsule viewing the array (no copy).")
+         "__dlpack__", &export_dlpack, py::kw_only(), py::arg("stream") = py::none(),
+         py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
+         py::arg("copy") = py::none(),
+         "A DLPack capsule viewing the array (a copy for copy=True). A bool array is kDLBool for a "
+         "consumer that passes max_version >= (1, 0) (DLPack 1 knows kDLBool), otherwise uint8.")
       .def("__dlpack_device__",
            [](const DeviceNDArray& a) {
              DLManagedTensor* tensor = a.array.to_dlpack();
@@ -183,9 +368,9 @@ void bind_interop(py::module_& m) {
            })
       .def_property_readonly("__cuda_array_interface__", &cuda_array_interface,
                              "CUDA Array Interface v3 (cuda and roc backends).")
-      .def(
-          "get_ipc_handle", [](const DeviceNDArray& a) { return ipc_handle(a.array); },
-          "An IPC handle another process can open (devmem.open_ipc_array).");
+      .def("get_ipc_handle", &export_ipc,
+           "An IPC handle another process can open (devmem.open_ipc_array); it carries the "
+           "array's full NumPy dtype.");
 
   m.def("from_dlpack", &from_dlpack_object, py::arg("obj"),
         "A DeviceNDArray viewing the memory of an object with __dlpack__ (or a DLPack capsule), "
@@ -227,43 +412,55 @@ void bind_interop(py::module_& m) {
       .def_property_readonly("device", &IpcHandle::device)
       .def_property_readonly("shape", [](const IpcHandle& h) { return to_tuple(h.shape()); })
       .def_property_readonly("strides", [](const IpcHandle& h) { return to_tuple(h.strides()); })
+      .def_property_readonly(
+          "dtype",
+          [](const IpcHandle& h) {
+            return rebuild_dtype(h.dtype_description(), h.dtype(), "IpcHandle.dtype");
+          },
+          "The exported array's NumPy dtype (fields, offsets, alignment, byte order, units).")
       .def_property_readonly("exporter_pid", &IpcHandle::exporter_pid)
       .def_property_readonly("is_open", &IpcHandle::is_open)
       .def(
           "open",
           [](IpcHandle& h, std::optional<int> device) {
             DeviceArray array = without_gil([&] { return h.open(device); });
-            py::dtype dtype = to_numpy_dtype(array.dtype());
+            py::dtype dtype = rebuild_dtype(h.dtype_description(), array.dtype(), "IpcHandle.open");
             return DeviceNDArray{std::move(array), dtype};
           },
           py::arg("device") = py::none())
       .def("close", [](IpcHandle& h) { without_gil([&] { h.close(); }); });
-  m.def(
-      "ipc_handle", [](const DeviceNDArray& a) { return ipc_handle(a.array); }, py::arg("ary"));
+  m.def("ipc_handle", &export_ipc, py::arg("ary"));
   m.def(
       "ipc_supported", [](int device) { return ipc_supported(device); }, py::arg("device") = 0,
       "Whether arrays on `device` can be shared with other processes (ipc_handle).");
   m.def(
       "open_ipc_array",
       [](const py::object& handle, std::optional<int> device) {
-        DeviceArray array;
-        if (py::isinstance<py::bytes>(handle)) {
-          const auto bytes = handle.cast<py::bytes>();
-          const std::string_view view = bytes;
-          array = without_gil([&] {
-            return open_ipc_array(std::span<const std::byte>(
-                                      reinterpret_cast<const std::byte*>(view.data()), view.size()),
-                                  device);
-          });
-        } else {
-          const auto& h = handle.cast<const IpcHandle&>();
-          array = without_gil([&] { return open_ipc_array(h, device); });
+        constexpr const char* kOperation = "open_ipc_array";
+        if (py::isinstance<IpcHandle>(handle)) {
+          return open_ipc(handle.cast<const IpcHandle&>(), device, kOperation);
         }
-        py::dtype dtype = to_numpy_dtype(array.dtype());
-        return DeviceNDArray{std::move(array), dtype};
+        if (py::isinstance<py::str>(handle)) {
+          return open_ipc(IpcHandle::from_hex(handle.cast<std::string>()), device, kOperation);
+        }
+        if (PyObject_CheckBuffer(handle.ptr()) != 0) {
+          // bytes, bytearray, memoryview: their bytes.
+          const auto as_bytes = py::reinterpret_steal<py::bytes>(PyBytes_FromObject(handle.ptr()));
+          if (!as_bytes) throw py::error_already_set();
+          const std::string bytes = as_bytes;
+          return open_ipc(IpcHandle::from_bytes(std::span<const std::byte>(
+                              reinterpret_cast<const std::byte*>(bytes.data()), bytes.size())),
+                          device, kOperation);
+        }
+        throw py::type_error(
+            fmt::format("open_ipc_array: handle must be a devmem.IpcHandle, its bytes "
+                        "(IpcHandle.to_bytes()) or its hexadecimal text (IpcHandle.to_hex()), got "
+                        "{}",
+                        py::repr(py::type::of(handle)).cast<std::string>()));
       },
       py::arg("handle"), py::arg("device") = py::none(),
-      "Opens an IPC handle (or its bytes) exported by another process.");
+      "Opens an IPC handle (or its bytes, or its hexadecimal text) exported by another process; "
+      "the array has the exporter's NumPy dtype.");
 }
 
 }  // namespace devmem::python

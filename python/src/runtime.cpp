@@ -256,7 +256,21 @@ void bind_runtime(py::module_& m) {
             return py::make_tuple(0, reinterpret_cast<std::uintptr_t>(s.native_handle()));
           },
           "The CUDA stream protocol: (0, the vendor stream handle).")
-      .def("__eq__", [](const Stream& a, const Stream& b) { return a == b; })
+      // Another type is NotImplemented, so that Python falls back to identity: `stream == 0`
+      // and `stream in (0, None)` are False, `stream != None` is True (Numba's code compares
+      // streams with 0).
+      .def("__eq__",
+           [](const Stream& a, const py::object& b) -> py::object {
+             if (!py::isinstance<Stream>(b))
+               return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+             return py::bool_(a == b.cast<const Stream&>());
+           })
+      .def("__ne__",
+           [](const Stream& a, const py::object& b) -> py::object {
+             if (!py::isinstance<Stream>(b))
+               return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+             return py::bool_(!(a == b.cast<const Stream&>()));
+           })
       .def(
           "__hash__",
           [](const Stream& s) {
