@@ -1,11 +1,6 @@
 #include "conversions.hpp"
 
 #include <fmt/format.h>
-#include <unistd.h>
-
-#if defined(__GLIBCXX__)
-#include <cxxabi.h>
-#endif
 
 #include <atomic>
 #include <limits>
@@ -15,30 +10,6 @@
 #include <vector>
 
 namespace devmem::python {
-
-namespace {
-
-/// A thread that CPython ends at its exit (GilRelease) waits here until the process is gone.
-[[noreturn]] void park_thread_until_exit() noexcept {
-  for (;;) pause();
-}
-
-}  // namespace
-
-GilRelease::~GilRelease() {
-#if defined(__GLIBCXX__)
-  try {
-    PyEval_RestoreThread(state_);
-  } catch (abi::__forced_unwind&) {
-    // CPython called pthread_exit: the interpreter is finalising and this is a daemon thread.
-    // Rethrowing would leave this noexcept destructor (std::terminate); letting the thread go
-    // on would run Python without the GIL. Neither: the thread never returns.
-    park_thread_until_exit();
-  }
-#else
-  PyEval_RestoreThread(state_);
-#endif
-}
 
 py::handle numpy() {
   // Imported once and kept for the life of the process (a handle, so never released at exit).

@@ -26,7 +26,9 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace devmem::python {
@@ -71,6 +73,37 @@ const DeviceNDArray& to_array(py::handle obj, const char* what) {
         fmt::format("{} must be a devmem.DeviceNDArray, got {}", what, repr_of(obj)));
   }
   return obj.cast<const DeviceNDArray&>();
+}
+
+/// A point-to-point buffer: a devmem device array, or a NumPy array that MPI reads or writes in
+/// place (HostArray overloads: it matches a device array of the same dtype and shape on the other
+/// rank). The NumPy array must outlive the operation (the Request keeps it).
+using Buffer = std::variant<DeviceArray, HostArray>;
+
+Buffer to_buffer(const py::object& obj, const char* what, bool writable) {
+  if (py::isinstance<DeviceNDArray>(obj)) return obj.cast<const DeviceNDArray&>().array;
+  if (!py::isinstance<py::array>(obj)) {
+    throw py::type_error(fmt::format("{} must be a devmem.DeviceNDArray or a NumPy ndarray, got {}",
+                                     what, repr_of(obj)));
+  }
+  const auto array = py::reinterpret_borrow<py::array>(obj);
+  const py::dtype dtype = array.dtype();
+  const char kind = dtype.kind();
+  const bool native = dtype.attr("isnative").cast<bool>();
+  if (std::string_view("biufc").find(kind) == std::string_view::npos || !native) {
+    throw py::type_error(fmt::format(
+        "{}: devmem.mpi sends NumPy arrays of native-byte-order bool, integer, float and complex "
+        "dtypes, got dtype {} (copy it with .astype() or send a device array)",
+        what, repr_of(dtype)));
+  }
+  if (writable && !array.writeable()) {
+    throw py::value_error(fmt::format("{}: the NumPy array is read-only", what));
+  }
+  Shape shape(array.shape(), array.shape() + array.ndim());
+  Strides strides(array.strides(), array.strides() + array.ndim());
+  const DType element(kind == 'b' ? 'b' : kind, static_cast<std::int64_t>(dtype.itemsize()));
+  return HostArray::view(const_cast<void*>(array.data()),  // NOLINT: MPI writes only for recv
+                         std::move(shape), element, std::move(strides));
 }
 
 /// A root-only argument: None on the ranks that do not use it gives an empty array.
@@ -184,11 +217,9 @@ struct Request {
   /// Waits for an unfinished operation (as devmem's Request does) without the GIL.
   ~Request() {
     if (!request.active()) return;
-    try {
-      const py::gil_scoped_release release;
-      const mpi::Request dying = std::move(request);
-    } catch (...) {  // pybind11 could not release the GIL: `request` still waits, with it
-    }
+    // GilRelease (without_gil): a daemon thread that Python's exit ends here is parked, not
+    // terminated through this destructor.
+    without_gil([&] { const mpi::Request dying = std::move(request); });
   }
 
   mpi::Status wait() {
@@ -215,11 +246,9 @@ struct PersistentRequest {
   PersistentRequest& operator=(PersistentRequest&&) = delete;
   ~PersistentRequest() {
     if (!request.active()) return;
-    try {
-      const py::gil_scoped_release release;
-      const mpi::PersistentRequest dying = std::move(request);
-    } catch (...) {  // pybind11 could not release the GIL: `request` still waits, with it
-    }
+    // GilRelease (without_gil): a daemon thread that Python's exit ends here is parked, not
+    // terminated through this destructor.
+    without_gil([&] { const mpi::PersistentRequest dying = std::move(request); });
   }
 };
 
@@ -365,38 +394,47 @@ void bind_settings(py::module_& m) {
 void bind_point_to_point(py::module_& m) {
   m.def(
       "send",
-      [](const DeviceNDArray& a, int dest, int tag, const py::object& comm) {
+      [](const py::object& array, int dest, int tag, const py::object& comm) {
+        const Buffer a = to_buffer(array, "array", false);
         const MPI_Comm c = to_comm(comm);
-        without_gil([&] { mpi::send(a.array, dest, tag, c); });
+        without_gil([&] { std::visit([&](const auto& b) { mpi::send(b, dest, tag, c); }, a); });
       },
       py::arg("array"), py::arg("dest"), py::arg("tag") = 0, py::arg("comm") = py::none(),
-      "Sends `array` (strided views included) to rank `dest`.");
+      "Sends `array` (a device array, strided views included, or a NumPy array) to rank `dest`.");
   m.def(
       "recv",
-      [](const DeviceNDArray& a, int source, int tag, const py::object& comm) {
+      [](const py::object& array, int source, int tag, const py::object& comm) {
+        const Buffer a = to_buffer(array, "array", true);
         const MPI_Comm c = to_comm(comm);
-        return without_gil([&] { return mpi::recv(a.array, source, tag, c); });
+        return without_gil([&] {
+          return std::visit([&](const auto& b) { return mpi::recv(b, source, tag, c); }, a);
+        });
       },
       py::arg("array"), py::arg("source") = MPI_ANY_SOURCE, py::arg("tag") = MPI_ANY_TAG,
       py::arg("comm") = py::none(),
-      "Receives into `array` (same dtype and shape as the sender's); returns a Status. ANY_TAG "
-      "needs initialize().");
+      "Receives into `array` (a device array or a writable NumPy array, of the sender's dtype "
+      "and shape); returns a Status. ANY_TAG needs initialize().");
   m.def(
       "isend",
       [](const py::object& array, int dest, int tag, const py::object& comm) {
-        const DeviceNDArray& a = to_array(array, "array");
-        return make_request(mpi::isend(a.array, dest, tag, to_comm(comm)), array);
+        const Buffer a = to_buffer(array, "array", false);
+        const MPI_Comm c = to_comm(comm);
+        return make_request(
+            std::visit([&](const auto& b) { return mpi::isend(b, dest, tag, c); }, a), array);
       },
       py::arg("array"), py::arg("dest"), py::arg("tag") = 0, py::arg("comm") = py::none(),
-      "Non-blocking send: a Request.");
+      "Non-blocking send (a device or NumPy array): a Request that keeps `array`.");
   m.def(
       "irecv",
       [](const py::object& array, int source, int tag, const py::object& comm) {
-        const DeviceNDArray& a = to_array(array, "array");
-        return make_request(mpi::irecv(a.array, source, tag, to_comm(comm)), array);
+        const Buffer a = to_buffer(array, "array", true);
+        const MPI_Comm c = to_comm(comm);
+        return make_request(
+            std::visit([&](const auto& b) { return mpi::irecv(b, source, tag, c); }, a), array);
       },
       py::arg("array"), py::arg("source") = MPI_ANY_SOURCE, py::arg("tag") = MPI_ANY_TAG,
-      py::arg("comm") = py::none(), "Non-blocking receive: a Request.");
+      py::arg("comm") = py::none(),
+      "Non-blocking receive (a device or writable NumPy array): a Request that keeps `array`.");
   m.def(
       "sendrecv",
       [](const DeviceNDArray& send_array, int dest, const DeviceNDArray& recv_array, int source,

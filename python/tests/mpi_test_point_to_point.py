@@ -190,16 +190,47 @@ def test_mpi4py_sub_communicator():
         alone.Free()
 
 
+@pytest.mark.parametrize("rows", [3, 600])  # eager and handshake
+def test_numpy_arrays_as_buffers(rows):
+    """A NumPy array on one rank matches a device array of the same dtype and shape on the other,
+    strided NumPy views included; MPI reads and writes the NumPy memory in place."""
+    host = values((rows, 8), np.float32, seed=rank)
+    if rank % 2 == 0:
+        dmpi.send(host[:, ::2], peer, tag=21)  # strided NumPy view out
+        received = np.zeros((rows, 4), np.float32)
+        status = dmpi.recv(received, peer, tag=22)  # from the peer's device array
+        assert (status.source, status.elements) == (peer, rows * 4)
+        np.testing.assert_array_equal(received, values((rows, 8), np.float32, seed=peer)[:, 1::2])
+    else:
+        target = devmem.device_array((rows, 4), np.float32)
+        dmpi.recv(target, peer, tag=21)
+        np.testing.assert_array_equal(target.copy_to_host(),
+                                      values((rows, 8), np.float32, seed=peer)[:, ::2])
+        dmpi.send(devmem.to_device(host)[:, 1::2], peer, tag=22)
+    # Non-blocking, NumPy on both sides, into a transposed (non-contiguous) NumPy view.
+    out = np.arange(rows * 3, dtype=np.int64).reshape(rows, 3) + 1000 * rank
+    into = np.zeros((3, rows), np.int64).T
+    requests = [dmpi.isend(out, peer, tag=23), dmpi.irecv(into, peer, tag=23)]
+    dmpi.wait_all(requests)
+    np.testing.assert_array_equal(into, np.arange(rows * 3).reshape(rows, 3) + 1000 * peer)
+
+
 def test_argument_errors():
     a = devmem.device_array(2)
     with pytest.raises(TypeError, match="mpi4py.MPI.Comm"):
         dmpi.send(a, peer, comm="world")
     with pytest.raises(ValueError, match="COMM_NULL"):
         dmpi.barrier(comm=MPI.COMM_NULL)
-    with pytest.raises(TypeError):
-        dmpi.send(np.zeros(2), peer)
-    with pytest.raises(TypeError, match="DeviceNDArray"):
-        dmpi.isend(np.zeros(2), peer)
+    with pytest.raises(TypeError, match="DeviceNDArray or a NumPy ndarray"):
+        dmpi.send([0.0, 1.0], peer)
+    with pytest.raises(TypeError, match="native-byte-order"):
+        dmpi.isend(np.zeros(2, dtype=">f8"), peer)
+    with pytest.raises(TypeError, match="native-byte-order"):
+        dmpi.send(np.zeros(2, dtype="U3"), peer)
+    read_only = np.zeros(2)
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        dmpi.irecv(read_only, peer)
     with pytest.raises(devmem.InvalidArgument, match="not in the communicator"):
         dmpi.send(a, size + 3)
     assert issubclass(dmpi.MpiError, devmem.Error)

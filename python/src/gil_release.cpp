@@ -1,0 +1,37 @@
+// GilRelease's destructor (conversions.hpp says why it exists), compiled into both extension
+// modules (_devmem and _mpi), which release the GIL the same way.
+#include "conversions.hpp"
+
+#include <unistd.h>
+
+#if defined(__GLIBCXX__)
+#include <cxxabi.h>
+#endif
+
+namespace devmem::python {
+
+namespace {
+
+/// A thread that CPython ends at its exit (GilRelease) waits here until the process is gone.
+[[noreturn]] void park_thread_until_exit() noexcept {
+  for (;;) pause();
+}
+
+}  // namespace
+
+GilRelease::~GilRelease() {
+#if defined(__GLIBCXX__)
+  try {
+    PyEval_RestoreThread(state_);
+  } catch (abi::__forced_unwind&) {
+    // CPython called pthread_exit: the interpreter is finalising and this is a daemon thread.
+    // Rethrowing would leave this noexcept destructor (std::terminate); letting the thread go
+    // on would run Python without the GIL. Neither: the thread never returns.
+    park_thread_until_exit();
+  }
+#else
+  PyEval_RestoreThread(state_);
+#endif
+}
+
+}  // namespace devmem::python
