@@ -215,6 +215,25 @@ def test_numpy_arrays_as_buffers(rows):
     np.testing.assert_array_equal(into, np.arange(rows * 3).reshape(rows, 3) + 1000 * peer)
 
 
+def test_mpi_error_on_a_communicator_that_returns_errors():
+    """A raw message too large for devmem's message start, on a communicator whose error handler
+    returns errors: MPI_ERR_TRUNCATE arrives as devmem.mpi.MpiError with MPI's code (8000 bytes:
+    see the C++ test of the same name for why not more)."""
+    c = comm.Dup()
+    c.Set_errhandler(MPI.ERRORS_RETURN)
+    try:
+        if rank % 2 == 0:
+            c.Send(np.full(8000, 7, np.uint8), dest=peer, tag=7)
+        else:
+            with pytest.raises(dmpi.MpiError, match="MPI_Irecv") as info:
+                dmpi.recv(devmem.device_array(4), peer, tag=7, comm=c)
+            assert MPI.Get_error_class(info.value.code) == MPI.ERR_TRUNCATE
+            assert isinstance(info.value, devmem.Error)
+        c.Barrier()
+    finally:
+        c.Free()
+
+
 def test_argument_errors():
     a = devmem.device_array(2)
     with pytest.raises(TypeError, match="mpi4py.MPI.Comm"):

@@ -359,6 +359,39 @@ TEST_CASE("mpi p2p: the tag range", "[mpi][p2p]") {
   }
 }
 
+TEST_CASE("mpi p2p: an MPI error on a communicator that returns errors is an MpiError",
+          "[mpi][p2p][errors]") {
+  const int peer = partner();
+  if (peer < 0) return;
+  // A raw MPI message larger than any devmem message start (kEagerCapacity bytes), sent to a
+  // devmem receive with the same tag: MPI reports MPI_ERR_TRUNCATE, which MPI_ERRORS_RETURN hands
+  // back instead of aborting. 8000 bytes: Open MPI 4.1's single-copy (CMA) path writes a truncated
+  // message whole, past the receive count (AddressSanitizer caught it with 64 KiB), so the test
+  // stays within the 8 KiB that the host backend's page-rounded message-start buffers have.
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  constexpr int kTag = 7;
+  if (rank() % 2 == 0) {
+    const std::vector<char> raw(8000, 'x');
+    CHECK(MPI_Send(raw.data(), static_cast<int>(raw.size()), MPI_BYTE, peer, kTag, comm) ==
+          MPI_SUCCESS);
+  } else {
+    const devmem::DeviceArray a = devmem::device_array<double>({4});
+    try {
+      static_cast<void>(dm::recv(a, peer, kTag, comm));
+      FAIL("mpi::recv of a truncated message did not throw");
+    } catch (const dm::MpiError& error) {
+      int error_class = 0;
+      MPI_Error_class(error.code(), &error_class);
+      CHECK(error_class == MPI_ERR_TRUNCATE);
+      CHECK_THAT(error.what(), Catch::Contains("MPI_Irecv") && Catch::Contains("devmem::mpi"));
+    }
+  }
+  MPI_Barrier(comm);
+  MPI_Comm_free(&comm);
+}
+
 TEST_CASE("mpi p2p: stream-ordered send, recv and allreduce", "[mpi][p2p][enqueue]") {
   const int peer = partner();
   const bool sender = rank() % 2 == 0;
