@@ -37,6 +37,64 @@ std::int64_t rows_in(const DeviceArray& array, const Plan& plan, std::int64_t k)
   return end - begin;
 }
 
+// bcast's device-direct path. MPI sees dense device bytes: a strided array is packed on the device
+// first (root) and unpacked after (the others), rather than described by element-sized hvectors,
+// which a device-aware MPI copies one piece at a time.
+void bcast_direct(const DeviceArray& array, const Agreement& agreement, int root, MPI_Comm comm) {
+  const Plan& plan = agreement.plan;
+  const bool is_root = agreement.rank == root;
+  const bool dense = array.is_c_contiguous();
+  const DeviceArray work =
+      dense ? array : device_array(array.shape(), array.dtype(), {}, Order::C, array.stream());
+  if (!dense && is_root) work.copy_to_device(array, array.stream());
+  array.stream().synchronize();
+  for (std::int64_t k = 0; k < plan.chunks; ++k) {
+    const DeviceArray chunk = chunk_view(work, plan, k);
+    const Datatype type = bytes_type(chunk.nbytes());
+    run_direct(agreement.blocking ? Path::direct_blocking : Path::direct_nonblocking, "MPI_Bcast",
+               [&](MPI_Request* request) {
+                 return request == nullptr
+                            ? MPI_Bcast(chunk.data(), 1, type.get(), root, comm)
+                            : MPI_Ibcast(chunk.data(), 1, type.get(), root, comm, request);
+               });
+  }
+  if (!dense && !is_root) {
+    array.copy_to_device(work, array.stream());
+    array.stream().synchronize();
+  }
+}
+
+// allgather's device-direct path.
+void allgather_direct(const DeviceArray& input, const DeviceArray& output,
+                      const Agreement& agreement, MPI_Comm comm) {
+  const Plan& plan = agreement.plan;
+  // Each rank's block lands at the output's first-axis stride: a dense C output receives in
+  // place, any other goes through a dense device array.
+  const bool dense = output.is_c_contiguous();
+  const DeviceArray work =
+      dense ? output : device_array(output.shape(), output.dtype(), {}, Order::C, output.stream());
+  // A strided input is packed into dense device memory first (see bcast).
+  const DeviceArray packed = input.is_c_contiguous() ? input : input.copy(Order::C, input.stream());
+  input.stream().synchronize();
+  output.stream().synchronize();
+  for (std::int64_t k = 0; k < plan.chunks; ++k) {
+    const DeviceArray in_chunk = chunk_view(packed, plan, k);
+    const DeviceArray out_chunk = chunk_view(work, plan, k, 1);
+    const Datatype send_type = bytes_type(in_chunk.nbytes());
+    const Datatype recv_type = resized_type(bytes_type(out_chunk[0].nbytes()), work.strides()[0]);
+    run_direct(agreement.blocking ? Path::direct_blocking : Path::direct_nonblocking,
+               "MPI_Allgather", [&](MPI_Request* request) {
+                 return request == nullptr
+                            ? MPI_Allgather(in_chunk.data(), 1, send_type.get(), out_chunk.data(),
+                                            1, recv_type.get(), comm)
+                            : MPI_Iallgather(in_chunk.data(), 1, send_type.get(), out_chunk.data(),
+                                             1, recv_type.get(), comm, request);
+               });
+  }
+  if (!dense) output.copy_to_device(work, output.stream());
+  output.stream().synchronize();
+}
+
 }  // namespace
 
 void bcast(const DeviceArray& array, int root, MPI_Comm comm) {
@@ -56,17 +114,7 @@ void bcast(const DeviceArray& array, int root, MPI_Comm comm) {
   const Plan& plan = agreement.plan;
   const bool is_root = agreement.rank == root;
   if (transport == Transport::device_direct) {
-    array.stream().synchronize();
-    for (std::int64_t k = 0; k < plan.chunks; ++k) {
-      const DeviceArray chunk = chunk_view(array, plan, k);
-      const Datatype type = byte_elements_type(chunk);
-      run_direct(agreement.blocking ? Path::direct_blocking : Path::direct_nonblocking, "MPI_Bcast",
-                 [&](MPI_Request* request) {
-                   return request == nullptr
-                              ? MPI_Bcast(chunk.data(), 1, type.get(), root, comm)
-                              : MPI_Ibcast(chunk.data(), 1, type.get(), root, comm, request);
-                 });
-    }
+    bcast_direct(array, agreement, root, comm);
     return;
   }
   if (plan.chunks == 0) return;
@@ -188,30 +236,7 @@ void allgather(const DeviceArray& input, const DeviceArray& output, MPI_Comm com
   if (plan.chunks == 0) return;
   const std::int64_t ranks = agreement.size;
   if (transport == Transport::device_direct) {
-    // Each rank's block lands at the output's first-axis stride: a dense C output receives in
-    // place, any other goes through a dense device array.
-    const bool dense = output.is_c_contiguous();
-    const DeviceArray work =
-        dense ? output
-              : device_array(output.shape(), output.dtype(), {}, Order::C, output.stream());
-    input.stream().synchronize();
-    output.stream().synchronize();
-    for (std::int64_t k = 0; k < plan.chunks; ++k) {
-      const DeviceArray in_chunk = chunk_view(input, plan, k);
-      const DeviceArray out_chunk = chunk_view(work, plan, k, 1);
-      const Datatype send_type = byte_elements_type(in_chunk);
-      const Datatype recv_type = resized_type(byte_elements_type(out_chunk[0]), work.strides()[0]);
-      run_direct(agreement.blocking ? Path::direct_blocking : Path::direct_nonblocking,
-                 "MPI_Allgather", [&](MPI_Request* request) {
-                   return request == nullptr
-                              ? MPI_Allgather(in_chunk.data(), 1, send_type.get(), out_chunk.data(),
-                                              1, recv_type.get(), comm)
-                              : MPI_Iallgather(in_chunk.data(), 1, send_type.get(),
-                                               out_chunk.data(), 1, recv_type.get(), comm, request);
-                 });
-    }
-    if (!dense) output.copy_to_device(work, output.stream());
-    output.stream().synchronize();
+    allgather_direct(input, output, agreement, comm);
     return;
   }
   const Stream stream = copy_stream(input);

@@ -7,8 +7,9 @@
 // <mpi.h>, and the component links MPI::MPI_C publicly.
 //
 // Transports. A device-aware MPI library (CUDA-aware or ROCm-aware Open MPI / MPICH) takes device
-// pointers: contiguous arrays go to MPI as they are, strided views as MPI derived datatypes built
-// from their byte strides (nested MPI_Type_create_hvector). Otherwise the elements are staged
+// pointers: contiguous arrays go to MPI as they are, strided views packed on the device into dense
+// temporaries first (MPI packs element-sized derived datatypes in device memory one piece at a
+// time). Otherwise the elements are staged
 // through page-locked host buffers in chunks (whole slices of the first axis), the device-host copy
 // of one chunk overlapping the MPI transfer of the previous one. The host backend stages unless
 // device_direct is asked for (set_transport or DEVMEM_MPI_TRANSPORT=device_direct).
