@@ -6,6 +6,7 @@
 
 #include "core/event_pool.hpp"  // white-box: the pool's capacity
 
+#include <atomic>
 #include <optional>
 #include <random>
 #include <set>
@@ -641,4 +642,45 @@ TEST_CASE("events: stream-ordered allocations' recycled events still order other
   held.clear();
   owner.synchronize();
   user.synchronize();
+}
+
+TEST_CASE("events: threads recording on their own streams share the pool while it is emptied",
+          "[streams][events][event-pool][threads]") {
+  const auto ctx = devmem::current_context();
+  std::atomic<bool> done{false};
+  std::atomic<int> mismatches{0};
+  // One thread keeps emptying the pool while the others take events from it and give them back.
+  std::thread releaser([&] {
+    while (!done.load()) {
+      devmem::release_cached_buffers();
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 4; ++t) {
+    workers.emplace_back([&, t] {
+      const devmem::DeviceScope scope(ctx->device());
+      const devmem::Stream a = devmem::stream();
+      const devmem::Stream b = devmem::stream();
+      const DeviceArray d = devmem::device_array(Shape{256}, f8());
+      const HostArray out = devmem::pinned_array(Shape{256}, f8());
+      std::vector<devmem::Event> held;
+      for (int i = 0; i < 200; ++i) {
+        const double value = t * 1000 + i;
+        d.fill(value, a);
+        b.wait(a.record());
+        d.copy_to_host(out, b);
+        held.push_back(b.record());
+        a.wait(held.back());
+        if (held.size() > static_cast<std::size_t>(10 + t * 20)) held.clear();
+        b.synchronize();
+        if (out.at<double>(0) != value || out.at<double>(255) != value) ++mismatches;
+      }
+    });
+  }
+  for (std::thread& worker : workers) worker.join();
+  done = true;
+  releaser.join();
+  CHECK(mismatches.load() == 0);
+  devmem::release_cached_buffers();
 }
