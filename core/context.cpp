@@ -144,7 +144,7 @@ std::shared_ptr<DeviceMemory> ContextState::allocate_device(
     try {
       auto order = std::make_unique<DeviceMemory::StreamOrder>();
       order->stream = stream->handle;
-      order->allocated = std::make_shared<EventState>(shared(), backend().create_event(device()));
+      order->allocated = pooled_event();
       backend().record_event(device(), order->allocated->handle, stream->handle);
       memory->stream_order = std::move(order);
     } catch (...) {
@@ -328,6 +328,8 @@ void release_devmem_memory_at_exit() noexcept {
       std::fprintf(stderr, "devmem: warning: releasing device %d's memory at exit: %s\n",
                    context->device(), error.what());
     }
+    // The recycled events too; events that static objects drop later are destroyed at once.
+    detail::ContextState::of(*context).events.close();
   }
   table.backend->release_idle_buffers();
 }
@@ -423,6 +425,16 @@ void Context::disable_peer_access(int peer) const {
 
 void release_cached_buffers() {
   detail::release_idle_peer_staging();
+  std::vector<std::shared_ptr<Context>> contexts;
+  {
+    ContextTable& table = context_table();
+    const std::lock_guard lock(table.mutex);
+    contexts = table.contexts;
+  }
+  // Outside the table's lock: destroying events calls the backend.
+  for (const std::shared_ptr<Context>& context : contexts) {
+    if (context) detail::ContextState::of(*context).events.release_all();
+  }
   active_backend().release_idle_buffers();
 }
 

@@ -11,6 +11,7 @@
 #include <devmem/memory_manager.hpp>
 
 #include "core/deallocation_queue.hpp"
+#include "core/event_pool.hpp"
 #include "core/keep_alive.hpp"
 #include "core/memory_counter.hpp"
 
@@ -136,8 +137,12 @@ struct StreamState {
 struct EventState {
   std::shared_ptr<Context> context;
   NativeEvent handle = nullptr;
+  // Taken from the context's EventPool (ContextState::pooled_event): the destructor gives it back
+  // there instead of destroying it. Never set for user events (Event::Event()).
+  bool pooled = false;
 
-  EventState(std::shared_ptr<Context> ctx, NativeEvent h) : context(std::move(ctx)), handle(h) {}
+  EventState(std::shared_ptr<Context> ctx, NativeEvent h, bool from_pool = false)
+      : context(std::move(ctx)), handle(h), pooled(from_pool) {}
   EventState(const EventState&) = delete;
   EventState& operator=(const EventState&) = delete;
   ~EventState();
@@ -156,7 +161,8 @@ struct ContextState {
   std::weak_ptr<Context> weak_self;
   std::shared_ptr<StreamState> default_stream;
 
-  explicit ContextState(Context& owner) : self(owner), deallocations(owner), in_flight(owner) {}
+  explicit ContextState(Context& owner)
+      : self(owner), deallocations(owner), events(owner), in_flight(owner) {}
 
   /// Creates the context of `device` on `backend`.
   static std::shared_ptr<Context> create(Backend& backend, int device);
@@ -192,6 +198,13 @@ struct ContextState {
 
   /// The device's properties, read from the backend once (vendor queries can take milliseconds).
   const DeviceProperties& properties();
+
+  /// Vendor events recycled for devmem's own records (event_pool.hpp).
+  EventPool events;
+  /// An event of this context from `events` (the backend's errors if a new one cannot be made),
+  /// not yet recorded for its new user: the caller records it at once. Its state gives it back to
+  /// the pool when the last holder goes. Defined in stream.cpp.
+  std::shared_ptr<EventState> pooled_event();
 
   // ---- Streams (defined in context.cpp). ----
   void track_stream(const std::shared_ptr<StreamState>& stream);

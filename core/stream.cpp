@@ -30,10 +30,24 @@ StreamState::~StreamState() {
 }
 
 EventState::~EventState() {
+  if (pooled) {
+    ContextState::of(*context).events.recycle(handle);
+    return;
+  }
   try {
     context->backend().destroy_event(context->device(), handle);
   } catch (const std::exception& e) {
     report_error(fmt::format("destroying event {}: {}", handle, e.what()));
+  }
+}
+
+std::shared_ptr<EventState> ContextState::pooled_event() {
+  const NativeEvent handle = events.acquire();
+  try {
+    return std::make_shared<EventState>(shared(), handle, /*from_pool=*/true);
+  } catch (...) {
+    events.recycle(handle);
+    throw;
   }
 }
 
@@ -123,8 +137,9 @@ AutoSynchronize Stream::auto_synchronize() const {
 }
 
 Event Stream::record() const {
-  Event event = detail::EventState::wrap(std::make_shared<detail::EventState>(
-      context(), context()->backend().create_event(context()->device())));
+  // From the context's pool (event_pool.hpp): recording it here replaces whatever record it had,
+  // so the caller sees a fresh event (elapsed_ms between two of them works as with new ones).
+  Event event = detail::EventState::wrap(detail::ContextState::of(*context()).pooled_event());
   event.record(*this);
   return event;
 }

@@ -441,6 +441,13 @@ AsyncPoolState HostBackend::async_pool_state(int device) {
   return devices_[static_cast<std::size_t>(device)].async_pool;
 }
 
+std::int64_t HostBackend::live_event_count(int device) {
+  check_device("live_event_count", device);
+  const std::lock_guard lock(events_mutex_);
+  return std::count_if(events_.begin(), events_.end(),
+                       [device](const auto& entry) { return entry.second->device() == device; });
+}
+
 // ---- Device memory ------------------------------------------------------------------------------
 
 void* HostBackend::allocate(int device, std::size_t bytes) {

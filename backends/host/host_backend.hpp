@@ -81,6 +81,8 @@ class HostBackend final : public Backend {
   [[nodiscard]] std::int64_t device_memory_used(int device);
   /// The stream-ordered pool's settings of `device` (host::async_pool_state).
   [[nodiscard]] AsyncPoolState async_pool_state(int device);
+  /// Events of `device` created and not yet destroyed (host::live_event_count).
+  [[nodiscard]] std::int64_t live_event_count(int device);
 
   [[nodiscard]] std::string_view name() const noexcept override { return "host"; }
   [[nodiscard]] int device_count() override { return device_count_; }

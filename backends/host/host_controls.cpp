@@ -233,6 +233,13 @@ AsyncPoolState async_pool_state(int device) {
   return {};
 }
 
+std::int64_t live_event_count(int device) {
+  if (HostBackend* const backend = HostBackend::live_instance()) {
+    return backend->live_event_count(device);
+  }
+  return 0;
+}
+
 std::int64_t device_memory_used(int device) {
   // Before the host backend exists nothing can have been allocated; the index is still checked so
   // that a wrong device is reported the same way in both cases.

@@ -120,7 +120,9 @@ DEVMEM_API void select_device(int index);
 /// completed (the host waits for that): the page-locked staging of copies between devices without
 /// peer access (two 4 MiB buffers per device pair), and the backend's idle staging and scratch
 /// buffers of pageable and strided copies. The next copy that needs them allocates them again.
-/// Memory managers' caches are theirs (MemoryManager::trim). Done at exit as well. Thread-safe.
+/// Also destroys the idle vendor events each context recycles for Stream::record() and
+/// stream-ordered allocations (up to 64 per context). Memory managers' caches are theirs
+/// (MemoryManager::trim). Done at exit as well. Thread-safe.
 DEVMEM_API void release_cached_buffers();
 /// One device of the active backend, as Numba's cuda.gpus lists it (Numba's Device): its index,
 /// name and properties, read when the descriptor was made.

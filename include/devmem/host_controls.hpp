@@ -87,6 +87,10 @@ struct AsyncPoolState {
 };
 /// The pool state of `device` (all zero before the host backend exists). Thread-safe.
 [[nodiscard]] DEVMEM_API AsyncPoolState async_pool_state(int device = 0);
+/// Events of `device` that exist now: made by create_event or create_completion_event and not yet
+/// destroyed (the application's, devmem's recycled ones and its completion events alike), so that
+/// tests see what devmem keeps. 0 before the host backend exists. Thread-safe.
+[[nodiscard]] DEVMEM_API std::int64_t live_event_count(int device = 0);
 
 /// Makes the `nth` (1-based) call of `kind` from now on, and the `count` - 1 calls right after
 /// it, fail with `status` (Injected by default; MemoryAllocation makes an allocation report

@@ -66,7 +66,10 @@ class DEVMEM_API Stream {
   /// RAII scope that synchronizes the stream when it ends, also when it ends by an exception
   /// (then a synchronization error is reported on stderr instead of thrown).
   [[nodiscard]] AutoSynchronize auto_synchronize() const;
-  /// Records a new event at the current end of the stream.
+  /// Records a new event at the current end of the stream. Its vendor event may be one that an
+  /// earlier record() returned and whose last handle is gone (each context keeps up to 64 for
+  /// reuse, since creating one costs microseconds on a GPU): it is recorded afresh here, so it
+  /// behaves as a new one (query, synchronize, elapsed_ms).
   [[nodiscard]] Event record() const;
   /// Work enqueued on this stream after this call waits until `event` has completed.
   void wait(const Event& event) const;

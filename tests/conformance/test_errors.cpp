@@ -303,6 +303,8 @@ TEST_CASE("errors: failing stream and event calls", "[errors][inject][streams][h
   }
   SECTION("creating and recording events") {
     const devmem::Stream s = devmem::stream();
+    // Stream::record() creates an event only when the context's pool of recycled ones is empty.
+    devmem::release_cached_buffers();
     devmem::host::fail_nth(Call::CreateEvent, 1);
     REQUIRE_THROWS_AS(s.record(), devmem::BackendError);
     devmem::Event e;

@@ -1,8 +1,15 @@
 // Streams and events: stream(), default_stream(), synchronize/query, native handles, asynchronous
 // copies, events and cross-stream ordering, auto_synchronize (also on the error path), and the
-// lifetime of buffers used by queued work.
+// lifetime of buffers used by queued work, and the events devmem recycles for Stream::record() and
+// stream-ordered allocations (core/event_pool.hpp).
 #include "support.hpp"
 
+#include "core/event_pool.hpp"  // white-box: the pool's capacity
+
+#include <atomic>
+#include <optional>
+#include <random>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -482,4 +489,198 @@ TEST_CASE("pinned and mapped scopes wait for work on other streams before unregi
     devmem::deregister_host(host);
     CHECK(host.at<double>(100) == values[100]);
   }
+}
+
+// ---- Recycled events (core/event_pool.hpp) ------------------------------------------------------
+
+TEST_CASE("events: Stream::record() events recycled across many calls still order two streams",
+          "[streams][events][event-pool]") {
+  const devmem::Stream a = devmem::stream();
+  const devmem::Stream b = devmem::stream();
+  const int64_t n = 4 * kKiB;
+  const DeviceArray d = devmem::device_array(Shape{n}, f8());
+  const HostArray out = devmem::pinned_array(Shape{n}, f8());
+  const BusyWork busy;
+  std::mt19937 random(20261127);
+  std::vector<devmem::Event> held;
+  int mismatches = 0;
+  for (int i = 0; i < 1000; ++i) {
+    if (i % 50 == 0) busy.enqueue(a, 1);  // now and then `a` lags well behind the host
+    d.fill(static_cast<double>(i), a);
+    const devmem::Event written = a.record();
+    b.wait(written);
+    d.copy_to_host(out, b);  // must see this iteration's fill, not an older one
+    const devmem::Event read = b.record();
+    a.wait(read);  // the next fill must not overwrite d before b has read it
+    held.push_back(written);
+    held.push_back(read);
+    // Up to 100 events held at once (beyond the pool's capacity, so it is emptied and refilled
+    // past its cap), dropped in a shuffled order and in varying numbers.
+    if (held.size() >= 2 + random() % 100) {
+      std::shuffle(held.begin(), held.end(), random);
+      held.resize(random() % held.size());
+    }
+    b.synchronize();
+    if (out.at<double>(0) != static_cast<double>(i) ||
+        out.at<double>(n - 1) != static_cast<double>(i)) {
+      ++mismatches;
+    }
+  }
+  CHECK(mismatches == 0);
+  held.clear();
+  a.synchronize();
+}
+
+TEST_CASE("events: a user's Event is never a recycled one", "[streams][events][event-pool]") {
+  const devmem::Stream s = devmem::stream();
+  devmem::release_cached_buffers();  // the pool of the context is empty now
+  std::set<devmem::NativeEvent> pooled;
+  {
+    std::vector<devmem::Event> records;
+    for (std::size_t i = 0; i < devmem::detail::EventPool::kCapacity; ++i) {
+      records.push_back(s.record());
+    }
+    s.synchronize();
+    for (const devmem::Event& e : records) pooled.insert(e.native_handle());
+  }  // all go back to the pool (exactly its capacity): their handles stay alive
+  REQUIRE(pooled.size() == devmem::detail::EventPool::kCapacity);
+  const devmem::Event fresh;
+  CHECK(pooled.count(fresh.native_handle()) == 0);
+  // Still never recorded: it counts as complete and cannot be timed, as before.
+  CHECK(fresh.query());
+  const devmem::Event done = s.record();
+  CHECK(pooled.count(done.native_handle()) == 1);  // Stream::record() does take a pooled one
+  done.synchronize();
+  REQUIRE_THROWS_AS(devmem::Event::elapsed_ms(fresh, done), devmem::BackendError);
+  // A recycled event carries no stale record: timing two of them measures the new records.
+  const devmem::Event again = s.record();
+  again.synchronize();
+  CHECK(devmem::Event::elapsed_ms(done, again) >= 0.0F);
+  devmem::release_cached_buffers();
+}
+
+TEST_CASE("events: the pool keeps at most its capacity and release_cached_buffers empties it",
+          "[streams][events][event-pool][host-only]") {
+  const devmem::Stream s = devmem::stream();
+  const auto ctx = devmem::current_context();
+  const int device = ctx->device();
+  constexpr auto kCapacity = static_cast<int64_t>(devmem::detail::EventPool::kCapacity);
+  ctx->synchronize();  // retires earlier work's completion events
+  devmem::release_cached_buffers();
+  const int64_t base = devmem::host::live_event_count(device);
+  devmem::host::reset_call_counts();
+  {
+    std::vector<devmem::Event> records;
+    for (int i = 0; i < 100; ++i) records.push_back(s.record());
+    CHECK(devmem::host::live_event_count(device) == base + 100);
+    CHECK(devmem::host::call_count(devmem::host::Call::CreateEvent) == 100);
+  }
+  // Beyond the cap the events were destroyed.
+  CHECK(devmem::host::live_event_count(device) == base + kCapacity);
+  {
+    std::vector<devmem::Event> records;
+    for (int i = 0; i < 100; ++i) records.push_back(s.record());
+    CHECK(devmem::host::live_event_count(device) == base + 100);
+    // Only what the pool could not give was created.
+    CHECK(devmem::host::call_count(devmem::host::Call::CreateEvent) == 100 + 100 - kCapacity);
+    s.synchronize();
+  }
+  CHECK(devmem::host::live_event_count(device) == base + kCapacity);
+  devmem::release_cached_buffers();
+  CHECK(devmem::host::live_event_count(device) == base);
+  {
+    // A user's event is destroyed with its last handle, not kept.
+    const devmem::Event user;
+    CHECK(devmem::host::live_event_count(device) == base + 1);
+  }
+  CHECK(devmem::host::live_event_count(device) == base);
+  // A failed record gives the event back: nothing is lost or kept twice.
+  devmem::host::fail_nth(devmem::host::Call::RecordEvent, 1);
+  CHECK_THROWS_AS(s.record(), devmem::BackendError);
+  CHECK(devmem::host::live_event_count(device) == base + 1);
+  { const devmem::Event ok = s.record(); }
+  CHECK(devmem::host::live_event_count(device) == base + 1);
+  devmem::release_cached_buffers();
+  CHECK(devmem::host::live_event_count(device) == base);
+}
+
+TEST_CASE("events: stream-ordered allocations' recycled events still order other streams",
+          "[streams][events][event-pool][memory-manager][async]") {
+  const MemoryStateGuard mem;
+  const auto& ctx = mem.context();
+  if (!ctx->backend().supports_async_allocation(ctx->device())) {
+    WARN("device " << ctx->device() << " has no stream-ordered allocator");
+    return;
+  }
+  devmem::set_memory_manager(devmem::make_memory_manager("async", *ctx));
+  const devmem::Stream owner = devmem::stream();
+  const devmem::Stream user = devmem::stream();
+  // The host backend runs each stream on its own thread: a gate holds `owner` so that the
+  // allocation is really still queued when `user` needs the memory. Elsewhere the strict fake's
+  // random order (it faults on memory used before its allocation ran) and the GPU check it.
+  const bool gate_owner = devmem::backend_name() == "host";
+  std::mt19937 random(11272026);
+  std::vector<DeviceArray> held;
+  int mismatches = 0;
+  for (int i = 0; i < 300; ++i) {
+    const auto value = static_cast<float>(i);
+    std::optional<StreamGate> gate;
+    if (gate_owner && i % 10 == 0) gate.emplace(owner);
+    const DeviceArray a = devmem::device_array<float>(Shape{256}, devmem::Order::C, owner);
+    a.fill(value, user);  // another stream: waits for the allocation's (recycled) event
+    if (gate) gate->open();
+    const std::vector<float> got = a.to_vector<float>(user);
+    if (got.front() != value || got.back() != value) ++mismatches;
+    held.push_back(a);
+    // Arrays (and with them their allocation events) go in a shuffled order, up to 80 at once.
+    if (held.size() >= 1 + random() % 80) {
+      std::shuffle(held.begin(), held.end(), random);
+      held.resize(random() % held.size());
+    }
+  }
+  CHECK(mismatches == 0);
+  held.clear();
+  owner.synchronize();
+  user.synchronize();
+}
+
+TEST_CASE("events: threads recording on their own streams share the pool while it is emptied",
+          "[streams][events][event-pool][threads]") {
+  const auto ctx = devmem::current_context();
+  std::atomic<bool> done{false};
+  std::atomic<int> mismatches{0};
+  // One thread keeps emptying the pool while the others take events from it and give them back.
+  std::thread releaser([&] {
+    while (!done.load()) {
+      devmem::release_cached_buffers();
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 4; ++t) {
+    workers.emplace_back([&, t] {
+      const devmem::DeviceScope scope(ctx->device());
+      const devmem::Stream a = devmem::stream();
+      const devmem::Stream b = devmem::stream();
+      const DeviceArray d = devmem::device_array(Shape{256}, f8());
+      const HostArray out = devmem::pinned_array(Shape{256}, f8());
+      std::vector<devmem::Event> held;
+      for (int i = 0; i < 200; ++i) {
+        const double value = t * 1000 + i;
+        d.fill(value, a);
+        b.wait(a.record());
+        d.copy_to_host(out, b);
+        held.push_back(b.record());
+        a.wait(held.back());
+        if (held.size() > static_cast<std::size_t>(10 + t * 20)) held.clear();
+        b.synchronize();
+        if (out.at<double>(0) != value || out.at<double>(255) != value) ++mismatches;
+      }
+    });
+  }
+  for (std::thread& worker : workers) worker.join();
+  done = true;
+  releaser.join();
+  CHECK(mismatches.load() == 0);
+  devmem::release_cached_buffers();
 }

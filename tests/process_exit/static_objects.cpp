@@ -2,8 +2,10 @@
 // made in main() and kept in globals (std::optional), a scope made during static initialisation, a
 // stream with work still queued, and a pooled array. They are destroyed after main() returns, in
 // the reverse order of their construction, while devmem's own registries and the vendor runtime may
-// already be gone. The program must exit 0 and print nothing (review 2, N1 and N5). Exit code 77
-// when the backend has no device.
+// already be gone. A Stream::record() event held in a global goes back to its context's event pool
+// after devmem's exit handler has emptied and closed it (other records leave idle events there).
+// The program must exit 0 and print nothing (review 2, N1 and N5). Exit code 77 when the backend
+// has no device.
 #include <devmem/devmem.hpp>
 
 #include <cstdio>
@@ -43,6 +45,7 @@ std::optional<devmem::MappedScope> g_mapped;
 devmem::Stream g_stream;
 devmem::DeviceArray g_pooled;
 devmem::DeviceArray g_uploaded;
+std::optional<devmem::Event> g_recorded;
 
 }  // namespace
 
@@ -62,6 +65,9 @@ int main() {
     g_uploaded = devmem::to_device(devmem::HostArray::view(g_pinned_memory), g_stream);
     // A pooled block: freed into the pool, which keeps it until the process ends.
     (void)devmem::device_array<float>({1 << 10}, devmem::Order::C, g_stream);
+    // Recycled events idle in the context's pool at exit, and one still held by a global.
+    for (int i = 0; i < 8; ++i) (void)g_stream.record();
+    g_recorded.emplace(g_stream.record());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "static_objects: %s\n", e.what());
     return 1;
