@@ -3,7 +3,8 @@
 // an array is allocated and filled on stream B. With stream-ordered allocation on B's own stream,
 // B's work finishes while A still spins; an allocator that orders through the legacy stream makes
 // B wait for A. Then 1000 rounds of allocate / free / synchronize on B give the time per
-// allocation. Prints one human line per measurement and a JSON object on the last line.
+// allocation, and 1000 more the same round part by part beside the raw vendor round (A done by
+// then). Prints one human line per measurement and a JSON object on the last line.
 // Exit codes: 0 B overlapped A, 1 it did not (or an error), 77 no device.
 #include <devmem/devmem.hpp>
 
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,58 @@ __global__ void spin(std::uint64_t nanoseconds, int* done) {
 
 constexpr std::uint64_t kSpinNanoseconds = 50'000'000;
 constexpr int kRounds = 1000;
+
+double median_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+double microseconds(std::chrono::steady_clock::time_point from,
+                    std::chrono::steady_clock::time_point to) {
+  return std::chrono::duration<double, std::micro>(to - from).count();
+}
+
+struct Parts {
+  double raw_us = 0;
+  double allocate_us = 0;
+  double drop_us = 0;
+  double synchronize_us = 0;
+};
+
+// Medians over kRounds of the raw round (cudaMallocAsync, cudaFreeAsync, cudaStreamSynchronize on
+// a raw non-blocking stream) and of devmem's round on `b`, part by part, one after the other in
+// each round.
+Parts time_parts(const devmem::Stream& b) {
+  cudaStream_t raw_stream = nullptr;
+  if (cudaStreamCreateWithFlags(&raw_stream, cudaStreamNonBlocking) != cudaSuccess) {
+    throw std::runtime_error("cudaStreamCreateWithFlags failed");
+  }
+  std::vector<double> raw, allocate, drop, synchronize;
+  for (int round = 0; round < kRounds; ++round) {
+    void* p = nullptr;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (cudaMallocAsync(&p, std::size_t{1} << 20, raw_stream) != cudaSuccess ||
+        cudaFreeAsync(p, raw_stream) != cudaSuccess ||
+        cudaStreamSynchronize(raw_stream) != cudaSuccess) {
+      throw std::runtime_error("the raw stream-ordered round failed");
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::time_point t2;
+    {
+      const devmem::DeviceArray block = devmem::device_array<float>({1 << 18}, devmem::Order::C, b);
+      t2 = std::chrono::steady_clock::now();
+    }
+    const auto t3 = std::chrono::steady_clock::now();
+    b.synchronize();
+    const auto t4 = std::chrono::steady_clock::now();
+    raw.push_back(microseconds(t0, t1));
+    allocate.push_back(microseconds(t1, t2));
+    drop.push_back(microseconds(t2, t3));
+    synchronize.push_back(microseconds(t3, t4));
+  }
+  cudaStreamDestroy(raw_stream);
+  return {median_of(raw), median_of(allocate), median_of(drop), median_of(synchronize)};
+}
 
 }  // namespace
 
@@ -90,11 +144,23 @@ int main() {
         "overlap: %d rounds of allocate 1 MiB / free / synchronize on B: median %.2f us, "
         "p90 %.2f us\n",
         kRounds, median, p90);
+    // The same round taken apart, beside the raw vendor round on a stream of its
+    // own, interleaved (bench/results/gpu-proof-h100-2026-11-27.md: devmem's round was 2-3 times
+    // the raw one): where devmem's time goes, for whoever optimises it.
+    const Parts parts = time_parts(b);
+    std::printf(
+        "overlap: %d interleaved rounds, medians: raw cudaMallocAsync+cudaFreeAsync+"
+        "cudaStreamSynchronize %.2f us; devmem allocate %.2f us, drop %.2f us, synchronize %.2f "
+        "us\n",
+        kRounds, parts.raw_us, parts.allocate_us, parts.drop_us, parts.synchronize_us);
     std::printf(
         "{\"manager\": \"%s\", \"spin_ms\": %.3f, \"b_ms\": %.3f, \"overlapped\": %s, "
-        "\"alloc_free_sync_median_us\": %.3f, \"alloc_free_sync_p90_us\": %.3f}\n",
+        "\"alloc_free_sync_median_us\": %.3f, \"alloc_free_sync_p90_us\": %.3f, "
+        "\"raw_round_us\": %.3f, \"allocate_us\": %.3f, \"drop_us\": %.3f, "
+        "\"synchronize_us\": %.3f}\n",
         manager.c_str(), static_cast<double>(spin_ms), static_cast<double>(b_ms),
-        a_still_running ? "true" : "false", median, p90);
+        a_still_running ? "true" : "false", median, p90, parts.raw_us, parts.allocate_us,
+        parts.drop_us, parts.synchronize_us);
     return a_still_running ? 0 : 1;
   } catch (const devmem::NoDevice& e) {
     std::printf("proof_overlap: no device: %s\n", e.what());
