@@ -144,7 +144,7 @@ py::object getitem(const DeviceNDArray& self, const py::object& key, const py::o
   if (s.is_specified()) view = view.bind(s);
   if (!selection.element || descriptor_fields(self.dtype).has_fields) {
     // A record element stays on the device, as Numba's DeviceRecord.
-    return py::cast(DeviceNDArray{std::move(view), self.dtype});
+    return py::cast(DeviceNDArray{std::move(view), self.dtype, self.stream_object});
   }
   py::array scalar(self.dtype, std::vector<py::ssize_t>{});
   const HostArray destination = host_view(scalar, true);
@@ -375,7 +375,10 @@ void bind_device_ndarray(py::module_& m) {
       .def(
           "ravel",
           [](const DeviceNDArray& a, const py::object& order, const py::object& stream) {
-            const Order o = to_order(order, true);
+            // NumPy's orders, K included (memory order: a view of any dense array).
+            const Order o = py::isinstance<py::str>(order) && order.cast<std::string>() == "K"
+                                ? Order::K
+                                : to_order(order, true);
             const Stream s = to_stream(stream);
             return with_array(a, without_gil([&] { return a.array.ravel(o, s); }));
           },
@@ -407,7 +410,7 @@ void bind_device_ndarray(py::module_& m) {
           "view",
           [](const DeviceNDArray& a, const py::object& dtype) {
             const py::dtype type = as_numpy_dtype(dtype);
-            return DeviceNDArray{a.array.view(to_devmem_dtype(type)), type};
+            return DeviceNDArray{a.array.view(to_devmem_dtype(type)), type, a.stream_object};
           },
           py::arg("dtype"), "The same bytes as another dtype (NumPy's rules).")
       .def("squeeze", &squeeze, py::arg("axis") = py::none(), py::arg("stream") = 0)

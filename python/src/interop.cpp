@@ -452,8 +452,8 @@ void bind_interop(py::module_& m) {
           },
           [](const py::tuple& state) {
             if (state.size() != 1 || !py::isinstance<py::bytes>(state[0])) {
-              throw py::value_error(
-                  fmt::format("IpcHandle: cannot unpickle {}", py::repr(state).cast<std::string>()));
+              throw py::value_error(fmt::format("IpcHandle: cannot unpickle {}",
+                                                py::repr(state).cast<std::string>()));
             }
             const std::string_view view = state[0].cast<py::bytes>();
             return IpcHandle::from_bytes(std::span<const std::byte>(
