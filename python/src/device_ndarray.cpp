@@ -290,6 +290,22 @@ DeviceNDArray squeeze(const DeviceNDArray& a, const py::object& axis, const py::
   return with_array(a, s.is_specified() ? view.bind(s) : view);
 }
 
+/// DeviceNDArray.stream: the Stream object it was given as, while the array's stream is that one.
+py::object array_stream(const DeviceNDArray& a) {
+  const Stream s = a.array.stream();
+  if (a.stream_object && a.stream_object.cast<const Stream&>() == s) return a.stream_object;
+  return py::cast(s);
+}
+
+/// iter(d): d[0], d[1], ... (CPython's sequence iterator, until IndexError); TypeError for a 0-d
+/// array, as NumPy.
+py::iterator iterate(const py::object& self) {
+  if (self.cast<const DeviceNDArray&>().array.ndim() == 0) {
+    throw py::type_error("iteration over a 0-d array");
+  }
+  return py::reinterpret_steal<py::iterator>(PySeqIter_New(self.ptr()));
+}
+
 }  // namespace
 
 void bind_device_ndarray(py::module_& m) {
@@ -306,14 +322,7 @@ void bind_device_ndarray(py::module_& m) {
       .def_property_readonly("itemsize", [](const DeviceNDArray& a) { return a.array.itemsize(); })
       .def_property_readonly("alloc_size",
                              [](const DeviceNDArray& a) { return a.array.alloc_size(); })
-      .def_property_readonly("stream",
-                             [](const DeviceNDArray& a) -> py::object {
-                               const Stream s = a.array.stream();
-                               if (a.stream_object && a.stream_object.cast<const Stream&>() == s) {
-                                 return a.stream_object;
-                               }
-                               return py::cast(s);
-                             })
+      .def_property_readonly("stream", &array_stream)
       .def_property_readonly(
           "device_pointer",
           [](const DeviceNDArray& a) { return reinterpret_cast<std::uintptr_t>(a.array.data()); },
@@ -340,14 +349,7 @@ void bind_device_ndarray(py::module_& m) {
              if (a.array.ndim() == 0) throw py::type_error("len() of unsized object");
              return a.array.shape().front();
            })
-      .def("__iter__",
-           [](const py::object& self) {
-             if (self.cast<const DeviceNDArray&>().array.ndim() == 0) {
-               throw py::type_error("iteration over a 0-d array");
-             }
-             // CPython's sequence iterator: d[0], d[1], ... until IndexError.
-             return py::reinterpret_steal<py::iterator>(PySeqIter_New(self.ptr()));
-           })
+      .def("__iter__", &iterate)
       .def("__delitem__",
            [](const DeviceNDArray& /*a*/, const py::object& /*key*/) {
              throw py::value_error("cannot delete array elements");

@@ -241,6 +241,13 @@ float elapsed_between(const py::object& start, const py::object& end) {
   return elapsed_ms(start.cast<const Event&>(), end.cast<const Event&>());
 }
 
+/// devmem.event(timing): a new Event; timing=False is kept in its dict (event_times).
+py::object make_event(bool timing) {
+  py::object event = py::cast(Event());
+  if (!timing) event.attr("_devmem_timing") = false;
+  return event;
+}
+
 py::object memory_info_type() {
   static const py::handle type =
       py::module_::import("collections")
@@ -353,15 +360,8 @@ void bind_runtime(py::module_& m) {
         "cupy.cuda.Stream), on `device` (None: the current device). devmem never destroys it; "
         "its owner keeps it alive while devmem uses it. DeviceNDArray.record_use(stream) then "
         "keeps memory from reuse until that stream's work is done.");
-  m.def(
-      "event",
-      [](bool timing) {
-        py::object event = py::cast(Event());
-        if (!timing) event.attr("_devmem_timing") = false;
-        return event;
-      },
-      py::arg("timing") = true,
-      "A new event; with timing=False it records no timing (elapsed_time refuses it).");
+  m.def("event", &make_event, py::arg("timing") = true,
+        "A new event; with timing=False it records no timing (elapsed_time refuses it).");
   m.def("event_elapsed_time", &elapsed_between, py::arg("evtstart"), py::arg("evtend"));
   m.def(
       "synchronize",

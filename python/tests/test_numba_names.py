@@ -261,8 +261,9 @@ def test_is_available_detect_and_close(capsys):
 def test_is_available_is_false_without_devices():
     child = run_python("import devmem; print(devmem.is_available())",
                        env={"DEVMEM_BACKEND": "no-such-backend"})
-    # An unknown backend fails at import or answers False; it never says True.
-    assert "True" not in child.stdout
+    # Numba's is_available never raises: a backend that cannot start answers False.
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == "False"
 
 
 def test_compute_capability():
