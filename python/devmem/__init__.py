@@ -54,7 +54,6 @@ from ._devmem import (  # noqa: F401  (re-exported)
     mapped,
     memory_info,
     memory_manager_name,
-    open_ipc_array,
     pending_deallocations,
     pinned,
     pinned_array,
@@ -66,6 +65,30 @@ from ._devmem import (  # noqa: F401  (re-exported)
     to_device,
 )
 from . import _devmem
+from ._numba_names import (  # noqa: F401  (re-exported)
+    Context,
+    asarray,
+    asnumpy,
+    close,
+    current_context,
+    detect,
+    from_cuda_array_interface,
+    is_available,
+    legacy_default_stream,
+    mapped_array_like,
+    open_ipc_array,
+    per_thread_default_stream,
+    pinned_array_like,
+)
+from . import _numba_names
+
+#: Numba's name for is_device_array (True for devmem's arrays on every backend, and for any
+#: object with __cuda_array_interface__).
+is_cuda_array = is_device_array
+
+# Numba's Stream methods, written in Python (they call back into Python from a thread).
+Stream.add_callback = _numba_names.add_callback
+Stream.async_done = _numba_names.async_done
 
 #: Numba calls a structured scalar on the device a DeviceRecord; devmem's is a 0-d DeviceNDArray.
 DeviceRecord = DeviceNDArray
@@ -74,7 +97,14 @@ DeviceRecord = DeviceNDArray
 class MappedNDArray(_np.ndarray):
     """A NumPy array in page-locked host memory that the device can address (Numba's
     MappedNDArray). ``device_array()`` gives the device view of the same bytes; unlike Numba's,
-    slices and views of a mapped array keep a working device view."""
+    slices and views of a mapped array keep a working device view. Like Numba's it is also a
+    device array: ``copy_to_host``, ``copy_to_device``, ``stream``, ``is_device_array``,
+    ``to_device`` (returns it), ``as_cuda_array`` and, on GPU backends, the CUDA Array
+    Interface."""
+
+    # Numba's markers of device memory (auto_device returns such objects as they are).
+    __cuda_memory__ = True
+    __cuda_ndarray__ = True
 
     def __array_finalize__(self, obj):
         if obj is None:
@@ -99,6 +129,23 @@ class MappedNDArray(_np.ndarray):
     @property
     def __cuda_array_interface__(self):
         return self.device_array().__cuda_array_interface__
+
+    @property
+    def stream(self):
+        """The stream given to mapped_array (the default stream when none was)."""
+        return self.device_array().stream
+
+    @property
+    def device_ctypes_pointer(self):
+        return self.device_array().device_ctypes_pointer
+
+    def copy_to_host(self, ary=None, stream=0):
+        """Numba's DeviceNDArray.copy_to_host: a new NumPy array, or into ``ary``."""
+        return self.device_array().copy_to_host(ary, stream)
+
+    def copy_to_device(self, ary, stream=0):
+        """Numba's DeviceNDArray.copy_to_device: copies host or device data into this array."""
+        self.device_array().copy_to_device(ary, stream)
 
 
 def mapped_array(shape, dtype=_np.float64, strides=None, order="C", stream=0, portable=False,

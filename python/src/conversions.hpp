@@ -22,6 +22,9 @@ namespace py = pybind11;
 struct DeviceNDArray {
   DeviceArray array;
   py::dtype dtype;
+  /// The Python Stream object the array's stream was given as (bind(s), device_array(stream=s)),
+  /// so that `d.bind(s).stream is s` as in Numba; empty when none was.
+  py::object stream_object{};
 };
 
 /// The numpy module (imported on first use).

@@ -30,7 +30,21 @@ void check_same_dtype(const py::dtype& a, const py::dtype& b) {
 }
 
 DeviceNDArray with_array(const DeviceNDArray& self, DeviceArray array) {
-  return DeviceNDArray{std::move(array), self.dtype};
+  return DeviceNDArray{std::move(array), self.dtype, self.stream_object};
+}
+
+/// `stream` itself when it is a devmem.Stream (kept so that `array.stream is stream`).
+py::object stream_object_of(const py::object& stream) {
+  return py::isinstance<Stream>(stream) ? stream : py::object();
+}
+
+/// Whether `obj` is devmem's MappedNDArray (a NumPy array that is also a device array): Numba's
+/// `__cuda_memory__` marker, looked up only for objects that are not exactly ndarrays.
+bool is_mapped_ndarray(const py::handle& obj) {
+  static const py::handle ndarray = py::object(numpy().attr("ndarray")).release();
+  if (Py_TYPE(obj.ptr()) == reinterpret_cast<PyTypeObject*>(ndarray.ptr())) return false;
+  const py::object marker = py::getattr(obj, "__cuda_memory__", py::none());
+  return py::isinstance<py::array>(obj) && !marker.is_none() && py::bool_(marker);
 }
 
 /// The number of axes `items` names explicitly (all but one `...`). IndexError for a second
@@ -130,7 +144,7 @@ py::object getitem(const DeviceNDArray& self, const py::object& key, const py::o
   if (s.is_specified()) view = view.bind(s);
   if (!selection.element || descriptor_fields(self.dtype).has_fields) {
     // A record element stays on the device, as Numba's DeviceRecord.
-    return py::cast(DeviceNDArray{std::move(view), self.dtype});
+    return py::cast(DeviceNDArray{std::move(view), self.dtype, self.stream_object});
   }
   py::array scalar(self.dtype, std::vector<py::ssize_t>{});
   const HostArray destination = host_view(scalar, true);
@@ -198,10 +212,16 @@ py::object to_device_impl(const py::object& obj, const py::object& stream, bool 
     }
     return to;
   }
+  // Numba's auto_device: device memory is returned as it is (no copy, whatever `stream` and
+  // `copy` say); another producer of __cuda_array_interface__ becomes a view of its memory.
+  if (py::isinstance<DeviceNDArray>(obj) || is_mapped_ndarray(obj)) return obj;
+  if (!py::isinstance<py::array>(obj) && py::hasattr(obj, "__cuda_array_interface__")) {
+    return py::module_::import("devmem._devmem").attr("as_cuda_array")(obj);
+  }
   const py::array host = as_numpy_array(obj);
   const HostArray source = host_view(host, false);
   DeviceArray array = without_gil([&] { return to_device(source, s, copy); });
-  return py::cast(DeviceNDArray{std::move(array), host.dtype()});
+  return py::cast(DeviceNDArray{std::move(array), host.dtype(), stream_object_of(stream)});
 }
 
 py::object copy_to_host(const DeviceNDArray& a, const py::object& ary, const py::object& stream) {
@@ -270,6 +290,22 @@ DeviceNDArray squeeze(const DeviceNDArray& a, const py::object& axis, const py::
   return with_array(a, s.is_specified() ? view.bind(s) : view);
 }
 
+/// DeviceNDArray.stream: the Stream object it was given as, while the array's stream is that one.
+py::object array_stream(const DeviceNDArray& a) {
+  const Stream s = a.array.stream();
+  if (a.stream_object && a.stream_object.cast<const Stream&>() == s) return a.stream_object;
+  return py::cast(s);
+}
+
+/// iter(d): d[0], d[1], ... (CPython's sequence iterator, until IndexError); TypeError for a 0-d
+/// array, as NumPy.
+py::iterator iterate(const py::object& self) {
+  if (self.cast<const DeviceNDArray&>().array.ndim() == 0) {
+    throw py::type_error("iteration over a 0-d array");
+  }
+  return py::reinterpret_steal<py::iterator>(PySeqIter_New(self.ptr()));
+}
+
 }  // namespace
 
 void bind_device_ndarray(py::module_& m) {
@@ -286,11 +322,19 @@ void bind_device_ndarray(py::module_& m) {
       .def_property_readonly("itemsize", [](const DeviceNDArray& a) { return a.array.itemsize(); })
       .def_property_readonly("alloc_size",
                              [](const DeviceNDArray& a) { return a.array.alloc_size(); })
-      .def_property_readonly("stream", [](const DeviceNDArray& a) { return a.array.stream(); })
+      .def_property_readonly("stream", &array_stream)
       .def_property_readonly(
           "device_pointer",
           [](const DeviceNDArray& a) { return reinterpret_cast<std::uintptr_t>(a.array.data()); },
           "The address of element 0 as an integer (0 for an empty array).")
+      .def_property_readonly(
+          "device_ctypes_pointer",
+          [](const DeviceNDArray& a) {
+            static const py::handle c_void_p =
+                py::object(py::module_::import("ctypes").attr("c_void_p")).release();
+            return c_void_p(reinterpret_cast<std::uintptr_t>(a.array.data()));
+          },
+          "Numba's device_ctypes_pointer: element 0's address as a ctypes.c_void_p.")
       .def_property_readonly("flags",
                              [](const DeviceNDArray& a) {
                                py::dict flags;
@@ -305,16 +349,38 @@ void bind_device_ndarray(py::module_& m) {
              if (a.array.ndim() == 0) throw py::type_error("len() of unsized object");
              return a.array.shape().front();
            })
+      .def("__iter__", &iterate)
+      .def("__delitem__",
+           [](const DeviceNDArray& /*a*/, const py::object& /*key*/) {
+             throw py::value_error("cannot delete array elements");
+           })
       .def("copy_to_host", &copy_to_host, py::arg("ary") = py::none(), py::arg("stream") = 0,
            "Copies to a new NumPy array, or into `ary` (same dtype and shape); returns it.")
       .def("copy_to_device", &copy_to_device, py::arg("ary"), py::arg("stream") = 0,
            "Copies from a NumPy array (or anything np.asarray takes) or another DeviceNDArray.")
+      .def(
+          "get",
+          [](const DeviceNDArray& a, const py::object& stream, const py::object& out) {
+            return copy_to_host(a, out, stream);
+          },
+          py::arg("stream") = py::none(), py::arg("out") = py::none(),
+          "CuPy's name for copy_to_host: a NumPy array of the values (into `out` if given).")
+      .def(
+          "set",
+          [](const DeviceNDArray& a, const py::object& arr, const py::object& stream) {
+            copy_to_device(a, arr, stream);
+          },
+          py::arg("arr"), py::arg("stream") = py::none(),
+          "CuPy's name for copy_to_device: copies `arr` (same dtype and shape) into the array.")
       .def("reshape", &reshape,
            "A view with a new shape (a copy when no view can give NumPy's result).")
       .def(
           "ravel",
           [](const DeviceNDArray& a, const py::object& order, const py::object& stream) {
-            const Order o = to_order(order, true);
+            // NumPy's orders, K included (memory order: a view of any dense array).
+            const Order o = py::isinstance<py::str>(order) && order.cast<std::string>() == "K"
+                                ? Order::K
+                                : to_order(order, true);
             const Stream s = to_stream(stream);
             return with_array(a, without_gil([&] { return a.array.ravel(o, s); }));
           },
@@ -346,14 +412,16 @@ void bind_device_ndarray(py::module_& m) {
           "view",
           [](const DeviceNDArray& a, const py::object& dtype) {
             const py::dtype type = as_numpy_dtype(dtype);
-            return DeviceNDArray{a.array.view(to_devmem_dtype(type)), type};
+            return DeviceNDArray{a.array.view(to_devmem_dtype(type)), type, a.stream_object};
           },
           py::arg("dtype"), "The same bytes as another dtype (NumPy's rules).")
       .def("squeeze", &squeeze, py::arg("axis") = py::none(), py::arg("stream") = 0)
       .def(
           "bind",
           [](const DeviceNDArray& a, const py::object& stream) {
-            return with_array(a, a.array.bind(to_stream(stream)));
+            DeviceNDArray bound = with_array(a, a.array.bind(to_stream(stream)));
+            bound.stream_object = stream_object_of(stream);
+            return bound;
           },
           py::arg("stream") = 0, "The same array with `stream` as its own stream.")
       .def(
@@ -423,7 +491,7 @@ void bind_device_ndarray(py::module_& m) {
           return device_array(std::move(args.shape), args.element, std::move(args.strides),
                               args.order, s);
         });
-        return DeviceNDArray{std::move(array), args.dtype};
+        return DeviceNDArray{std::move(array), args.dtype, stream_object_of(stream)};
       },
       py::arg("shape"), py::arg("dtype") = py::dtype("float64"), py::arg("strides") = py::none(),
       py::arg("order") = "C", py::arg("stream") = 0, "An uninitialised device array.");

@@ -207,7 +207,18 @@ void check_dlpack_exportable(const DeviceNDArray& a) {
   }
 }
 
+/// devmem's MappedNDArray (Numba's `__cuda_memory__` marker on a NumPy array).
+bool is_mapped_ndarray(const py::handle& obj) {
+  if (!py::isinstance<py::array>(obj)) return false;
+  const py::object marker = py::getattr(obj, "__cuda_memory__", py::none());
+  return !marker.is_none() && py::bool_(marker);
+}
+
 DeviceNDArray from_array_interface(const py::object& obj, bool sync) {
+  // devmem's own arrays, on every backend (the host backend's have no CUDA Array Interface): a
+  // new DeviceNDArray over the same memory, as Numba's as_cuda_array gives a new view.
+  if (py::isinstance<DeviceNDArray>(obj)) return obj.cast<DeviceNDArray>();
+  if (is_mapped_ndarray(obj)) return obj.attr("device_array")().cast<DeviceNDArray>();
   if (!py::hasattr(obj, "__cuda_array_interface__")) {
     throw py::type_error(fmt::format("{} doesn't implement the cuda array interface.",
                                      py::repr(py::type::of(obj)).cast<std::string>()));
@@ -382,9 +393,12 @@ void bind_interop(py::module_& m) {
   m.def(
       "is_device_array",
       [](const py::object& obj) {
-        return py::isinstance<DeviceNDArray>(obj) || py::hasattr(obj, "__cuda_array_interface__");
+        return py::isinstance<DeviceNDArray>(obj) || is_mapped_ndarray(obj) ||
+               py::hasattr(obj, "__cuda_array_interface__");
       },
-      py::arg("obj"));
+      py::arg("obj"),
+      "True for devmem's DeviceNDArray and MappedNDArray and for any object with "
+      "__cuda_array_interface__ (Numba's is_cuda_array).");
   m.def("_device_view", &device_view);
 
   py::class_<IpcHandle>(m, "IpcHandle", "A handle to device memory that another process can open.")
@@ -428,7 +442,23 @@ void bind_interop(py::module_& m) {
             return DeviceNDArray{std::move(array), dtype};
           },
           py::arg("device") = py::none())
-      .def("close", [](IpcHandle& h) { without_gil([&] { h.close(); }); });
+      .def("close", [](IpcHandle& h) { without_gil([&] { h.close(); }); })
+      // Pickled as its bytes, so a handle travels through multiprocessing as Numba's does.
+      .def(py::pickle(
+          [](const IpcHandle& h) {
+            const std::vector<std::byte> bytes = h.to_bytes();
+            return py::make_tuple(
+                py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+          },
+          [](const py::tuple& state) {
+            if (state.size() != 1 || !py::isinstance<py::bytes>(state[0])) {
+              throw py::value_error(fmt::format("IpcHandle: cannot unpickle {}",
+                                                py::repr(state).cast<std::string>()));
+            }
+            const std::string_view view = state[0].cast<py::bytes>();
+            return IpcHandle::from_bytes(std::span<const std::byte>(
+                reinterpret_cast<const std::byte*>(view.data()), view.size()));
+          }));
   m.def("ipc_handle", &export_ipc, py::arg("ary"));
   m.def(
       "ipc_supported", [](int device) { return ipc_supported(device); }, py::arg("device") = 0,

@@ -63,6 +63,19 @@ class DeviceHandle {
   explicit DeviceHandle(DeviceInfo info) : info_(std::move(info)) {}
   [[nodiscard]] int id() const noexcept { return info_.id; }
   [[nodiscard]] const std::string& name() const noexcept { return info_.name; }
+  /// Numba's (major, minor) from a CUDA architecture "sm_90" / "sm_100a"; None for a device
+  /// without one (the host backend's "host", ROC's "gfx90a").
+  [[nodiscard]] py::object compute_capability() const {
+    const std::string& arch = info_.properties.architecture;
+    if (arch.rfind("sm_", 0) != 0) return py::none();
+    std::string digits;
+    for (std::size_t i = 3; i < arch.size() && arch[i] >= '0' && arch[i] <= '9'; ++i) {
+      digits += arch[i];
+    }
+    if (digits.size() < 2) return py::none();
+    return py::make_tuple(std::stoi(digits.substr(0, digits.size() - 1)),
+                          std::stoi(digits.substr(digits.size() - 1)));
+  }
   [[nodiscard]] py::dict properties() const {
     const DeviceProperties& p = info_.properties;
     py::dict out;
@@ -205,6 +218,36 @@ py::dict counters(std::initializer_list<std::pair<const char*, std::int64_t>> fi
   return out;
 }
 
+/// Whether an Event object times: False for one made by event(timing=False) (Numba's
+/// CU_EVENT_DISABLE_TIMING), kept in the instance's dict.
+bool event_times(const py::object& event) {
+  const py::object flag = py::getattr(event, "__dict__").attr("get")("_devmem_timing", true);
+  return flag.cast<bool>();
+}
+
+/// Milliseconds between two events (Numba's event_elapsed_time): InvalidArgument when either was
+/// made with timing=False, as CUDA refuses to time such events.
+float elapsed_between(const py::object& start, const py::object& end) {
+  for (const py::object* e : {&start, &end}) {
+    if (!py::isinstance<Event>(*e)) {
+      throw py::type_error(fmt::format("elapsed_time: expected devmem.Event objects, got {}",
+                                       py::repr(py::type::of(*e)).cast<std::string>()));
+    }
+    if (!event_times(*e)) {
+      throw InvalidArgument(
+          "elapsed_time: an event made with event(timing=False) records no timing");
+    }
+  }
+  return elapsed_ms(start.cast<const Event&>(), end.cast<const Event&>());
+}
+
+/// devmem.event(timing): a new Event; timing=False is kept in its dict (event_times).
+py::object make_event(bool timing) {
+  py::object event = py::cast(Event());
+  if (!timing) event.attr("_devmem_timing") = false;
+  return event;
+}
+
 py::object memory_info_type() {
   static const py::handle type =
       py::module_::import("collections")
@@ -227,12 +270,12 @@ void bind_runtime(py::module_& m) {
       .def("query", &Stream::query, "True when every queued operation is done.")
       .def(
           "record",
-          [](const Stream& s, std::optional<Event> event) {
-            if (event) {
-              event->record(s);
-              return *event;
+          [](const Stream& s, const py::object& event) -> py::object {
+            if (!event.is_none()) {
+              event.cast<Event&>().record(s);
+              return event;
             }
-            return s.record();
+            return py::cast(s.record());
           },
           py::arg("event") = py::none(), "Records `event` (a new one if None) and returns it.")
       .def("wait_event", &Stream::wait, py::arg("event"),
@@ -288,7 +331,10 @@ void bind_runtime(py::module_& m) {
            [](const AutoSynchronizeContext& c, const py::object& type, const py::object& /*value*/,
               const py::object& /*traceback*/) { c.exit(type); });
 
-  py::class_<Event>(m, "Event", "A marker in a stream (Numba's cuda.event()).")
+  py::class_<Event>(m, "Event", py::dynamic_attr(), "A marker in a stream (Numba's cuda.event()).")
+      .def_property_readonly("timing", &event_times,
+                             "False for an event made by event(timing=False): it records no "
+                             "timing, and elapsed_time with it is InvalidArgument.")
       .def(
           "record", [](Event& e, const py::object& stream) { e.record(to_stream(stream)); },
           py::arg("stream") = 0, "Records the event in `stream` (0: the default stream).")
@@ -301,10 +347,8 @@ void bind_runtime(py::module_& m) {
             (s.is_specified() ? s : default_stream()).wait(e);
           },
           py::arg("stream") = 0, "Makes later work on `stream` wait for this event.")
-      .def(
-          "elapsed_time",
-          [](const Event& start, const Event& end) { return elapsed_ms(start, end); },
-          py::arg("end"), "Milliseconds between this event and `end`, both recorded and done.");
+      .def("elapsed_time", &elapsed_between, py::arg("end"),
+           "Milliseconds between this event and `end`, both recorded and done.");
 
   m.def(
       "stream", [] { return stream(); }, "A new stream.");
@@ -316,13 +360,9 @@ void bind_runtime(py::module_& m) {
         "cupy.cuda.Stream), on `device` (None: the current device). devmem never destroys it; "
         "its owner keeps it alive while devmem uses it. DeviceNDArray.record_use(stream) then "
         "keeps memory from reuse until that stream's work is done.");
-  m.def(
-      "event", [](bool /*timing*/) { return Event(); }, py::arg("timing") = true,
-      "A new event (every devmem event can time).");
-  m.def(
-      "event_elapsed_time",
-      [](const Event& start, const Event& end) { return elapsed_ms(start, end); },
-      py::arg("evtstart"), py::arg("evtend"));
+  m.def("event", &make_event, py::arg("timing") = true,
+        "A new event; with timing=False it records no timing (elapsed_time refuses it).");
+  m.def("event_elapsed_time", &elapsed_between, py::arg("evtstart"), py::arg("evtend"));
   m.def(
       "synchronize",
       [] {
@@ -342,6 +382,9 @@ void bind_runtime(py::module_& m) {
       .def_property_readonly("id", &DeviceHandle::id)
       .def_property_readonly("name", &DeviceHandle::name)
       .def_property_readonly("properties", &DeviceHandle::properties)
+      .def_property_readonly("compute_capability", &DeviceHandle::compute_capability,
+                             "(major, minor) on CUDA devices, as Numba; None on the host and ROC "
+                             "backends (see properties['architecture']).")
       .def("__enter__",
            [](py::object self) {
              self.cast<DeviceHandle&>().enter();
@@ -410,6 +453,10 @@ void bind_runtime(py::module_& m) {
     release_queued_python_objects();
   });
   m.def("pending_deallocations", [] { return current_context()->pending_deallocations(); });
+  m.def("_trim_memory_manager", [] {
+    without_gil([] { current_context()->memory_manager()->trim(); });
+    release_queued_python_objects();
+  });
   m.def(
       "device_statistics",
       [] {
