@@ -75,9 +75,8 @@ const DeviceNDArray& to_array(py::handle obj, const char* what) {
   return obj.cast<const DeviceNDArray&>();
 }
 
-/// A point-to-point buffer: a devmem device array, or a NumPy array that MPI reads or writes in
-/// place (HostArray overloads: it matches a device array of the same dtype and shape on the other
-/// rank). The NumPy array must outlive the operation (the Request keeps it).
+/// A point-to-point buffer: a device array, or a NumPy array MPI reads or writes in place (the
+/// HostArray overloads; the Request keeps it alive).
 using Buffer = std::variant<DeviceArray, HostArray>;
 
 Buffer to_buffer(const py::object& obj, const char* what, bool writable) {
@@ -217,9 +216,7 @@ struct Request {
   /// Waits for an unfinished operation (as devmem's Request does) without the GIL.
   ~Request() {
     if (!request.active()) return;
-    // GilRelease (without_gil): a daemon thread that Python's exit ends here is parked, not
-    // terminated through this destructor.
-    without_gil([&] { const mpi::Request dying = std::move(request); });
+    without_gil([&] { const mpi::Request dying = std::move(request); });  // exit-safe
   }
 
   mpi::Status wait() {
@@ -246,9 +243,7 @@ struct PersistentRequest {
   PersistentRequest& operator=(PersistentRequest&&) = delete;
   ~PersistentRequest() {
     if (!request.active()) return;
-    // GilRelease (without_gil): a daemon thread that Python's exit ends here is parked, not
-    // terminated through this destructor.
-    without_gil([&] { const mpi::PersistentRequest dying = std::move(request); });
+    without_gil([&] { const mpi::PersistentRequest dying = std::move(request); });  // exit-safe
   }
 };
 
@@ -702,10 +697,9 @@ void bind_collectives(py::module_& m) {
         int rank = 0;
         MPI_Comm_rank(c, &rank);
         // This rank's share when the counts are well formed; the C++ call names what is wrong.
-        const std::int64_t mine =
-            static_cast<std::size_t>(rank) < rows.size() ? rows[static_cast<std::size_t>(rank)] : 0;
-        py::object out = output_or_new(
-            output, input, prepend(std::max<std::int64_t>(mine, 0), block_shape(input.array)));
+        const auto r = static_cast<std::size_t>(rank);
+        const std::int64_t mine = r < rows.size() ? std::max<std::int64_t>(rows[r], 0) : 0;
+        py::object out = output_or_new(output, input, prepend(mine, block_shape(input.array)));
         const DeviceArray& target = out.cast<const DeviceNDArray&>().array;
         return collective(out, [&] { mpi::reduce_scatter(input.array, rows, target, o, c); });
       },
