@@ -597,6 +597,23 @@ void run_whole(const char* name, Path path, const Agreement& agreement, const Si
   stream.synchronize();
 }
 
+bool check_counts(Descriptor& mine, const char* what, std::span<const std::int64_t> counts,
+                  int size) {
+  if (counts.size() != static_cast<std::size_t>(size)) {
+    fail(mine,
+         fmt::format("{} has {} entries, expected one per rank ({})", what, counts.size(), size));
+    return false;
+  }
+  bool valid = true;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    if (counts[r] < 0) {
+      fail(mine, fmt::format("{}[{}] is {} (negative)", what, r, counts[r]));
+      valid = false;
+    }
+  }
+  return valid;
+}
+
 std::int64_t row_elements(std::span<const std::int64_t> block) {
   std::int64_t n = 1;
   for (std::size_t d = 1; d < block.size(); ++d) n *= block[d];

@@ -198,6 +198,11 @@ using WholeCall = std::function<int(const void*, void*, MPI_Request*)>;
 void run_whole(const char* name, Path path, const Agreement& agreement, const Side& send,
                const Side& recv, const WholeCall& call);
 
+// v-form counts: one per rank, none negative; the first problem goes into `mine`. True when
+// well formed.
+bool check_counts(Descriptor& mine, const char* what, std::span<const std::int64_t> counts,
+                  int size);
+
 // Rows of chunk k (1 for a 0-d block).
 std::int64_t rows_in_chunk(const Plan& plan, std::int64_t k, int block_ndim);
 // The block's shape with its first axis cut to `rows` (a 0-d block stays 0-d), with a leading

@@ -153,13 +153,7 @@ void reduce_scatter(const DeviceArray& input, std::span<const std::int64_t> coun
   Descriptor mine = describe_for(input, rest, static_cast<std::int32_t>(op), &path);
   mine.counts = hash_counts(counts);  // agree() refuses counts that differ between ranks
   if (const auto problem = reduce_problem(input.dtype(), op)) fail(mine, *problem);
-  if (counts.size() != static_cast<std::size_t>(size)) {
-    fail(mine,
-         fmt::format("counts has {} entries, expected one per rank ({})", counts.size(), size));
-  } else {
-    for (std::size_t r = 0; r < counts.size(); ++r) {
-      if (counts[r] < 0) fail(mine, fmt::format("counts[{}] is {} (negative)", r, counts[r]));
-    }
+  if (check_counts(mine, "counts", counts, size)) {
     const std::int64_t total = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
     Shape expected = rest;
     expected.insert(expected.begin(), counts[static_cast<std::size_t>(rank)]);
@@ -200,24 +194,17 @@ void alltoallv(const DeviceArray& input, std::span<const std::int64_t> send_coun
   const Shape rest = without_first(input);
   Path path = Path::staged;
   Descriptor mine = describe_for(input, rest, -1, &path);
-  auto check_counts = [&](const char* what, std::span<const std::int64_t> counts,
-                          const DeviceArray& array, const char* role) {
-    if (counts.size() != static_cast<std::size_t>(size)) {
-      fail(mine,
-           fmt::format("{} has {} entries, expected one per rank ({})", what, counts.size(), size));
-      return;
-    }
-    for (std::size_t r = 0; r < counts.size(); ++r) {
-      if (counts[r] < 0) fail(mine, fmt::format("{}[{}] is {} (negative)", what, r, counts[r]));
-    }
+  auto check_rows = [&](const char* what, std::span<const std::int64_t> counts,
+                        const DeviceArray& array, const char* role) {
+    if (!check_counts(mine, what, counts, size)) return;
     const std::int64_t total = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
     if (array.ndim() == 0 || array.shape()[0] != total) {
       fail(mine, fmt::format("the {} is {}, expected {} rows (sum of {})", role, shape_text(array),
                              total, what));
     }
   };
-  check_counts("send_counts", send_counts, input, "input");
-  check_counts("recv_counts", recv_counts, output, "output");
+  check_rows("send_counts", send_counts, input, "input");
+  check_rows("recv_counts", recv_counts, output, "output");
   if (output.dtype() != input.dtype() || without_first(output) != rest) {
     fail(mine,
          fmt::format("the output is {}, the input {}: the dtype and trailing shape must match",

@@ -110,19 +110,6 @@ void reduction(const char* name, const DeviceArray& input, const DeviceArray& ou
              });
 }
 
-// Checks v-form counts: one per rank, none negative.
-void check_counts(Descriptor& mine, const char* what, std::span<const std::int64_t> counts,
-                  int size) {
-  if (counts.size() != static_cast<std::size_t>(size)) {
-    fail(mine,
-         fmt::format("{} has {} entries, expected one per rank ({})", what, counts.size(), size));
-    return;
-  }
-  for (std::size_t r = 0; r < counts.size(); ++r) {
-    if (counts[r] < 0) fail(mine, fmt::format("{}[{}] is {} (negative)", what, r, counts[r]));
-  }
-}
-
 std::int64_t sum_of(std::span<const std::int64_t> counts) {
   return std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
 }
