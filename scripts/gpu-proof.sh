@@ -33,7 +33,7 @@ readonly STEPS=(
   "fake-runtime|1|10|gated|the shared GPU layer against the fake runtime; the device check"
   "examples|1|10|gated|matmul, the README example and a consumer's kernel, results checked"
   "memcheck|1|70|gated|compute-sanitizer memcheck with leak check: kernel and transfer tests first"
-  "racecheck|1|20|gated|compute-sanitizer racecheck over the kernel tests"
+  "racecheck|1|35|gated|compute-sanitizer racecheck over the kernel tests"
   "synccheck|1|15|gated|compute-sanitizer synccheck over the kernel tests"
   "initcheck|1|20|gated|compute-sanitizer initcheck over the kernel tests"
   "fault|1|15|reported|an out-of-bounds kernel: BackendError at the next synchronize, clean exit"

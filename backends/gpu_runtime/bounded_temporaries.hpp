@@ -218,7 +218,7 @@ class BoundedTemporaries : private VendorCalls<Api> {
         return false;
       }
       check(status, "allocating a {} ({} bytes) {} temporary of a strided copy on device {}",
-            format_bytes(want), want, host ? "page-locked" : "device", device_);
+            bytes_text(want), want, host ? "page-locked" : "device", device_);
       buffer = static_cast<std::byte*>(ptr);
       size = want;
       return true;

@@ -145,7 +145,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
     if (status.code == Api::kErrorMemoryAllocation) {
       raise_out_of_memory(status, device, bytes, /*device_memory=*/true);
     }
-    check(status, "allocating {} ({} bytes) of device memory on device {}", format_bytes(bytes),
+    check(status, "allocating {} ({} bytes) of device memory on device {}", bytes_text(bytes),
           bytes, device);
     return ptr;
   }
@@ -188,7 +188,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
       raise_out_of_memory(status, device, bytes, /*device_memory=*/true);
     }
     check(status, "allocating {} ({} bytes) of device memory on device {}, ordered on {}",
-          format_bytes(bytes), bytes, device, describe(stream));
+          bytes_text(bytes), bytes, device, describe(stream));
     return ptr;
   }
 
@@ -226,7 +226,7 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
       raise_out_of_memory(status, device, bytes, /*device_memory=*/false);
     }
     check(status, "allocating {} ({} bytes) of page-locked host memory ({}) for device {}",
-          format_bytes(bytes), bytes, describe(flags), device);
+          bytes_text(bytes), bytes, describe(flags), device);
     return ptr;
   }
 

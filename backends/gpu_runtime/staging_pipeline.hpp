@@ -196,7 +196,7 @@ class StagingPipelines : private VendorCalls<Api> {
         buffer.host = nullptr;
         return nullptr;
       }
-      check(status, "allocating a {} page-locked staging buffer for device {}", format_bytes(chunk),
+      check(status, "allocating a {} page-locked staging buffer for device {}", bytes_text(chunk),
             device);
       // No timing (cheaper records), and a waiting host thread sleeps instead of spinning on a
       // core for up to a whole chunk's DMA.

@@ -49,20 +49,33 @@ double microseconds(std::chrono::steady_clock::time_point from,
 
 struct Parts {
   double raw_us = 0;
+  double raw_with_event_us = 0;
+  double raw_blocking_with_event_us = 0;
   double allocate_us = 0;
   double drop_us = 0;
   double synchronize_us = 0;
 };
 
 // Medians over kRounds of the raw round (cudaMallocAsync, cudaFreeAsync, cudaStreamSynchronize on
-// a raw non-blocking stream) and of devmem's round on `b`, part by part, one after the other in
-// each round.
+// a raw non-blocking stream), of the raw round with an event recorded after the allocation (what
+// devmem's allocate_device does on a non-default stream: an event is device work, which the
+// synchronize then waits for), of the same on a blocking stream (cudaStreamCreate, the kind of
+// stream devmem::stream() makes, as Numba's does), and of
+// devmem's round on `b`, part by part, one after the other in each round.
 Parts time_parts(const devmem::Stream& b) {
   cudaStream_t raw_stream = nullptr;
   if (cudaStreamCreateWithFlags(&raw_stream, cudaStreamNonBlocking) != cudaSuccess) {
     throw std::runtime_error("cudaStreamCreateWithFlags failed");
   }
-  std::vector<double> raw, allocate, drop, synchronize;
+  cudaStream_t raw_blocking_stream = nullptr;
+  if (cudaStreamCreate(&raw_blocking_stream) != cudaSuccess) {
+    throw std::runtime_error("cudaStreamCreate failed");
+  }
+  cudaEvent_t raw_event = nullptr;
+  if (cudaEventCreateWithFlags(&raw_event, cudaEventDisableTiming) != cudaSuccess) {
+    throw std::runtime_error("cudaEventCreateWithFlags failed");
+  }
+  std::vector<double> raw, raw_with_event, raw_blocking_with_event, allocate, drop, synchronize;
   for (int round = 0; round < kRounds; ++round) {
     void* p = nullptr;
     const auto t0 = std::chrono::steady_clock::now();
@@ -72,6 +85,20 @@ Parts time_parts(const devmem::Stream& b) {
       throw std::runtime_error("the raw stream-ordered round failed");
     }
     const auto t1 = std::chrono::steady_clock::now();
+    if (cudaMallocAsync(&p, std::size_t{1} << 20, raw_stream) != cudaSuccess ||
+        cudaEventRecord(raw_event, raw_stream) != cudaSuccess ||
+        cudaFreeAsync(p, raw_stream) != cudaSuccess ||
+        cudaStreamSynchronize(raw_stream) != cudaSuccess) {
+      throw std::runtime_error("the raw stream-ordered round with an event failed");
+    }
+    const auto t1e = std::chrono::steady_clock::now();
+    if (cudaMallocAsync(&p, std::size_t{1} << 20, raw_blocking_stream) != cudaSuccess ||
+        cudaEventRecord(raw_event, raw_blocking_stream) != cudaSuccess ||
+        cudaFreeAsync(p, raw_blocking_stream) != cudaSuccess ||
+        cudaStreamSynchronize(raw_blocking_stream) != cudaSuccess) {
+      throw std::runtime_error("the raw stream-ordered round on a blocking stream failed");
+    }
+    const auto t1b = std::chrono::steady_clock::now();
     std::chrono::steady_clock::time_point t2;
     {
       const devmem::DeviceArray block = devmem::device_array<float>({1 << 18}, devmem::Order::C, b);
@@ -81,12 +108,17 @@ Parts time_parts(const devmem::Stream& b) {
     b.synchronize();
     const auto t4 = std::chrono::steady_clock::now();
     raw.push_back(microseconds(t0, t1));
-    allocate.push_back(microseconds(t1, t2));
+    raw_with_event.push_back(microseconds(t1, t1e));
+    raw_blocking_with_event.push_back(microseconds(t1e, t1b));
+    allocate.push_back(microseconds(t1b, t2));
     drop.push_back(microseconds(t2, t3));
     synchronize.push_back(microseconds(t3, t4));
   }
+  cudaEventDestroy(raw_event);
+  cudaStreamDestroy(raw_blocking_stream);
   cudaStreamDestroy(raw_stream);
-  return {median_of(raw), median_of(allocate), median_of(drop), median_of(synchronize)};
+  return {median_of(raw),      median_of(raw_with_event), median_of(raw_blocking_with_event),
+          median_of(allocate), median_of(drop),           median_of(synchronize)};
 }
 
 }  // namespace
@@ -150,17 +182,20 @@ int main() {
     const Parts parts = time_parts(b);
     std::printf(
         "overlap: %d interleaved rounds, medians: raw cudaMallocAsync+cudaFreeAsync+"
-        "cudaStreamSynchronize %.2f us; devmem allocate %.2f us, drop %.2f us, synchronize %.2f "
-        "us\n",
-        kRounds, parts.raw_us, parts.allocate_us, parts.drop_us, parts.synchronize_us);
+        "cudaStreamSynchronize %.2f us (%.2f us with an event recorded after the allocation, "
+        "%.2f us with the event on a blocking stream); devmem allocate %.2f us, drop %.2f us, "
+        "synchronize %.2f us\n",
+        kRounds, parts.raw_us, parts.raw_with_event_us, parts.raw_blocking_with_event_us,
+        parts.allocate_us, parts.drop_us, parts.synchronize_us);
     std::printf(
         "{\"manager\": \"%s\", \"spin_ms\": %.3f, \"b_ms\": %.3f, \"overlapped\": %s, "
         "\"alloc_free_sync_median_us\": %.3f, \"alloc_free_sync_p90_us\": %.3f, "
-        "\"raw_round_us\": %.3f, \"allocate_us\": %.3f, \"drop_us\": %.3f, "
+        "\"raw_round_us\": %.3f, \"raw_round_with_event_us\": %.3f, "
+        "\"raw_blocking_round_with_event_us\": %.3f, \"allocate_us\": %.3f, \"drop_us\": %.3f, "
         "\"synchronize_us\": %.3f}\n",
         manager.c_str(), static_cast<double>(spin_ms), static_cast<double>(b_ms),
-        a_still_running ? "true" : "false", median, p90, parts.raw_us, parts.allocate_us,
-        parts.drop_us, parts.synchronize_us);
+        a_still_running ? "true" : "false", median, p90, parts.raw_us, parts.raw_with_event_us,
+        parts.raw_blocking_with_event_us, parts.allocate_us, parts.drop_us, parts.synchronize_us);
     return a_still_running ? 0 : 1;
   } catch (const devmem::NoDevice& e) {
     std::printf("proof_overlap: no device: %s\n", e.what());
