@@ -13,6 +13,8 @@
 #                                    for the `python` preset (the devmem Python module)
 #   --python and --mpi together      also mpi4py (python3-mpi4py) for the `python-mpi` preset
 #                                    (devmem.mpi)
+#   scripts/install-deps.sh --torch  also Debian's PyTorch (python3-torch, CPU only) for the Python
+#                                    package's PyTorch interop tests (they skip without it)
 set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config catch2 libfmt-dev libdlpack-dev libboost-context-dev)
@@ -24,7 +26,8 @@ for arg in "$@"; do
     --lint) packages+=(clang-format-15 clang-tidy-15) ;;
     --mpi) packages+=(libopenmpi-dev openmpi-bin) ;;
     --python) packages+=(python3-dev pybind11-dev python3-numpy python3-pytest python3-numba) ;;
-    *) echo "install-deps.sh: unknown option '$arg' (known: --roc, --fuzz, --hipcpu, --lint, --mpi, --python)" >&2; exit 2 ;;
+    --torch) packages+=(python3-torch) ;;
+    *) echo "install-deps.sh: unknown option '$arg' (known: --roc, --fuzz, --hipcpu, --lint, --mpi, --python, --torch)" >&2; exit 2 ;;
   esac
 done
 # devmem.mpi (the python-mpi preset) needs both, and mpi4py over Debian's Open MPI.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates (or checks) the Python virtual environment of the `python-numpy2` preset: CPython 3.12
-# with the pinned packages of python/requirements-numpy2.txt (NumPy 2, pybind11 >= 2.12, pytest),
+# with the pinned packages of python/requirements-numpy2.txt (NumPy 2, pybind11 >= 2.12, pytest,
+# numba + numba-cuda, and scikit-build-core from python/requirements-build.txt),
 # installed from PyPI as wheels into a folder under build/, never system-wide. Safe to run
 # repeatedly: an environment made from the same interpreter and requirements is left as it is.
 # The last line of its output is the environment's path; `<path>/bin/python` is its interpreter.
@@ -83,8 +84,13 @@ include="$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"
 version="$("$python" -c 'import platform; print(platform.python_version())')"
 base="$("$python" -c 'import os, sys; print(os.path.realpath(sys.executable))')"
 stamp="$dir/.devmem-venv-stamp"
+# The requirements file and the files it includes with `-r` (one level: requirements-build.txt).
+requirement_files=("$requirements")
+while IFS= read -r included; do
+  requirement_files+=("$(dirname "$requirements")/$included")
+done < <(sed -n 's/^-r[[:space:]]*\([^[:space:]#]*\).*/\1/p' "$requirements")
 wanted="python=$base $version
-requirements=$(sha256sum "$requirements" | cut -d' ' -f1)"
+requirements=$(cat "${requirement_files[@]}" | sha256sum | cut -d' ' -f1)"
 
 if [ "$recreate" -eq 0 ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ] &&
   "$dir/bin/python" -c 'import numpy, pybind11, pytest' >/dev/null 2>&1; then
@@ -100,7 +106,14 @@ else
   "$dir/bin/python" -m pip check >&2
   printf '%s\n' "$wanted" >"$stamp"
 fi
-"$dir/bin/python" -c 'import numpy, pybind11, pytest, sys
+"$dir/bin/python" -c 'import importlib.metadata as m, numpy, pybind11, pytest, sys
+def version(name):
+    try:
+        return m.version(name)
+    except m.PackageNotFoundError:
+        return "none"
 print(f"python-venv.sh: Python {sys.version.split()[0]}, NumPy {numpy.__version__}, "
-      f"pybind11 {pybind11.__version__}, pytest {pytest.__version__}", file=sys.stderr)'
+      f"pybind11 {pybind11.__version__}, pytest {pytest.__version__}, numba {version("numba")}, "
+      f"numba-cuda {version("numba-cuda")}, scikit-build-core {version("scikit-build-core")}",
+      file=sys.stderr)'
 cd "$dir" && pwd

@@ -19,7 +19,6 @@ import weakref
 import numpy as np
 from numba import cuda as _cuda
 from numba.cuda.cudadrv import driver as _driver
-from numba.cuda.cudadrv import drvapi as _drvapi
 
 import devmem as _devmem
 
@@ -27,6 +26,9 @@ __all__ = ["DevmemMemoryManager", "numba_kernel_problem", "use_devmem_for_numba"
 
 # Numba's EMM interface version this plugin implements.
 _EMM_INTERFACE_VERSION = 1
+
+# CU_IPC_HANDLE_SIZE of cuda.h: the bytes of a CUipcMemHandle.
+_CU_IPC_HANDLE_SIZE = 64
 
 
 def _uses_nv_binding():
@@ -38,11 +40,19 @@ def _uses_nv_binding():
     return getattr(_driver, "USE_NV_BINDING", True)
 
 
+def _drvapi():
+    """Numba's ctypes declarations of the driver API, for Numba's ctypes binding only: imported
+    when used, since numba-cuda deprecates the module (a DeprecationWarning on import)."""
+    from numba.cuda.cudadrv import drvapi
+
+    return drvapi
+
+
 def _device_pointer_object(value):
     """The pointer object Numba's MemoryPointer expects for a device address."""
     if _uses_nv_binding():
         return _driver.binding.CUdeviceptr(value)
-    return _drvapi.cu_device_ptr(value)
+    return _drvapi().cu_device_ptr(value)
 
 
 def _host_pointer_object(value):
@@ -292,9 +302,17 @@ class DevmemMemoryManager(_driver.HostOnlyCUDAMemoryManager):
         vendor = bytes(exported.vendor_handle)
         if _uses_nv_binding():
             handle = _driver.binding.CUipcMemHandle()
-            handle.reserved = vendor
+            # The handle's bytes are its struct (char reserved[64]): written through its address,
+            # since the `reserved` attribute exists in some cuda-bindings releases only (13.0, not
+            # 12.9.10 or 13.5).
+            if len(vendor) > _CU_IPC_HANDLE_SIZE:
+                raise _devmem.InvalidArgument(
+                    f"get_ipc_handle: devmem's handle has {len(vendor)} bytes, more than the "
+                    f"{_CU_IPC_HANDLE_SIZE} of CUDA's IPC handle"
+                )
+            ctypes.memmove(handle.getPtr(), vendor, len(vendor))
         else:
-            handle = _drvapi.cu_ipc_mem_handle.from_buffer_copy(vendor)
+            handle = _drvapi().cu_ipc_mem_handle.from_buffer_copy(vendor)
         offset = int(exported.offset) + (_address(memory.device_pointer) - base)
         source_info = None
         if self.context is not None:

@@ -8,6 +8,31 @@ import pytest
 
 import devmem
 
+# Where the suite must find the package when it tests an installed copy (CI's pip install check:
+# the installed package, not a build tree or the source folder, is what runs).
+_expected_dir = os.environ.get("DEVMEM_TEST_PACKAGE_DIR")
+if _expected_dir:
+    _found = os.path.realpath(os.path.dirname(devmem.__file__))
+    if not _found.startswith(os.path.realpath(_expected_dir) + os.sep):
+        raise RuntimeError(f"DEVMEM_TEST_PACKAGE_DIR={_expected_dir} but devmem was imported from "
+                           f"{_found}")
+
+
+def pytest_report_header(config):
+    import importlib.util
+
+    numba = "none"
+    if importlib.util.find_spec("numba") is not None:
+        from importlib import metadata
+
+        try:
+            numba = metadata.version("numba")
+            numba += f", numba-cuda {metadata.version('numba-cuda')}"
+        except metadata.PackageNotFoundError:
+            pass
+    return [f"devmem: {os.path.dirname(devmem.__file__)} (backend {devmem.backend_name()}), "
+            f"NumPy {np.__version__}, Numba {numba}"]
+
 
 @pytest.fixture
 def rng():

@@ -24,7 +24,7 @@ import devmem
 numba = pytest.importorskip(
     "numba", reason="devmem.numba needs Numba (Debian python3-numba; no Numba in python-numpy2)")
 from numba import cuda  # noqa: E402
-from numba.cuda.cudadrv import devicearray, driver, drvapi  # noqa: E402
+from numba.cuda.cudadrv import devicearray, driver  # noqa: E402
 
 import devmem.numba as devmem_numba  # noqa: E402
 from devmem.numba import DevmemMemoryManager  # noqa: E402
@@ -571,8 +571,11 @@ def _devmem_ipc_or_skip(array):
 
 def _handle_bytes(handle):
     """The 64 bytes of a Numba IPC handle: a ctypes array, or (numba-cuda, cuda-python bindings)
-    a CUipcMemHandle whose bytes are its `reserved` field."""
+    a CUipcMemHandle whose bytes are its `reserved` field, read through its address where the
+    binding has no such attribute (cuda-bindings 12.9.10, 13.5)."""
     reserved = getattr(handle, "reserved", None)
+    if reserved is None and hasattr(handle, "getPtr"):
+        return ctypes.string_at(handle.getPtr(), 64)
     if reserved is None:
         return bytes(handle)
     if isinstance(reserved, (bytes, bytearray)):
@@ -596,6 +599,25 @@ def test_get_ipc_handle_carries_devmems_handle(manager):
     assert view_handle.offset == expected.offset + 512
     assert view_handle.size == 4096 - 512
 
+
+def _numba_can_pickle_ipc_handles():
+    """Numba's IpcHandle.__reduce__ reads handle.reserved: numba-cuda with a cuda-bindings release
+    whose CUipcMemHandle has no `reserved` attribute (12.9.10, 13.5) cannot pickle any IPC
+    handle, its own included."""
+    if not getattr(driver, "USE_NV_BINDING", True):
+        return True
+    return hasattr(driver.binding.CUipcMemHandle(), "reserved")
+
+
+@pytest.mark.skipif(
+    not _numba_can_pickle_ipc_handles(),
+    reason="this Numba cannot pickle IPC handles: its IpcHandle.__reduce__ reads "
+    "CUipcMemHandle.reserved, which this cuda-bindings release does not have",
+)
+def test_get_ipc_handle_survives_numbas_pickling(manager):
+    memory = manager.memalloc(4096)
+    expected = _devmem_ipc_or_skip(manager.devmem_array(memory))
+    view_handle = manager.get_ipc_handle(memory.view(512))
     # Numba's serialisation keeps the bytes and the offset
     rebuilt = pickle.loads(pickle.dumps(view_handle))
     assert _handle_bytes(rebuilt.handle) == bytes(expected.vendor_handle)
@@ -603,7 +625,7 @@ def test_get_ipc_handle_carries_devmems_handle(manager):
 
 
 def test_get_ipc_handle_of_foreign_memory_is_refused(manager):
-    foreign = driver.MemoryPointer(None, drvapi.cu_device_ptr(0x1000), 64)
+    foreign = driver.MemoryPointer(None, devmem_numba._device_pointer_object(0x1000), 64)
     with pytest.raises(devmem.InvalidArgument, match=r"0x1000 \(64 bytes\) is not in memory"):
         manager.get_ipc_handle(foreign)
     with pytest.raises(ValueError, match="not in memory allocated by this manager"):
