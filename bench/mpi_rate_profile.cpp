@@ -1,11 +1,12 @@
 // A fixed amount of small-message traffic for instruction counts (valgrind's callgrind on one
 // rank; bench/results/mpi-host-*.md): rank 0 sends windows of 64 non-blocking messages of one
 // float64 each, rank 1 receives them and closes each window with an empty raw MPI message, as
-// devmem_mpi_bench's message-rate part does, but a set number of times and without timing (under
-// valgrind timings mean nothing). Usage: mpirun -np 2 devmem_mpi_rate_profile [--raw]
+// devmem_mpi_bench's message-rate part does, but a set number of times, without timing (under
+// valgrind timings mean nothing), and with the sender's wait after the window is closed. Usage:
+// mpirun -np 2 devmem_mpi_rate_profile [--raw]
 // [--windows N] [--bytes B] [--blocking]. --raw uses MPI_Isend/MPI_Irecv on host buffers;
-// --blocking sends one message at a time with send/recv (a ping-pong) instead of windows. Exit 1 on
-// wrong data.
+// --blocking makes N round trips of one message with send/recv (MPI_Send/MPI_Recv with --raw)
+// instead of windows. Exit 1 on wrong data.
 #include <devmem/devmem.hpp>
 #include <devmem/mpi.hpp>
 
@@ -44,6 +45,17 @@ int run(int rank, bool raw, bool blocking, int windows, std::int64_t bytes) {
   std::vector<mpi::Request> requests;
   requests.reserve(kWindow);
   for (int w = 0; w < windows; ++w) {
+    if (blocking && raw) {
+      double* data = host[0].data();
+      if (rank == 0) {
+        MPI_Send(data, count, MPI_DOUBLE, peer, kTag, MPI_COMM_WORLD);
+        MPI_Recv(data, count, MPI_DOUBLE, peer, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      } else {
+        MPI_Recv(data, count, MPI_DOUBLE, peer, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(data, count, MPI_DOUBLE, peer, kTag, MPI_COMM_WORLD);
+      }
+      continue;
+    }
     if (blocking) {
       const auto& a = arrays[0];
       if (rank == 0) {
@@ -65,16 +77,21 @@ int run(int rank, bool raw, bool blocking, int windows, std::int64_t bytes) {
           MPI_Irecv(data, count, MPI_DOUBLE, peer, kTag, MPI_COMM_WORLD, request);
         }
       }
+      // The sender waits once the receiver has closed the window: its count then holds what
+      // completing a send costs, not polls for a receiver slowed down by valgrind.
+      if (rank == 0) close_window();
       MPI_Waitall(kWindow, raw_requests.data(), MPI_STATUSES_IGNORE);
+      if (rank == 1) close_window();
     } else {
       requests.clear();
       for (int i = 0; i < kWindow; ++i) {
         const auto& a = arrays[static_cast<std::size_t>(i)];
         requests.push_back(rank == 0 ? mpi::isend(a, peer, kTag) : mpi::irecv(a, peer, kTag));
       }
+      if (rank == 0) close_window();
       mpi::wait_all(requests);
+      if (rank == 1) close_window();
     }
-    close_window();
   }
   int failures = 0;
   if (!raw && !blocking) {

@@ -11,6 +11,7 @@
 #include <devmem/byte_size.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -72,19 +73,27 @@ std::size_t size_of_allocation(std::size_t bytes) noexcept {
   return bytes;
 }
 
-// The device allocation in which this thread last found a device-side range of a copy, so that
-// the next copy touching it (a loop of small copies, such as devmem::mpi's eager messages) skips
-// the lock and the map lookups, which cost more than a small copy itself. Valid while no device
-// allocation of any host backend has been freed (g_allocations_freed, changed under the freeing
-// backend's memory lock) and for the backend that found it.
+// Device allocations in which this thread found device-side ranges of copies, by page of the
+// range's start (direct-mapped), so that later copies touching them (loops of small copies over a
+// few dozen arrays, such as devmem::mpi's windows of eager messages) skip the lock and the map
+// lookups, which cost more than a small copy itself. An entry is valid while no device allocation
+// of any host backend has been freed (g_allocations_freed, changed under the freeing backend's
+// memory lock) and for the backend that found it.
 struct AllocationHit {
   const void* backend = nullptr;
   std::uint64_t freed = 0;  // g_allocations_freed when found (0: never valid)
   std::uintptr_t begin = 0;
   std::uintptr_t end = 0;
 };
-thread_local AllocationHit t_last_allocation;
+constexpr std::size_t kAllocationHits = 256;  // the hash below takes 8 bits
+thread_local std::array<AllocationHit, kAllocationHits> t_allocation_hits;
 std::atomic<std::uint64_t> g_allocations_freed{1};
+
+AllocationHit& allocation_hit(std::uintptr_t address) noexcept {
+  // Fibonacci hashing of the page number: allocations a few pages apart spread over the entries.
+  constexpr std::uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+  return t_allocation_hits[static_cast<std::size_t>(((address >> 12) * kGolden) >> 56)];
+}
 
 /// The bytes [0, (height - 1) * pitch + width) that a 2-D copy touches on one side; nullopt on
 /// overflow.
@@ -233,7 +242,7 @@ void HostBackend::check_device_span(const char* function, const char* role, cons
   if (!overflow) {
     const auto first = static_cast<std::uintptr_t>(begin);
     if (first + bytes >= first) {
-      const AllocationHit& hit = t_last_allocation;
+      AllocationHit& hit = allocation_hit(first);
       if (hit.backend == this && hit.freed == g_allocations_freed.load(std::memory_order_acquire) &&
           first >= hit.begin && first + bytes <= hit.end) {
         return;
@@ -242,8 +251,8 @@ void HostBackend::check_device_span(const char* function, const char* role, cons
       for (const DeviceMemory& memory : devices_) {
         const auto it = find_containing(memory.allocations, first, bytes, size_of_allocation);
         if (it != memory.allocations.end()) {
-          t_last_allocation = {this, g_allocations_freed.load(std::memory_order_relaxed), it->first,
-                               it->first + it->second};
+          hit = {this, g_allocations_freed.load(std::memory_order_relaxed), it->first,
+                 it->first + it->second};
           return;
         }
       }
