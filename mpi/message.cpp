@@ -13,12 +13,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -44,10 +47,24 @@ struct CommInfo {
   std::vector<int> world_ranks;  // rank r's rank in MPI_COMM_WORLD (after initialize())
 };
 
+// Counts CommInfo deletions: a thread's cached (communicator, facts) pair is valid while the count
+// has not changed (a handle is reused only after its communicator, and so its facts, were freed).
+std::atomic<std::uint64_t> g_comm_info_deletions{0};
+
 int delete_comm_info(MPI_Comm /*comm*/, int /*keyval*/, void* value, void* /*extra*/) {
   delete static_cast<CommInfo*>(value);  // NOLINT(cppcoreguidelines-owning-memory): MPI's callback
+  g_comm_info_deletions.fetch_add(1, std::memory_order_acq_rel);
   return MPI_SUCCESS;
 }
+
+// The last communicator this thread asked about, and its facts: MPI_Comm_get_attr is a hash-table
+// lookup that cost a small message's devmem work a tenth of its total.
+struct LastCommInfo {
+  MPI_Comm comm = MPI_COMM_NULL;
+  const CommInfo* info = nullptr;
+  std::uint64_t deletions = 0;
+};
+thread_local LastCommInfo t_last_comm_info;
 
 // MPI_Finalize deletes MPI_COMM_SELF's attributes first: the private communicator goes then.
 int free_private_comm(MPI_Comm /*comm*/, int /*keyval*/, void* /*value*/, void* /*extra*/) {
@@ -67,7 +84,18 @@ int world_tag_ub() {
 
 std::atomic<int> g_info_keyval_ready{MPI_KEYVAL_INVALID};
 
+const CommInfo& comm_info_uncached(MPI_Comm comm);
+
 const CommInfo& comm_info(MPI_Comm comm) {
+  LastCommInfo& last = t_last_comm_info;
+  const std::uint64_t deletions = g_comm_info_deletions.load(std::memory_order_acquire);
+  if (last.comm == comm && last.info != nullptr && last.deletions == deletions) return *last.info;
+  const CommInfo& info = comm_info_uncached(comm);
+  last = LastCommInfo{comm, &info, deletions};
+  return info;
+}
+
+const CommInfo& comm_info_uncached(MPI_Comm comm) {
   // The common case without a lock: the facts are cached already (MPI_Comm_get_attr is as
   // thread safe as the MPI library's thread level allows devmem::mpi calls to be).
   if (const int keyval = g_info_keyval_ready.load(std::memory_order_acquire);
@@ -133,6 +161,38 @@ int world_rank(MPI_Comm comm, int rank) {
 std::mutex g_eager_mutex;
 std::vector<std::unique_ptr<HostArray>> g_eager_pool;
 constexpr std::size_t kMaxPooledEagerBuffers = 256;
+
+// Each thread keeps free buffers of its own: a window of small messages takes and returns one per
+// message, and the shared pool's lock cost as much as the rest of a buffer's handling. Constant-
+// initialised and trivially destructible, so that buffers returned while the thread's other
+// thread_local objects are destroyed still find it (closed by then: they go to the shared pool).
+constexpr std::size_t kThreadEagerBuffers = 128;  // two windows of 64 messages in flight
+struct ThreadEagerBuffers {
+  std::array<HostArray*, kThreadEagerBuffers> free{};  // owned
+  std::size_t count = 0;
+  bool closed = false;
+};
+thread_local ThreadEagerBuffers t_eager;
+
+// Hands the thread's free buffers to the shared pool (or frees them) when the thread ends.
+struct ThreadEagerCloser {
+  ThreadEagerCloser() = default;
+  ThreadEagerCloser(const ThreadEagerCloser&) = delete;
+  ThreadEagerCloser& operator=(const ThreadEagerCloser&) = delete;
+  ThreadEagerCloser(ThreadEagerCloser&&) = delete;
+  ThreadEagerCloser& operator=(ThreadEagerCloser&&) = delete;
+  ~ThreadEagerCloser() {
+    t_eager.closed = true;
+    while (t_eager.count > 0) {
+      std::unique_ptr<HostArray> buffer(t_eager.free.at(--t_eager.count));
+      try {
+        const std::lock_guard lock(g_eager_mutex);
+        if (g_eager_pool.size() < kMaxPooledEagerBuffers) g_eager_pool.push_back(std::move(buffer));
+      } catch (...) {  // out of memory growing the pool: the buffer is freed instead
+      }
+    }
+  }
+};
 
 // ---- probe stash --------------------------------------------------------------------------------
 
@@ -218,6 +278,9 @@ void check_envelope(const char* operation, MPI_Comm comm, int peer, int tag, boo
 // ---- eager buffers ------------------------------------------------------------------------------
 
 EagerBuffer EagerBuffer::take() {
+  if (t_eager.count > 0) {
+    return EagerBuffer(std::unique_ptr<HostArray>(t_eager.free.at(--t_eager.count)));
+  }
   {
     const std::lock_guard lock(g_eager_mutex);
     if (!g_eager_pool.empty()) {
@@ -238,6 +301,12 @@ EagerBuffer& EagerBuffer::operator=(EagerBuffer&& other) noexcept {
 
 EagerBuffer::~EagerBuffer() {
   if (storage_ == nullptr) return;
+  if (!t_eager.closed && t_eager.count < kThreadEagerBuffers) {
+    thread_local const ThreadEagerCloser closer;  // registered with the thread's first buffer
+    static_cast<void>(closer);
+    t_eager.free.at(t_eager.count++) = storage_.release();
+    return;
+  }
   try {
     const std::lock_guard lock(g_eager_mutex);
     if (g_eager_pool.size() < kMaxPooledEagerBuffers) g_eager_pool.push_back(std::move(storage_));
@@ -247,7 +316,7 @@ EagerBuffer::~EagerBuffer() {
 
 // ---- Endpoint -----------------------------------------------------------------------------------
 
-const std::string& Endpoint::typestr_of(const DType& dtype) {
+const std::string& typestr_of(const DType& dtype) {
   // The last dtype this thread asked for, without a lock.
   thread_local std::optional<DType> last;
   thread_local const std::string* last_typestr = nullptr;
@@ -297,47 +366,67 @@ Endpoint Endpoint::rows(std::int64_t begin, std::int64_t end) const {
       },
       array_);
 }
-void Endpoint::pack(std::byte* destination, const Stream& stream) const {
-  const auto bytes = static_cast<std::size_t>(nbytes());
+void pack_elements(const DeviceArray& array, std::byte* destination, const Stream& stream) {
+  const auto bytes = static_cast<std::size_t>(array.nbytes());
   if (bytes == 0) return;
-  if (c_contiguous()) {
-    if (!on_device()) {
-      std::memcpy(destination, data(), bytes);
-      return;
-    }
-    if (const std::shared_ptr<Context> context = device().context()) {
-      context->backend().copy(context->device(), destination, data(), bytes, CopyKind::DeviceToHost,
-                              stream.native_handle());
+  if (array.is_c_contiguous()) {
+    if (const std::shared_ptr<Context> context = array.context()) {
+      context->backend().copy(context->device(), destination, array.data(), bytes,
+                              CopyKind::DeviceToHost, stream.native_handle());
       return;
     }
   }
-  const HostArray view = HostArray::view(static_cast<void*>(destination), shape(), dtype());
+  array.copy_to_host(HostArray::view(static_cast<void*>(destination), array.shape(), array.dtype()),
+                     stream);
+}
+
+void pack_elements(const HostArray& array, std::byte* destination) {
+  const auto bytes = static_cast<std::size_t>(array.nbytes());
+  if (bytes == 0) return;
+  if (array.is_c_contiguous()) {
+    std::memcpy(destination, array.data(), bytes);
+    return;
+  }
+  HostArray::view(static_cast<void*>(destination), array.shape(), array.dtype()).copy_from(array);
+}
+
+void unpack_elements(const DeviceArray& array, const std::byte* source, const Stream& stream) {
+  const auto bytes = static_cast<std::size_t>(array.nbytes());
+  if (bytes == 0) return;
+  if (array.is_c_contiguous()) {
+    if (const std::shared_ptr<Context> context = array.context()) {
+      context->backend().copy(context->device(), array.data(), source, bytes,
+                              CopyKind::HostToDevice, stream.native_handle());
+      return;
+    }
+  }
+  array.copy_to_device(
+      HostArray::view(static_cast<const void*>(source), array.shape(), array.dtype()), stream);
+}
+
+void unpack_elements(const HostArray& array, const std::byte* source) {
+  const auto bytes = static_cast<std::size_t>(array.nbytes());
+  if (bytes == 0) return;
+  if (array.is_c_contiguous()) {
+    std::memcpy(array.data(), source, bytes);
+    return;
+  }
+  array.copy_from(HostArray::view(static_cast<const void*>(source), array.shape(), array.dtype()));
+}
+
+void Endpoint::pack(std::byte* destination, const Stream& stream) const {
   if (on_device()) {
-    device().copy_to_host(view, stream);
+    pack_elements(device(), destination, stream);
   } else {
-    view.copy_from(host());
+    pack_elements(host(), destination);
   }
 }
 
 void Endpoint::unpack(const std::byte* source, const Stream& stream) const {
-  const auto bytes = static_cast<std::size_t>(nbytes());
-  if (bytes == 0) return;
-  if (c_contiguous()) {
-    if (!on_device()) {
-      std::memcpy(data(), source, bytes);
-      return;
-    }
-    if (const std::shared_ptr<Context> context = device().context()) {
-      context->backend().copy(context->device(), data(), source, bytes, CopyKind::HostToDevice,
-                              stream.native_handle());
-      return;
-    }
-  }
-  const HostArray view = HostArray::view(static_cast<const void*>(source), shape(), dtype());
   if (on_device()) {
-    device().copy_to_device(view, stream);
+    unpack_elements(device(), source, stream);
   } else {
-    host().copy_from(view);
+    unpack_elements(host(), source);
   }
 }
 
@@ -374,6 +463,19 @@ void write_header(EagerBuffer& buffer, const Endpoint& array, MessageKind kind, 
   std::memcpy(buffer.data() + sizeof(MessageHeader), array.shape().data(),
               array.shape().size() * sizeof(std::int64_t));
   h.payload_bytes = kind == MessageKind::eager ? array.nbytes() : 0;
+}
+
+void write_eager_header(EagerBuffer& buffer, const std::string& typestr,
+                        std::span<const std::int64_t> shape, std::int64_t payload_bytes) {
+  MessageHeader& h = buffer.header();
+  h = MessageHeader{};
+  h.magic = kMessageMagic;
+  h.kind = MessageKind::eager;
+  std::memcpy(h.typestr.data(), typestr.data(), std::min(typestr.size(), h.typestr.size() - 1));
+  h.ndim = static_cast<std::uint8_t>(shape.size());
+  h.payload_bytes = payload_bytes;
+  std::memcpy(buffer.data() + sizeof(MessageHeader), shape.data(),
+              shape.size() * sizeof(std::int64_t));
 }
 
 std::optional<std::string> header_problem(const EagerBuffer& buffer, int count) {
@@ -416,15 +518,63 @@ std::string describe_header(const EagerBuffer& buffer) {
       layout::format_tuple(std::span(buffer.shape(), static_cast<std::size_t>(h.ndim))));
 }
 
-bool header_matches(const EagerBuffer& buffer, const Endpoint& array) {
+bool header_matches(const EagerBuffer& buffer, std::string_view typestr,
+                    std::span<const std::int64_t> shape) {
   const MessageHeader& h = buffer.header();
-  if (h.ndim != array.ndim()) return false;
-  const std::string& typestr = array.typestr();
+  if (h.ndim != shape.size()) return false;
   if (strnlen(h.typestr.data(), h.typestr.size()) != typestr.size() ||
       std::memcmp(h.typestr.data(), typestr.data(), typestr.size()) != 0) {
     return false;
   }
-  return std::equal(array.shape().begin(), array.shape().end(), buffer.shape());
+  return std::equal(shape.begin(), shape.end(), buffer.shape());
+}
+
+bool header_matches(const EagerBuffer& buffer, const Endpoint& array) {
+  return header_matches(buffer, array.typestr(), array.shape());
+}
+
+HandshakeAnswer answer_handshake(const EagerBuffer& start, const std::string& where,
+                                 std::string_view typestr, std::span<const std::int64_t> shape,
+                                 const std::function<std::string()>& description, bool persistent,
+                                 const std::optional<std::string>& overlap) {
+  const MessageHeader& h = start.header();
+  HandshakeAnswer answer{describe(typestr, shape), std::nullopt};
+  Wire& ack = answer.ack;
+  ack.seq = h.seq;
+  const bool persistent_sender = h.kind == MessageKind::persistent;
+  if (h.sender_error != 0) {
+    ack.status = kMismatch;
+    answer.failure = fmt::format(
+        "{}: the sender cannot send {}", where,
+        std::string(reinterpret_cast<const char*>(start.data() + header_bytes(0)),  // NOLINT
+                    static_cast<std::size_t>(h.payload_bytes)));
+  } else if (persistent_sender != persistent) {
+    const char* text = persistent ? "this rank receives with a persistent request (recv_init), the "
+                                    "sender used a plain send"
+                                  : "this rank receives with a plain recv, the sender uses a "
+                                    "persistent request (send_init)";
+    ack.status = kLocalError;
+    set_message(ack, text);
+    answer.failure =
+        fmt::format("{}: {} (both ranks of a pair must use persistent requests)", where, text);
+  } else if (ack.status != kOk) {
+    answer.failure = fmt::format("{}: cannot receive into {}", where, message_of(ack));
+  } else if (!header_matches(start, typestr, shape)) {
+    ack.status = kMismatch;
+    answer.failure =
+        fmt::format("{}: shape/dtype mismatch: the sender sends {}, this rank expects {}", where,
+                    describe_header(start), description());
+  } else if (overlap) {
+    ack.status = kLocalError;
+    set_message(ack, *overlap);
+    answer.failure = fmt::format("{}: {}", where, *overlap);
+  } else if (h.chunk_rows < 1) {
+    ack.status = kLocalError;
+    set_message(ack, "the header's chunk plan is invalid");
+    answer.failure =
+        fmt::format("{}: the header's chunk plan ({} rows) is invalid", where, h.chunk_rows);
+  }
+  return answer;
 }
 
 // ---- matched messages not yet received (probe) --------------------------------------------------

@@ -15,9 +15,12 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -113,6 +116,19 @@ class EagerBuffer {
 
 // ---- one array as a message buffer --------------------------------------------------------------
 
+// A dtype's NumPy typestr from a per-thread cache (DType::typestr() formats a new string); the
+// string lives as long as the process.
+const std::string& typestr_of(const DType& dtype);
+
+// The elements in C order into the host bytes at `destination` (nbytes() of them), on `stream`
+// (host arrays: at once): a contiguous array as one raw copy (the general path builds views and a
+// copy plan, which costs more than a small message's transfer), any other through a view.
+void pack_elements(const DeviceArray& array, std::byte* destination, const Stream& stream);
+void pack_elements(const HostArray& array, std::byte* destination);
+// The elements in C order from the host bytes at `source`, on `stream` (host arrays: at once).
+void unpack_elements(const DeviceArray& array, const std::byte* source, const Stream& stream);
+void unpack_elements(const HostArray& array, const std::byte* source);
+
 // A DeviceArray (staged or device-direct) or a HostArray (MPI reads and writes it in place).
 class Endpoint {
  public:
@@ -139,11 +155,8 @@ class Endpoint {
   [[nodiscard]] Transport transport() const;
   // First-axis rows [begin, end) (the whole array when 0-d).
   [[nodiscard]] Endpoint rows(std::int64_t begin, std::int64_t end) const;
-  // The elements in C order into the host bytes at `destination` (nbytes() of them), on
-  // `stream`: a contiguous array as one raw copy (the general path builds views and a copy plan,
-  // which costs more than a small message's transfer), any other through a view.
+  // pack_elements and unpack_elements of the array.
   void pack(std::byte* destination, const Stream& stream) const;
-  // The elements in C order from the host bytes at `source`, on `stream`.
   void unpack(const std::byte* source, const Stream& stream) const;
   // "float64 (4, 5)".
   [[nodiscard]] std::string describe() const;
@@ -151,8 +164,6 @@ class Endpoint {
   [[nodiscard]] const std::string& typestr() const noexcept { return *typestr_; }
 
  private:
-  // DType::typestr() formats a string: messages look it up in a per-thread cache instead.
-  static const std::string& typestr_of(const DType& dtype);
   Endpoint(std::variant<DeviceArray, HostArray> array, const std::string* typestr)
       : array_(std::move(array)), typestr_(typestr) {}
   std::variant<DeviceArray, HostArray> array_;
@@ -163,12 +174,32 @@ class Endpoint {
 // sender's own problem, if any, in `error` (then the header says so).
 void write_header(EagerBuffer& buffer, const Endpoint& array, MessageKind kind, std::int64_t seq,
                   std::int64_t chunk_rows, const std::optional<std::string>& error);
+// The header of an eager message of an array of `typestr` and `shape` (at most kMaxWireDims
+// axes) whose payload is `payload_bytes`.
+void write_eager_header(EagerBuffer& buffer, const std::string& typestr,
+                        std::span<const std::int64_t> shape, std::int64_t payload_bytes);
 // Checks a received message start of `count` bytes; returns what is wrong with it, or nullopt.
 std::optional<std::string> header_problem(const EagerBuffer& buffer, int count);
 // "float64 (4, 5)" of a checked header.
 std::string describe_header(const EagerBuffer& buffer);
-// The dtype and shape of a checked header equal `array`'s.
+// The dtype and shape of a checked header equal `array`'s (or `typestr` and `shape`).
 bool header_matches(const EagerBuffer& buffer, const Endpoint& array);
+bool header_matches(const EagerBuffer& buffer, std::string_view typestr,
+                    std::span<const std::int64_t> shape);
+
+// The receiver's answer to a checked handshake message start (not eager) for an array of
+// `typestr` and `shape`: the acknowledgement to send, and, when it refuses the payload, the error
+// the receive throws once the acknowledgement is sent. `where` names the receive ("mpi::recv from
+// rank 0 (tag 3)"), `description` gives the array's ("float64 (4, 5)"), `persistent` says whether
+// the receive is a persistent pair's first round, `overlap` why the array cannot be received into.
+struct HandshakeAnswer {
+  Wire ack;
+  std::optional<std::string> failure;
+};
+HandshakeAnswer answer_handshake(const EagerBuffer& start, const std::string& where,
+                                 std::string_view typestr, std::span<const std::int64_t> shape,
+                                 const std::function<std::string()>& description, bool persistent,
+                                 const std::optional<std::string>& overlap);
 
 // ---- matched messages not yet received (probe) --------------------------------------------------
 

@@ -9,6 +9,8 @@
 // first, so MPI sees contiguous bytes).
 #include "point_to_point.hpp"
 
+#include "eager.hpp"
+
 #include <devmem/memory.hpp>
 #include <devmem/mpi.hpp>
 
@@ -69,11 +71,6 @@ std::optional<std::string> overlap_problem(const Endpoint& array) {
     }
   }
   return std::nullopt;
-}
-
-// The acknowledgement's description of the receiver's array.
-Wire describe_endpoint(const Endpoint& array) {
-  return describe(array.typestr(), array.shape());
 }
 
 bool test_all(std::vector<MPI_Request>& requests, const char* call) {
@@ -502,41 +499,11 @@ class RecvOperation final : public MessageOperation {
     seq_ = h.seq;
     transport_ = array_.transport();
     channel_ = channel(comm_, peer_);
-    ack_ = describe_endpoint(array_);
-    ack_.seq = seq_;
-    const bool persistent_sender = h.kind == MessageKind::persistent;
-    if (h.sender_error != 0) {
-      ack_.status = kMismatch;
-      failure_ = fmt::format(
-          "{}: the sender cannot send {}", where(),
-          std::string(reinterpret_cast<const char*>(start_.data() + header_bytes(0)),  // NOLINT
-                      static_cast<std::size_t>(h.payload_bytes)));
-    } else if (persistent_sender != persistent_) {
-      const char* text = persistent_
-                             ? "this rank receives with a persistent request (recv_init), the "
-                               "sender used a plain send"
-                             : "this rank receives with a plain recv, the sender uses a "
-                               "persistent request (send_init)";
-      ack_.status = kLocalError;
-      set_message(ack_, text);
-      failure_ =
-          fmt::format("{}: {} (both ranks of a pair must use persistent requests)", where(), text);
-    } else if (ack_.status != kOk) {
-      failure_ = fmt::format("{}: cannot receive into {}", where(), message_of(ack_));
-    } else if (!header_matches(start_, array_)) {
-      ack_.status = kMismatch;
-      failure_ = fmt::format("{}: shape/dtype mismatch: the sender sends {}, this rank expects {}",
-                             where(), describe_header(start_), array_.describe());
-    } else if (const auto overlap = overlap_problem(array_)) {
-      ack_.status = kLocalError;
-      set_message(ack_, *overlap);
-      failure_ = fmt::format("{}: {}", where(), *overlap);
-    } else if (h.chunk_rows < 1) {
-      ack_.status = kLocalError;
-      set_message(ack_, "the header's chunk plan is invalid");
-      failure_ =
-          fmt::format("{}: the header's chunk plan ({} rows) is invalid", where(), h.chunk_rows);
-    }
+    HandshakeAnswer answer = answer_handshake(
+        start_, where(), array_.typestr(), array_.shape(), [this] { return array_.describe(); },
+        persistent_, overlap_problem(array_));
+    ack_ = answer.ack;
+    failure_ = std::move(answer.failure);
     if (!failure_) {
       plan_ = plan_for(array_, h.chunk_rows);
       prepare_receive();  // the first receives are posted before the sender may send
@@ -643,31 +610,50 @@ class RecvOperation final : public MessageOperation {
 
 // ---- the public calls ---------------------------------------------------------------------------
 
-Request make_send(Endpoint array, int destination, int tag, MPI_Comm comm) {
+// Small plain messages whose copies finish within the call take the eager fast path
+// (mpi/eager.hpp); the others the operations above.
+template <class Array>
+Request make_send(const Array& array, int destination, int tag, MPI_Comm comm) {
   check_envelope("mpi::send", comm, destination, tag, false);
   if (destination == MPI_PROC_NULL) return {};
-  return Operation::make_request(start_send(std::move(array), destination, tag, comm, {}));
+  if (eager_send_fits(array)) {
+    auto op = make_eager_send(array, destination, tag, comm);
+    launch(op);
+    return Operation::make_request(std::move(op));
+  }
+  return Operation::make_request(start_send(Endpoint(array), destination, tag, comm, {}));
 }
 
-Request make_recv(Endpoint array, int source, int tag, MPI_Comm comm) {
+template <class Array>
+Request make_recv(const Array& array, int source, int tag, MPI_Comm comm) {
   check_envelope("mpi::recv", comm, source, tag, true);
   if (source == MPI_PROC_NULL) return {};
-  return Operation::make_request(start_recv(std::move(array), source, tag, comm, {}));
+  if (eager_recv_fits(array)) {
+    auto op = make_eager_recv(array, source, tag, comm);
+    start_eager_recv(op);
+    return Operation::make_request(std::move(op));
+  }
+  return Operation::make_request(start_recv(Endpoint(array), source, tag, comm, {}));
 }
 
-void blocking_send(Endpoint array, int destination, int tag, MPI_Comm comm) {
+template <class Array>
+void blocking_send(const Array& array, int destination, int tag, MPI_Comm comm) {
   check_envelope("mpi::send", comm, destination, tag, false);
   if (destination == MPI_PROC_NULL) return;
-  run_blocking(
-      std::make_shared<SendOperation>(std::move(array), destination, tag, comm, MessageRole{}),
-      "mpi::send");
+  run_blocking(eager_send_fits(array) ? make_eager_send(array, destination, tag, comm)
+                                      : std::make_shared<SendOperation>(
+                                            Endpoint(array), destination, tag, comm, MessageRole{}),
+               "mpi::send");
 }
 
-Status blocking_recv(Endpoint array, int source, int tag, MPI_Comm comm) {
+template <class Array>
+Status blocking_recv(const Array& array, int source, int tag, MPI_Comm comm) {
   check_envelope("mpi::recv", comm, source, tag, true);
   if (source == MPI_PROC_NULL) return {};
-  const auto op =
-      std::make_shared<RecvOperation>(std::move(array), source, tag, comm, MessageRole{});
+  const std::shared_ptr<Operation> op =
+      eager_recv_fits(array)
+          ? make_eager_recv(array, source, tag, comm)
+          : std::make_shared<RecvOperation>(Endpoint(array), source, tag, comm, MessageRole{});
   run_blocking(op, "mpi::recv");
   return op->status;
 }
@@ -707,29 +693,29 @@ RoundInfo round_info(const Operation& finished_first_round) {
 }  // namespace detail
 
 Request isend(const DeviceArray& array, int destination, int tag, MPI_Comm comm) {
-  return make_send(Endpoint(array), destination, tag, comm);
+  return make_send(array, destination, tag, comm);
 }
 Request irecv(const DeviceArray& array, int source, int tag, MPI_Comm comm) {
-  return make_recv(Endpoint(array), source, tag, comm);
+  return make_recv(array, source, tag, comm);
 }
 void send(const DeviceArray& array, int destination, int tag, MPI_Comm comm) {
-  blocking_send(Endpoint(array), destination, tag, comm);
+  blocking_send(array, destination, tag, comm);
 }
 Status recv(const DeviceArray& array, int source, int tag, MPI_Comm comm) {
-  return blocking_recv(Endpoint(array), source, tag, comm);
+  return blocking_recv(array, source, tag, comm);
 }
 
 Request isend(const HostArray& array, int destination, int tag, MPI_Comm comm) {
-  return make_send(Endpoint(array), destination, tag, comm);
+  return make_send(array, destination, tag, comm);
 }
 Request irecv(const HostArray& array, int source, int tag, MPI_Comm comm) {
-  return make_recv(Endpoint(array), source, tag, comm);
+  return make_recv(array, source, tag, comm);
 }
 void send(const HostArray& array, int destination, int tag, MPI_Comm comm) {
-  blocking_send(Endpoint(array), destination, tag, comm);
+  blocking_send(array, destination, tag, comm);
 }
 Status recv(const HostArray& array, int source, int tag, MPI_Comm comm) {
-  return blocking_recv(Endpoint(array), source, tag, comm);
+  return blocking_recv(array, source, tag, comm);
 }
 
 }  // namespace devmem::mpi

@@ -121,6 +121,21 @@ void advance_once(const std::shared_ptr<Operation>& op) {
   }
 }
 
+namespace {
+
+// Takes the operation at `index` out of the list (the last one takes its place). Under the lock.
+void unlist(std::size_t index) {
+  g_active[index]->list_index = Operation::kNotListed;
+  if (index + 1 != g_active.size()) {
+    g_active[index] = std::move(g_active.back());
+    g_active[index]->list_index = index;
+  }
+  g_active.pop_back();
+  g_active_count.store(g_active.size(), std::memory_order_release);
+}
+
+}  // namespace
+
 void progress_all() {
   if (g_active_count.load(std::memory_order_acquire) == 0) return;
   const std::lock_guard lock(g_progress_mutex);
@@ -131,13 +146,15 @@ void progress_all() {
     any_finished = any_finished || op->finished;
   }
   if (any_finished) {
-    std::erase_if(g_active, [](const auto& op) { return op->finished.load(); });
-    g_active_count.store(g_active.size(), std::memory_order_release);
+    for (std::size_t i = g_active.size(); i-- > 0;) {
+      if (g_active[i]->finished.load()) unlist(i);
+    }
   }
 }
 
 void start(const std::shared_ptr<Operation>& op) {
   const std::lock_guard lock(g_progress_mutex);
+  op->list_index = g_active.size();
   g_active.push_back(op);
   g_active_count.store(g_active.size(), std::memory_order_release);
 }
@@ -167,9 +184,16 @@ void advance_started(const std::shared_ptr<Operation>& op) {
 }
 
 void launch(const std::shared_ptr<Operation>& op) {
-  {
-    const std::lock_guard lock(g_progress_mutex);  // parking, if it fails, is under the lock
-    advance_once(op);
+  // No other thread sees `op` before start(): only parking a failed one needs the lock.
+  try {
+    if (op->advance()) op->finished = true;
+  } catch (...) {
+    op->error = std::current_exception();
+    op->finished = true;
+    if (op->abandon()) {
+      const std::lock_guard lock(g_progress_mutex);
+      g_abandoned.push_back(op);
+    }
   }
   if (!op->finished) start(op);
 }
@@ -209,15 +233,8 @@ void wait_operation(const std::shared_ptr<Operation>& op) {
     {
       const std::lock_guard lock(g_progress_mutex);
       if (!op->finished) advance_once(op);
-      if (op->finished) {
-        // Out of the list at once (progress_all would erase it only when it next runs).
-        const auto it = std::find(g_active.begin(), g_active.end(), op);
-        if (it != g_active.end()) {
-          std::swap(*it, g_active.back());
-          g_active.pop_back();
-          g_active_count.store(g_active.size(), std::memory_order_release);
-        }
-      }
+      // Out of the list at once (progress_all would erase it only when it next runs).
+      if (op->finished && op->list_index != Operation::kNotListed) unlist(op->list_index);
     }
     if (op->finished.load(std::memory_order_acquire)) break;
     progress_all();

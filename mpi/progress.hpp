@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -39,13 +40,17 @@ struct Operation {
   std::atomic<bool> finished{false};  // written under the progress lock, read without it
   std::exception_ptr error;
   Status status;  // set by the operation before it finishes
+  // Where the operation sits in the list of operations in progress (kNotListed when it is not),
+  // under the progress lock: a wait takes its finished operation out without searching the list.
+  static constexpr std::size_t kNotListed = static_cast<std::size_t>(-1);
+  std::size_t list_index = kNotListed;
 
   static Request make_request(std::shared_ptr<Operation> operation) noexcept {
     return Request(std::move(operation));
   }
 };
 
-// Adds `op` to the operations that progress advances.
+// Adds `op` to the operations that progress advances (once: it must not be listed).
 void start(const std::shared_ptr<Operation>& op);
 // Advances a started operation once (under the progress lock) unless it has finished.
 void advance_started(const std::shared_ptr<Operation>& op);

@@ -11,6 +11,7 @@
 #include <devmem/byte_size.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -72,6 +73,28 @@ std::size_t size_of_allocation(std::size_t bytes) noexcept {
   return bytes;
 }
 
+// Device allocations in which this thread found device-side ranges of copies, by page of the
+// range's start (direct-mapped), so that later copies touching them (loops of small copies over a
+// few dozen arrays, such as devmem::mpi's windows of eager messages) skip the lock and the map
+// lookups, which cost more than a small copy itself. An entry is valid while no device allocation
+// of any host backend has been freed (g_allocations_freed, changed under the freeing backend's
+// memory lock) and for the backend that found it.
+struct AllocationHit {
+  const void* backend = nullptr;
+  std::uint64_t freed = 0;  // g_allocations_freed when found (0: never valid)
+  std::uintptr_t begin = 0;
+  std::uintptr_t end = 0;
+};
+constexpr std::size_t kAllocationHits = 256;  // the hash below takes 8 bits
+thread_local std::array<AllocationHit, kAllocationHits> t_allocation_hits;
+std::atomic<std::uint64_t> g_allocations_freed{1};
+
+AllocationHit& allocation_hit(std::uintptr_t address) noexcept {
+  // Fibonacci hashing of the page number: allocations a few pages apart spread over the entries.
+  constexpr std::uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+  return t_allocation_hits[static_cast<std::size_t>(((address >> 12) * kGolden) >> 56)];
+}
+
 /// The bytes [0, (height - 1) * pitch + width) that a 2-D copy touches on one side; nullopt on
 /// overflow.
 std::optional<std::int64_t> span_2d(std::size_t pitch, std::size_t width, std::size_t height) {
@@ -129,6 +152,8 @@ HostBackend::~HostBackend() {
   for (auto& [handle, stream] : streams) stream->shutdown();
 
   const std::lock_guard lock(memory_mutex_);
+  // A later backend at this address must not trust this one's allocations.
+  g_allocations_freed.fetch_add(1, std::memory_order_acq_rel);
   for (const auto& [address, exported] : exports_)
     unshare(reinterpret_cast<void*>(address), exported);
   for (const auto& [address, imported] : imports_) {
@@ -216,8 +241,23 @@ void HostBackend::check_device_span(const char* function, const char* role, cons
   const auto bytes = static_cast<std::size_t>(span.hi - span.lo);
   if (!overflow) {
     const auto first = static_cast<std::uintptr_t>(begin);
-    const std::lock_guard lock(memory_mutex_);
-    if (first + bytes >= first && device_accessible_locked(first, bytes)) return;
+    if (first + bytes >= first) {
+      AllocationHit& hit = allocation_hit(first);
+      if (hit.backend == this && hit.freed == g_allocations_freed.load(std::memory_order_acquire) &&
+          first >= hit.begin && first + bytes <= hit.end) {
+        return;
+      }
+      const std::lock_guard lock(memory_mutex_);
+      for (const DeviceMemory& memory : devices_) {
+        const auto it = find_containing(memory.allocations, first, bytes, size_of_allocation);
+        if (it != memory.allocations.end()) {
+          hit = {this, g_allocations_freed.load(std::memory_order_relaxed), it->first,
+                 it->first + it->second};
+          return;
+        }
+      }
+      if (device_accessible_locked(first, bytes)) return;
+    }
   }
   // Unsigned arithmetic: the address is only printed, and may have wrapped.
   fail(function, Status::IllegalAddress,
@@ -302,6 +342,9 @@ std::vector<std::shared_ptr<HostStream>> HostBackend::streams_of(int device) {
 }
 
 void HostBackend::drain(int device) {
+  // No stream of any device has work queued or running: every operation enqueued before this call
+  // has run, and the acquire load sees what it wrote.
+  if (stream_work_.load(std::memory_order_acquire) == 0) return;
   // Errors stay stored on their streams: they belong to that stream's next synchronize/query.
   for (const auto& stream : streams_of(device)) stream->wait_idle();
 }
@@ -501,6 +544,7 @@ void HostBackend::release_allocation(const char* function, int device, void* ptr
     }
     memory.used -= static_cast<std::int64_t>(it->second);
     memory.allocations.erase(it);
+    g_allocations_freed.fetch_add(1, std::memory_order_acq_rel);  // every thread's hit is stale
     if (const auto exported = exports_.find(address_of(ptr)); exported != exports_.end()) {
       unshare(ptr, exported->second);
       exports_.erase(exported);
@@ -706,7 +750,7 @@ NativeStream HostBackend::create_stream(int device) {
   check_device("create_stream", device);
   std::shared_ptr<HostStream> stream;
   try {
-    stream = std::make_shared<HostStream>(device);
+    stream = std::make_shared<HostStream>(device, &stream_work_);
   } catch (const std::system_error& error) {
     fail("create_stream", Status::MemoryAllocation, "cannot start the stream's worker thread: {}",
          error.what());

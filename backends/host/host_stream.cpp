@@ -15,8 +15,9 @@ namespace devmem::host {
 namespace {
 
 // Runs the operations of `batch` in order and empties it; the first exception any of them throws
-// goes to `failure` unless that already holds one.
-void run_batch(std::vector<StreamOperation>& batch, std::exception_ptr& failure) {
+// goes to `failure` unless that already holds one. Each finished operation leaves `outstanding`.
+void run_batch(std::vector<StreamOperation>& batch, std::exception_ptr& failure,
+               std::atomic<std::int64_t>* outstanding) {
   for (StreamOperation& op : batch) {
     try {
       op();
@@ -27,6 +28,8 @@ void run_batch(std::vector<StreamOperation>& batch, std::exception_ptr& failure)
     // (keep-alive references, event records) must be released by the time a waiter sees the
     // work as complete.
     op = nullptr;
+    // Release: a thread that reads the count as 0 (acquire) sees everything the operation wrote.
+    if (outstanding != nullptr) outstanding->fetch_sub(1, std::memory_order_acq_rel);
   }
   batch.clear();
 }
@@ -52,7 +55,8 @@ class WaiterMark {
 
 }  // namespace
 
-HostStream::HostStream(int device) : device_(device), worker_([this] { run(); }) {}
+HostStream::HostStream(int device, std::atomic<std::int64_t>* outstanding)
+    : device_(device), outstanding_(outstanding), worker_([this] { run(); }) {}
 
 HostStream::~HostStream() {
   shutdown();
@@ -70,6 +74,8 @@ std::unique_lock<std::mutex> HostStream::lock_spinning() {
 }
 
 void HostStream::enqueue(Operation op) {
+  // Counted before the worker can see it (and so before it can leave the count).
+  if (outstanding_ != nullptr) outstanding_->fetch_add(1, std::memory_order_acq_rel);
   {
     const std::unique_lock lock = lock_spinning();
     queue_.push_back(std::move(op));
@@ -146,7 +152,7 @@ void HostStream::run() {
       batch_.swap(queue_);
       queued_.store(0, std::memory_order_relaxed);
       lock.unlock();
-      run_batch(batch_, failure);
+      run_batch(batch_, failure, outstanding_);
       // While operations keep coming and nobody waits for the stream, take the next batch
       // without reporting idle in between: one visit to the mutex per batch instead of two.
       const bool more = spin_for_work(true);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -63,8 +64,10 @@ class HostStream {
  public:
   using Operation = StreamOperation;
 
-  /// Starts the worker thread (std::system_error when the thread cannot be created).
-  explicit HostStream(int device);
+  /// Starts the worker thread (std::system_error when the thread cannot be created). When
+  /// `outstanding` is given, every operation counts in it from its enqueue until it has run and
+  /// been destroyed (the backend's drain skips its streams while the count is 0).
+  explicit HostStream(int device, std::atomic<std::int64_t>* outstanding = nullptr);
   /// Runs what is still queued, then joins the worker (see shutdown()).
   ~HostStream();
   HostStream(const HostStream&) = delete;
@@ -101,6 +104,7 @@ class HostStream {
   [[nodiscard]] bool idle_locked() const noexcept { return queue_.empty() && !running_; }
 
   const int device_;
+  std::atomic<std::int64_t>* const outstanding_;
   std::mutex mutex_;
   std::condition_variable work_available_;  // the worker waits here for work or shutdown
   std::condition_variable became_idle_;     // wait_idle() waits here

@@ -1,8 +1,9 @@
 // devmem::mpi point-to-point, round 2, under mpirun -np 2 and -np 4 (host backend), with and
 // without devmem::mpi::initialize() (DEVMEM_MPI_TESTS_INITIALIZE=1): the eager protocol, Status,
 // MPI_PROC_NULL and MPI_ANY_SOURCE / MPI_ANY_TAG, sendrecv, probe, host arrays as buffers,
-// persistent requests, wait_any and friends. Ranks pair up as (0, 1), (2, 3), ...; every case is
-// collective (every rank runs every case in the same order).
+// persistent requests, wait_any and friends, the eager fast path (every kind of array on either
+// side, hundreds in flight, threads, default-stream ordering). Ranks pair up as (0, 1), (2, 3),
+// ...; every case is collective (every rank runs every case in the same order).
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
@@ -12,11 +13,14 @@
 #include "mpi_test_support.hpp"
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
+#include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace dm = devmem::mpi;
@@ -447,6 +451,173 @@ TEST_CASE("mpi p2p: stream-ordered send, recv and allreduce", "[mpi][p2p][enqueu
   CHECK_THROWS_WITH(
       dm::allreduce_enqueue(input, devmem::device_array<float>({7}), dm::ReduceOp::sum, stream),
       Catch::Contains("the input (float64 (7,)) and the output (float32 (7,)) differ"));
+}
+
+// ---- the eager fast path (mpi/eager.hpp)
+// ---------------------------------------------------------
+
+TEST_CASE("mpi p2p: small messages between every kind of array take either path on either side",
+          "[mpi][p2p][eager]") {
+  // Plain sends and receives of small arrays whose copies finish within the call (host arrays,
+  // device arrays on the default stream) take the eager fast path, contiguous receives only; the
+  // others the general operations. Every pairing must carry the same elements.
+  const int peer = partner();
+  if (peer < 0) return;
+  const bool sender = rank() % 2 == 0;
+  const devmem::DeviceArray base = devmem::to_device(iota(12, 0.0)).reshape({3, 4});
+  const devmem::DeviceArray strided = base.T();  // (4, 3), not contiguous: packed on the sender
+  std::vector<double> expected;                  // the transpose in C order
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 3; ++j) expected.push_back(j * 4.0 + i);
+  }
+  const devmem::Stream s = devmem::stream();
+  if (sender) {
+    for (int tag = 70; tag < 75; ++tag) dm::send(strided, peer, tag);
+    dm::send(strided.bind(s), peer, 75);               // not the default stream: the general sender
+    dm::send(base.index(0, 1).index(0, 2), peer, 76);  // 0-d
+    dm::send(devmem::device_array<double>({0, 3}), peer, 77);  // empty
+    dm::send(devmem::to_device(iota(4, 1.0)).reshape({1, 1, 1, 1, 1, 1, 1, 2, 2}), peer, 78);
+    std::vector<double> host(24);
+    std::iota(host.begin(), host.end(), 0.0);
+    const devmem::HostArray host_strided =  // every other column of a (4, 6) host array
+        devmem::HostArray::view(std::span<double>(host), {4, 6}).slice(1, 0, {}, 2);
+    dm::send(host_strided, peer, 79);
+  } else {
+    const devmem::DeviceArray contiguous = devmem::device_array<double>({4, 3});
+    dm::recv(contiguous, peer, 70);
+    CHECK(contiguous.to_vector<double>() == expected);
+    const devmem::DeviceArray transposed = devmem::device_array<double>({3, 4}).T();
+    dm::recv(transposed, peer, 71);  // strided: the general receiver
+    CHECK(transposed.to_vector<double>() == expected);
+    std::vector<double> host(12, -1.0);
+    dm::recv(devmem::HostArray::view(std::span<double>(host), {4, 3}), peer, 72);
+    CHECK(host == expected);
+    std::vector<double> wide(24, -1.0);
+    dm::recv(devmem::HostArray::view(std::span<double>(wide), {4, 6}).slice(1, 1, {}, 2), peer, 73);
+    for (int i = 0; i < 4; ++i) {
+      for (int j = 0; j < 3; ++j) {
+        CHECK(wide[static_cast<std::size_t>(i * 6 + 2 * j)] == -1.0);
+        CHECK(wide[static_cast<std::size_t>(i * 6 + 2 * j + 1)] ==
+              expected[static_cast<std::size_t>(i * 3 + j)]);
+      }
+    }
+    const devmem::DeviceArray on_stream = devmem::device_array<double>({4, 3}, devmem::Order::C, s);
+    dm::recv(on_stream, peer, 74);  // not the default stream: the general receiver
+    CHECK(on_stream.to_vector<double>() == expected);
+    dm::recv(contiguous, peer, 75);
+    CHECK(contiguous.to_vector<double>() == expected);
+    const devmem::DeviceArray scalar = devmem::device_array<double>(devmem::Shape{});
+    CHECK(dm::recv(scalar, peer, 76).elements == 1);
+    CHECK(scalar.to_vector<double>() == std::vector<double>{6.0});
+    CHECK(dm::recv(devmem::device_array<double>({0, 3}), peer, 77).bytes == 0);
+    const devmem::DeviceArray nine_axes =  // more axes than the fast receive keeps: general
+        devmem::device_array<double>({1, 1, 1, 1, 1, 1, 1, 2, 2});
+    dm::recv(nine_axes, peer, 78);
+    CHECK(nine_axes.to_vector<double>() == iota(4, 1.0));
+    dm::recv(contiguous, peer, 79);
+    CHECK(contiguous.to_vector<double>() ==
+          std::vector<double>{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22});
+  }
+}
+
+TEST_CASE("mpi p2p: hundreds of small messages in flight both ways, twice", "[mpi][p2p][eager]") {
+  // More than a thread keeps of eager buffers (128) and than the shared pool holds (256): the
+  // pools run dry, grow and give back; the second round reuses what the first returned. The
+  // requests are waited for in reverse order (the progress list loses operations from anywhere).
+  const int peer = partner();
+  if (peer < 0) return;
+  constexpr int kMessages = 300;
+  const auto elements = [](int i) { return std::int64_t{1} + (i * 37) % 512; };  // 8 B to 4 KiB
+  for (int round = 0; round < 2; ++round) {
+    std::vector<devmem::DeviceArray> out;
+    std::vector<devmem::DeviceArray> in;
+    std::vector<dm::Request> requests;
+    for (int i = 0; i < kMessages; ++i) {
+      out.push_back(devmem::to_device(iota(elements(i), rank() * 1e6 + round * 1e4 + i)));
+      in.push_back(devmem::device_array<double>({elements(i)}));
+    }
+    for (int i = 0; i < kMessages; ++i) {
+      requests.push_back(dm::irecv(in[static_cast<std::size_t>(i)], peer, 81));
+      requests.push_back(dm::isend(out[static_cast<std::size_t>(i)], peer, 81));
+    }
+    for (auto r = requests.rbegin(); r != requests.rend(); ++r) r->wait();
+    int wrong = 0;
+    for (int i = 0; i < kMessages; ++i) {
+      const auto got = in[static_cast<std::size_t>(i)].to_vector<double>();
+      wrong += got == iota(elements(i), peer * 1e6 + round * 1e4 + i) ? 0 : 1;
+    }
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("mpi p2p: small messages started on other threads and completed on this one",
+          "[mpi][p2p][eager]") {
+  // Operations and eager buffers come from per-thread pools: here they are made on threads that
+  // end before the requests are waited for, so they go back to this thread's pools (and the
+  // ended threads' pools are closed).
+  const int peer = partner();
+  if (peer < 0) return;
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  REQUIRE(provided == MPI_THREAD_MULTIPLE);  // run_catch asks for it
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 40;
+  const bool sender = rank() % 2 == 0;
+  std::vector<std::vector<devmem::DeviceArray>> arrays(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < kPerThread; ++i) {
+      arrays[static_cast<std::size_t>(t)].push_back(
+          sender ? devmem::to_device(iota(3, t * 100.0 + i)) : devmem::device_array<double>({3}));
+    }
+  }
+  std::vector<std::vector<dm::Request>> requests(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (const auto& a : arrays[static_cast<std::size_t>(t)]) {
+        requests[static_cast<std::size_t>(t)].push_back(sender ? dm::isend(a, peer, 90 + t)
+                                                               : dm::irecv(a, peer, 90 + t));
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (auto& r : requests) dm::wait_all(r);
+  if (!sender) {
+    int wrong = 0;
+    for (int t = 0; t < kThreads; ++t) {
+      for (int i = 0; i < kPerThread; ++i) {
+        const auto& a = arrays[static_cast<std::size_t>(t)][static_cast<std::size_t>(i)];
+        wrong += a.to_vector<double>() == iota(3, t * 100.0 + i) ? 0 : 1;
+      }
+    }
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("mpi p2p: a small message on the default stream follows the device's other streams",
+          "[mpi][p2p][eager]") {
+  // The legacy default stream waits for the device's other streams: the eager copies (pack on the
+  // sender, unpack on the receiver) must come after work still queued on another stream, however
+  // the host backend decides that no stream is busy.
+  const int peer = partner();
+  if (peer < 0) return;
+  const bool sender = rank() % 2 == 0;
+  const devmem::Stream s = devmem::stream();
+  const devmem::DeviceArray x = devmem::to_device(std::vector<double>(16, 1.0));  // default stream
+  const auto hold = [&s] {  // the stream's later work waits 50 ms
+    devmem::active_backend().launch_host_function(s.context()->device(), s.native_handle(), [] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    });
+  };
+  hold();
+  if (sender) {
+    x.fill(2.0, s);  // queued behind the pause
+    dm::send(x, peer, 95);
+  } else {
+    x.fill(-1.0, s);  // queued behind the pause: overwritten by the message that follows
+    dm::recv(x, peer, 95);
+    CHECK(x.to_vector<double>() == std::vector<double>(16, 2.0));
+  }
 }
 
 int main(int argc, char** argv) {

@@ -1,0 +1,304 @@
+// devmem::mpi's eager fast path (declared in mpi/eager.hpp, which says what it is for): the send
+// and receive operations of small messages whose copies finish within the call.
+#include "eager.hpp"
+
+#include "message.hpp"
+#include "operation_pool.hpp"
+#include "protocol.hpp"
+
+#include <devmem/backend.hpp>
+#include <devmem/context.hpp>
+#include <devmem/layout.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+
+namespace devmem::mpi::detail {
+
+namespace {
+
+// ---- send ---------------------------------------------------------------------------------------
+
+// Header and payload packed at construction, while the caller's array is borrowed; then only the
+// buffer and the MPI request are left to wait for.
+class EagerSend final : public Operation {
+ public:
+  EagerSend(const DeviceArray& array, int destination, int tag, MPI_Comm comm)
+      : buffer_(EagerBuffer::take()), peer_(destination), tag_(tag) {
+    prepare(array);
+    pack_elements(array, buffer_.payload(array.ndim()), array.stream());
+    post(array, comm);
+  }
+  EagerSend(const HostArray& array, int destination, int tag, MPI_Comm comm)
+      : buffer_(EagerBuffer::take()), peer_(destination), tag_(tag) {
+    prepare(array);
+    pack_elements(array, buffer_.payload(array.ndim()));
+    post(array, comm);
+  }
+  ~EagerSend() override = default;
+  EagerSend(const EagerSend&) = delete;
+  EagerSend& operator=(const EagerSend&) = delete;
+  EagerSend(EagerSend&&) = delete;
+  EagerSend& operator=(EagerSend&&) = delete;
+
+  bool advance() override { return test_request(request_, "MPI_Isend (devmem::mpi message)"); }
+  bool abandon() noexcept override { return cancel_request(request_); }
+  [[nodiscard]] std::string describe() const override {
+    return fmt::format("mpi::send to rank {} (tag {}), {}: sending the message (eager)", peer_,
+                       tag_, describe_header(buffer_));
+  }
+
+ private:
+  template <class Array>
+  void prepare(const Array& array) {
+    status = Status{peer_, tag_, array.size(), array.nbytes()};
+    write_eager_header(buffer_, typestr_of(array.dtype()), array.shape(), array.nbytes());
+  }
+
+  template <class Array>
+  void post(const Array& array, MPI_Comm comm) {
+    const auto count = header_bytes(array.ndim()) + static_cast<std::size_t>(array.nbytes());
+    check_mpi(
+        MPI_Isend(buffer_.data(), static_cast<int>(count), MPI_BYTE, peer_, tag_, comm, &request_),
+        "MPI_Isend (devmem::mpi message)");
+  }
+
+  EagerBuffer buffer_;
+  int peer_;
+  int tag_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+};
+
+// ---- receive ------------------------------------------------------------------------------------
+
+// Keeps the destination's memory alive (its owner) and what unpacking and the messages need; the
+// message start goes into a pooled buffer, as on the general path.
+class EagerRecv final : public Operation {
+ public:
+  EagerRecv(const DeviceArray& array, int source, int tag, MPI_Comm comm)
+      : EagerRecv(array, source, tag, comm, array.context(), array.stream().native_handle()) {}
+  EagerRecv(const HostArray& array, int source, int tag, MPI_Comm comm)
+      : EagerRecv(array, source, tag, comm, nullptr, nullptr) {}
+  ~EagerRecv() override = default;
+  EagerRecv(const EagerRecv&) = delete;
+  EagerRecv& operator=(const EagerRecv&) = delete;
+  EagerRecv(EagerRecv&&) = delete;
+  EagerRecv& operator=(EagerRecv&&) = delete;
+
+  [[nodiscard]] bool stashed() const noexcept { return stashed_; }
+
+  bool advance() override {
+    if (!matched_) {
+      if (!stashed_) {
+        MPI_Status received;
+        if (!test_request(request_, "MPI_Irecv (devmem::mpi message)", &received)) return false;
+        source_ = received.MPI_SOURCE;
+        tag_ = received.MPI_TAG;
+        check_mpi(MPI_Get_count(&received, MPI_BYTE, &count_), "MPI_Get_count");
+      }
+      matched_ = true;
+      status.source = source_;
+      status.tag = tag_;
+      on_start();
+    }
+    if (!failure_) return true;
+    if (!test_request(ack_request_, "MPI_Isend (devmem::mpi acknowledgement)")) return false;
+    throw InvalidArgument(*failure_);
+  }
+
+  bool abandon() noexcept override {
+    bool pending = cancel_request(request_);
+    pending = cancel_request(ack_request_) || pending;
+    return pending;
+  }
+
+  [[nodiscard]] std::string describe() const override {
+    return fmt::format("mpi::recv from rank {} (tag {}), {}: {}", source_, tag_, description(),
+                       state_);
+  }
+
+ private:
+  template <class Array>
+  EagerRecv(const Array& array, int source, int tag, MPI_Comm comm,
+            std::shared_ptr<Context> context, NativeStream stream)
+      : comm_(comm),
+        source_(source),
+        tag_(tag),
+        owner_(array.owner()),
+        data_(array.data()),
+        nbytes_(array.nbytes()),
+        context_(std::move(context)),
+        stream_(stream),
+        typestr_(&typestr_of(array.dtype())),
+        dtype_(array.dtype()),
+        ndim_(array.ndim()) {
+    std::copy(array.shape().begin(), array.shape().end(), shape_.begin());
+    status = Status{source, tag, array.size(), array.nbytes()};
+    // The stash check and the receive's posting are one step for probe(): a message it stashed in
+    // between would be received out of order (as on the general path).
+    auto lock = stash_in_use() ? progress_lock() : std::unique_lock<std::recursive_mutex>();
+    if (auto stashed = lock.owns_lock() ? take_stashed(comm, source, tag) : std::nullopt) {
+      buffer_ = std::move(stashed->buffer);
+      count_ = stashed->count;
+      source_ = stashed->source;
+      tag_ = stashed->tag;
+      stashed_ = true;
+      return;
+    }
+    buffer_ = EagerBuffer::take();
+    check_mpi(MPI_Irecv(buffer_.data(), static_cast<int>(kEagerCapacity), MPI_BYTE, source, tag,
+                        comm, &request_),
+              "MPI_Irecv (devmem::mpi message)");
+  }
+
+  [[nodiscard]] std::span<const std::int64_t> shape() const noexcept {
+    return {shape_.data(), static_cast<std::size_t>(ndim_)};
+  }
+
+  [[nodiscard]] std::string description() const {
+    return fmt::format("{} {}", dtype_.name(), layout::format_tuple(shape()));
+  }
+
+  void on_start() {
+    const auto where = [this] {
+      return fmt::format("mpi::recv from rank {} (tag {})", source_, tag_);
+    };
+    if (const auto problem = header_problem(buffer_, count_)) {
+      throw InvalidArgument(fmt::format("{}: received {}", where(), *problem));
+    }
+    const MessageHeader& h = buffer_.header();
+    if (h.kind == MessageKind::eager) {
+      if (!header_matches(buffer_, *typestr_, shape())) {
+        throw InvalidArgument(fmt::format(
+            "{}: shape/dtype mismatch: the sender sends {}, this rank expects {} (the sender was "
+            "not told: messages of at most {} bytes are eager, and only their receiver checks "
+            "them)",
+            where(), describe_header(buffer_), description(), eager_limit_bytes));
+      }
+      state_ = "copying the message into the array";
+      unpack(buffer_.payload(ndim_));
+      return;
+    }
+    // A handshake message: the sender's array is larger than this one, it is a persistent pair's
+    // first round, or the sender's own error. The sender waits for an answer: refuse it.
+    HandshakeAnswer answer = answer_handshake(
+        buffer_, where(), *typestr_, shape(), [this] { return description(); }, false,
+        std::nullopt);
+    if (!answer.failure) {
+      // Not sent by devmem::mpi, which sends an array of this dtype and shape eagerly.
+      answer.ack.status = kLocalError;
+      set_message(answer.ack, "the receiver expected an eager message");
+      answer.failure = fmt::format("{}: received a handshake message for {}, which is sent eagerly",
+                                   where(), description());
+    }
+    failure_ = std::move(answer.failure);
+    ack_ = std::make_unique<Wire>(answer.ack);
+    state_ = "sending its refusal to the sender";
+    const Channel to_sender = channel(comm_, source_);
+    check_mpi(MPI_Isend(ack_.get(), sizeof(Wire), MPI_BYTE, to_sender.peer,
+                        acknowledgement_tag(to_sender, h.seq), to_sender.comm, &ack_request_),
+              "MPI_Isend (devmem::mpi acknowledgement)");
+  }
+
+  void unpack(const std::byte* payload) const {
+    const auto bytes = static_cast<std::size_t>(nbytes_);
+    if (bytes == 0) return;
+    if (context_) {
+      context_->backend().copy(context_->device(), data_, payload, bytes, CopyKind::HostToDevice,
+                               stream_);
+    } else {
+      std::memcpy(data_, payload, bytes);
+    }
+  }
+
+  MPI_Comm comm_;
+  int source_;  // the requested source and tag until matched, then the sender's
+  int tag_;
+  std::shared_ptr<const void> owner_;  // the destination's memory
+  void* data_;
+  std::int64_t nbytes_;
+  std::shared_ptr<Context> context_;  // null for host arrays
+  NativeStream stream_;               // the default stream (eager_recv_fits)
+  const std::string* typestr_;        // in typestr_of's cache
+  DType dtype_;
+  int ndim_;
+  std::array<std::int64_t, kEagerRecvMaxDims> shape_{};
+  const char* state_ = "waiting for the sender's message";
+  EagerBuffer buffer_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  int count_ = 0;
+  bool stashed_ = false;
+  bool matched_ = false;
+  std::optional<std::string> failure_;
+  std::unique_ptr<Wire> ack_;  // a refusal only (rare): not part of every receive
+  MPI_Request ack_request_ = MPI_REQUEST_NULL;
+};
+
+template <class Op, class Array>
+std::shared_ptr<Operation> make_pooled(const Array& array, int peer, int tag, MPI_Comm comm) {
+  return std::allocate_shared<Op>(PooledAllocator<Op>{}, array, peer, tag, comm);
+}
+
+}  // namespace
+
+bool eager_send_fits(const DeviceArray& array) {
+  return array.nbytes() <= eager_limit_bytes && array.ndim() <= kMaxWireDims &&
+         array.stream().is_default();
+}
+
+bool eager_send_fits(const HostArray& array) {
+  return array.nbytes() <= eager_limit_bytes && array.ndim() <= kMaxWireDims;
+}
+
+bool eager_recv_fits(const DeviceArray& array) {
+  return array.nbytes() <= eager_limit_bytes && array.ndim() <= kEagerRecvMaxDims &&
+         array.is_c_contiguous() && array.stream().is_default();
+}
+
+bool eager_recv_fits(const HostArray& array) {
+  return array.nbytes() <= eager_limit_bytes && array.ndim() <= kEagerRecvMaxDims &&
+         array.is_c_contiguous();
+}
+
+std::shared_ptr<Operation> make_eager_send(const DeviceArray& array, int destination, int tag,
+                                           MPI_Comm comm) {
+  return make_pooled<EagerSend>(array, destination, tag, comm);
+}
+
+std::shared_ptr<Operation> make_eager_send(const HostArray& array, int destination, int tag,
+                                           MPI_Comm comm) {
+  return make_pooled<EagerSend>(array, destination, tag, comm);
+}
+
+std::shared_ptr<Operation> make_eager_recv(const DeviceArray& array, int source, int tag,
+                                           MPI_Comm comm) {
+  return make_pooled<EagerRecv>(array, source, tag, comm);
+}
+
+std::shared_ptr<Operation> make_eager_recv(const HostArray& array, int source, int tag,
+                                           MPI_Comm comm) {
+  return make_pooled<EagerRecv>(array, source, tag, comm);
+}
+
+void start_eager_recv(const std::shared_ptr<Operation>& op) {
+  // A message that has not arrived is only found by MPI's progress, which the first wait or test
+  // runs anyway: testing now would run it once more per receive.
+  if (static_cast<const EagerRecv&>(*op).stashed()) {
+    launch(op);
+  } else {
+    start(op);
+  }
+}
+
+}  // namespace devmem::mpi::detail

@@ -1,0 +1,54 @@
+// devmem::mpi's eager fast path (private to mpi/, not installed): plain sends and receives of small
+// arrays whose copy to or from the message buffer finishes within the call (host arrays, device
+// arrays on the default stream), which halo codes make by the thousand per step. The general
+// operations of mpi/point_to_point.cpp copy the caller's array handle (its shape and strides
+// vectors) into a heap-allocated state machine with room for every protocol; per 8-byte message
+// that cost ten times MPI's own work (bench/results/mpi-host-2026-11-27.md). Here:
+// - a send packs the array while the caller's handle is borrowed, sends header and payload as one
+//   message and keeps nothing of the array: it needs only its buffer and MPI request;
+// - a receive keeps what it needs to unpack (the memory's owner, the address, dtype and a
+//   fixed-size shape), posts its receive and does not test it at once (an MPI_Test of a message
+//   that has not arrived runs MPI's whole progress engine);
+// - both live in memory reused per thread (mpi/operation_pool.hpp).
+// The messages are the same as the general path's (docs/scaling-out.md#mpi-checks), so either side
+// may take either path.
+#pragma once
+
+#include "progress.hpp"
+
+#include <devmem/device_array.hpp>
+#include <devmem/host_array.hpp>
+#include <devmem/mpi.hpp>
+
+#include <memory>
+
+namespace devmem::mpi::detail {
+
+// Receives with more axes take the general path (the fast one keeps the shape inline).
+inline constexpr int kEagerRecvMaxDims = 8;
+
+// Whether a plain send of `array` takes the eager fast path: at most eager_limit_bytes, and a
+// host array or a device array on the default stream (whose copy is complete on return).
+bool eager_send_fits(const DeviceArray& array);
+bool eager_send_fits(const HostArray& array);
+// Whether a plain receive into `array` takes it: also C-contiguous, with at most
+// kEagerRecvMaxDims axes.
+bool eager_recv_fits(const DeviceArray& array);
+bool eager_recv_fits(const HostArray& array);
+
+// The operations, with their message posted (not started): the envelope must have been checked
+// and must not name MPI_PROC_NULL. A send is started with launch(), a receive with
+// start_eager_recv(); run_blocking() runs either.
+std::shared_ptr<Operation> make_eager_send(const DeviceArray& array, int destination, int tag,
+                                           MPI_Comm comm);
+std::shared_ptr<Operation> make_eager_send(const HostArray& array, int destination, int tag,
+                                           MPI_Comm comm);
+std::shared_ptr<Operation> make_eager_recv(const DeviceArray& array, int source, int tag,
+                                           MPI_Comm comm);
+std::shared_ptr<Operation> make_eager_recv(const HostArray& array, int source, int tag,
+                                           MPI_Comm comm);
+// Starts a receive made by make_eager_recv: into the progress list without a first test, unless
+// its message was stashed by probe() (then advanced once, as launch() does).
+void start_eager_recv(const std::shared_ptr<Operation>& op);
+
+}  // namespace devmem::mpi::detail
