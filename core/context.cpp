@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -269,8 +270,14 @@ std::vector<std::string> Context::take_deallocation_errors() {
 }
 
 void Context::synchronize() {
+  const std::vector<std::shared_ptr<detail::StreamState>> streams = state_->live_streams();
+  std::vector<NativeStream> handles;
+  handles.reserve(streams.size());
+  for (const auto& s : streams) handles.push_back(s->handle);
+  const std::uint64_t mark = state_->in_flight.seal(handles);
   backend_->synchronize_stream(device_, nullptr);
-  for (const auto& s : state_->live_streams()) backend_->synchronize_stream(device_, s->handle);
+  for (const NativeStream handle : handles) backend_->synchronize_stream(device_, handle);
+  state_->in_flight.release_through(handles, mark);
   state_->in_flight.collect_retired();
 }
 
@@ -321,6 +328,10 @@ void release_devmem_memory_at_exit() noexcept {
   for (const std::shared_ptr<Context>& context : table.contexts) {
     if (!context) continue;
     try {
+      // What asynchronous work still holds (a stream's last operations wait for their completion
+      // event until the stream is synchronized: keep_alive.hpp) is waited for and let go first,
+      // so that the flush frees it (the GPU proof's leak check saw it held at exit).
+      detail::ContextState::of(*context).in_flight.release_all_after_waiting();
       context->flush_deallocations();
       context->memory_manager()->trim();
     } catch (const std::exception& error) {

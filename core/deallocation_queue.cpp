@@ -45,8 +45,16 @@ void* DeallocationQueue::allocate_with_retry(Allocate&& allocate, const char* op
     return allocate();
   } catch (const OutOfMemory&) {
     // Numba's rule: free what is pending, then try exactly once more. The staging buffers kept
-    // for copies between devices are pending memory too.
+    // for copies between devices are pending memory too, and so is what asynchronous work still
+    // holds (keep_alive.hpp: a stream's last operations share one completion event, recorded
+    // late): waited for here, on this path only.
     release_idle_peer_staging();
+    try {
+      ContextState::of(owner_).in_flight.release_all_after_waiting();
+    } catch (const std::exception& e) {
+      report_error(fmt::format("{}: waiting for asynchronous work before retrying failed: {}",
+                               operation, e.what()));
+    }
     flush(true);
     try {
       return allocate();

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -31,11 +32,16 @@ struct HostSpan {
   }
 };
 
-/// The keep-alives of asynchronous work of one context: each operation enqueued on a stream other
-/// than the default stream records a completion event, and what it uses is released once that
-/// event has been reached. Thread-safe: one mutex guards the pending operations and the idle
-/// events, and is never held while a keep-alive is released or another lock of the context is
-/// taken.
+/// The keep-alives of asynchronous work of one context: what an operation enqueued on a stream
+/// other than the default stream uses is released once a completion event recorded after it has
+/// been reached, or once the host has synchronized that stream. The operations of one stream are
+/// held in batches of up to kUsesPerEvent (keep_alive.cpp) that share one completion event,
+/// recorded when the batch is full or must be waited for: an event record costs about as much as a
+/// small copy itself on a GPU (bench/results/gpu-proof-h100-2026-11-27.md), and a loop of small
+/// copies followed by a synchronize needs none. A batch not yet closed is the last of its stream.
+/// Thread-safe: one mutex guards the pending operations and the idle events; it is held across
+/// event records and queries, never while a keep-alive is released or another lock of the context
+/// is taken.
 /// What work captured into a graph uses of host memory (byte ranges) and of device memory objects
 /// (by identity; mapped views), held with the captured work's memory: for the context until
 /// Stream::take_graph_memory, then by the application's GraphMemory. A scope over that host
@@ -81,8 +87,25 @@ class InFlightWork {
   /// On a stream being captured into a graph the work runs at each launch of the graph, whenever
   /// that is: the objects are then held for the context until take_held_for_graphs() hands them
   /// to the application (Stream::take_graph_memory).
+  /// The objects join the stream's open batch; a batch's completion event is recorded when it
+  /// holds kUsesPerEvent operations (on the legacy default stream: at once), or when close_open,
+  /// wait_for_host_uses or release_all_after_waiting need it. If that record fails, the stream is
+  /// waited for and the batch released before the error propagates.
   void retire_after(StreamState& stream, std::vector<std::shared_ptr<const void>> objects,
                     std::vector<HostSpan> host_spans = {});
+  /// Before the host waits for `streams` (Stream::synchronize, Context::synchronize): no later
+  /// operation joins their open batches. Returns the mark to hand to release_through.
+  [[nodiscard]] std::uint64_t seal(std::span<const NativeStream> streams) noexcept;
+  /// After the host has waited for `streams`: releases what their operations retired before
+  /// `mark` (seal) hold, without asking any event.
+  void release_through(std::span<const NativeStream> streams, std::uint64_t mark) noexcept;
+  /// Before `stream` is destroyed: records the completion event of its open batch (on a stream
+  /// being captured, the batch is held as captured work is). Failures are reported; the batch's
+  /// objects are then held until the context goes.
+  void close_open(NativeStream stream) noexcept;
+  /// For an allocation that failed for lack of memory: closes every open batch, waits for every
+  /// recorded operation and releases what they hold, so that the retry sees that memory free.
+  void release_all_after_waiting();
   /// Releases the keep-alives whose work has completed (one event query per pending operation,
   /// stopping at the first unfinished one of each stream).
   void collect_retired() noexcept;
@@ -100,19 +123,40 @@ class InFlightWork {
   [[nodiscard]] std::size_t pending_uses() const;
 
  private:
+  /// A batch of operations of one stream. Open (`event` null) while operations may join it.
   struct PendingUse {
     NativeStream stream = nullptr;
     NativeEvent event = nullptr;
     std::vector<std::shared_ptr<const void>> objects;
     std::vector<HostSpan> host_spans;
+    std::size_t uses = 0;             // operations in the batch
+    std::uint64_t last_sequence = 0;  // of its latest operation (sequence_)
+    bool sealed = false;              // the host waits for the stream: no operation may join
   };
-  [[nodiscard]] NativeEvent take_event();
+  using Pending = std::deque<PendingUse>;
+  /// The idle event to record next, or a new one. Called with mutex_ held.
+  [[nodiscard]] NativeEvent take_event_locked();
+  /// Records `batch`'s completion event on its stream. Called with mutex_ held; on failure the
+  /// batch stays open and the error propagates.
+  void close_locked(PendingUse& batch);
+  /// Closes `batch` and returns true, or, on a stream now being captured (where no event outside
+  /// the capture can be recorded), hands its objects to the captured work's holding, erases it,
+  /// moves `batch` to the position after it and returns false. Called with mutex_ held.
+  bool close_or_hold_locked(Pending::iterator& batch);
+  /// Holds `objects` as work captured on `stream` uses them (take_held_for_graphs). Called with
+  /// mutex_ held.
+  void hold_for_graphs_locked(NativeStream stream, std::vector<std::shared_ptr<const void>> objects,
+                              std::vector<HostSpan> host_spans);
+  /// Waits for `events` outside the lock, with waiters_ counted so that none is destroyed
+  /// meanwhile.
+  void wait_for_events(const std::vector<NativeEvent>& events);
   [[nodiscard]] Backend& backend() const noexcept;
   [[nodiscard]] int device() const noexcept;
 
   Context& owner_;
   mutable std::mutex mutex_;  // guards the members below
-  std::deque<PendingUse> pending_;
+  Pending pending_;
+  std::uint64_t sequence_ = 0;  // operations retired so far: orders them against seal()
   std::vector<NativeEvent> idle_events_;
   struct HeldForGraph {
     NativeStream stream = nullptr;

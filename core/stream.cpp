@@ -7,8 +7,10 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <exception>
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -19,6 +21,8 @@ namespace detail {
 
 StreamState::~StreamState() {
   if (is_default || handle == nullptr) return;
+  // Its last operations may still wait for a completion event: recorded before the stream goes.
+  detail::ContextState::of(*context).in_flight.close_open(handle);
   if (owned) {
     try {
       context->backend().destroy_stream(context->device(), handle);
@@ -104,8 +108,12 @@ std::shared_ptr<Context> Stream::context() const {
 void Stream::synchronize() const {
   std::shared_ptr<detail::StreamState> holder;
   const auto& s = state_or_default(state_, holder);
+  auto& in_flight = detail::ContextState::of(*s->context).in_flight;
+  const std::span<const NativeStream> waited(&s->handle, 1);
+  const std::uint64_t mark = in_flight.seal(waited);
   s->context->backend().synchronize_stream(s->context->device(), s->handle);
-  detail::ContextState::of(*s->context).in_flight.collect_retired();
+  in_flight.release_through(waited, mark);
+  in_flight.collect_retired();
 }
 
 bool Stream::query() const {

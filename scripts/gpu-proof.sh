@@ -29,7 +29,7 @@ readonly STEPS=(
   "versions|1|10|gated|driver, CUDA runtime and glibc versions; every library of the bundle resolves"
   "info|1|10|gated|devmem info: the devices as devmem sees them"
   "cuobjdump|1|10|gated|sm_80 and sm_90 machine code in libdevmem and in a consumer's kernel"
-  "conformance|1|60|gated|the conformance suite on the cuda backend (JUnit)"
+  "conformance|1|45|gated|the conformance suite on the cuda backend (JUnit)"
   "fake-runtime|1|10|gated|the shared GPU layer against the fake runtime; the device check"
   "examples|1|10|gated|matmul, the README example and a consumer's kernel, results checked"
   "memcheck|1|70|gated|compute-sanitizer memcheck with leak check: kernel and transfer tests first"
@@ -405,6 +405,9 @@ step_memcheck() {
   note memcheck "allocations still held at exit (leak check): $leaks; by size: $(grep -oE 'Leaked [0-9]+ bytes' "$log" | sort | uniq -c | sort -rn | head -n 10 | tr '\n' ';')"
   ((rc1 == 77)) && return 77
   if ((rc1 == 124 || rc1 == 137)); then status[memcheck]="FAILED (time-out in the kernel and transfer tests)"; return 1; fi
+  # The first part must be clean whatever the second did (2026-11-27: it reported 35 errors, held
+  # allocations, while the step said ok because the second part had stopped at the cap).
+  if ((rc1 != 0)); then status[memcheck]="FAILED (kernel and transfer tests: exit $rc1)"; return 1; fi
   if ((rc2 == 124 || rc2 == 137)); then status[memcheck]="ok (kernel and transfer tests clean; the rest stopped at the cap)"; return 0; fi
   ((rc1 == 0 && rc2 == 0)) || { status[memcheck]="FAILED (exit $rc1, $rc2)"; return 1; }
 }

@@ -59,8 +59,10 @@ class DEVMEM_API Context {
   /// see memory_manager.hpp for what happens to the queue then.
   void flush_deallocations();
   /// Asynchronous operations on streams other than the default stream whose memory devmem still
-  /// holds (each until its completion event has been seen done). Completed ones are let go at
-  /// the next allocation, synchronisation or scope exit of this context, or when 64 are pending.
+  /// holds: until a completion event after them has been seen done (up to 16 operations of a
+  /// stream share one) or their stream has been synchronized. Completed ones are let go at the
+  /// next allocation, synchronisation or scope exit of this context, or when 64 batches are
+  /// pending (docs/memory-managers.md).
   /// A diagnostic: it may include operations that have completed but not yet been looked at.
   [[nodiscard]] std::size_t operations_in_flight() const;
   /// Number of queued deallocations.

@@ -408,6 +408,29 @@ TEST_CASE("deallocation: an allocation out of memory flushes the queue and retri
   }
 }
 
+TEST_CASE("deallocation: out of device memory: the retry waits for what a stream's work holds",
+          "[deallocation][oom][host-only]") {
+  // keep_alive.hpp: a stream's last operations share a completion event recorded late, so an
+  // array dropped after a copy on a stream is held until the stream is synchronized; the retry
+  // after a failed allocation waits for that work and frees it.
+  const MemoryStateGuard mem;
+  const HostControlsGuard host;
+  use_direct_manager();
+  const devmem::Stream s = devmem::stream();
+  const int64_t used = devmem::host::device_memory_used();
+  devmem::host::set_device_memory_capacity(used + 8 * kMiB);
+  const DeviceArray target = devmem::device_array(Shape{2 * kMiB}, u1(), {}, devmem::Order::C, s);
+  {
+    const DeviceArray source = devmem::device_array(Shape{4 * kMiB}, u1(), {}, devmem::Order::C, s);
+    target.copy_to_device(source.slice(0, 0, 2 * kMiB), s);
+  }
+  REQUIRE(mem.context()->operations_in_flight() >= 1);
+  const DeviceArray fits_after_wait = devmem::device_array(Shape{5 * kMiB}, u1());
+  CHECK(fits_after_wait.alloc_size() == 5 * kMiB);
+  CHECK(mem.context()->operations_in_flight() == 0);
+  CHECK(devmem::host::device_memory_used() == used + 7 * kMiB);
+}
+
 TEST_CASE("deallocation: out of device memory: flush then retry, then OutOfMemory",
           "[deallocation][oom][host-only]") {
   const MemoryStateGuard mem;

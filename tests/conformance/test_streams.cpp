@@ -454,6 +454,93 @@ TEST_CASE("keep-alives: completed operations are let go without a host callback 
   CHECK(context->device_statistics().current_bytes == held.current_bytes);
 }
 
+TEST_CASE("keep-alives: a stream's operations share a completion event, released by a synchronize",
+          "[streams]") {
+  // keep_alive.hpp: up to 16 operations of a stream share one completion event, recorded when
+  // the batch is full; a synchronize of the stream releases its operations without one.
+  const devmem::Stream s = devmem::stream();
+  const auto context = devmem::current_context();
+  context->synchronize();
+  const std::size_t before = context->operations_in_flight();
+  const devmem::MemoryStatistics held = context->device_statistics();
+  const DeviceArray target = devmem::device_array(Shape{256}, f8());
+  SECTION("fewer than a batch: held until the stream is synchronized") {
+    {
+      const DeviceArray source = devmem::to_device(iota_vec(256));
+      for (int i = 0; i < 15; ++i) target.copy_to_device(source, s);
+    }
+    context->flush_deallocations();  // asks every recorded event: there is none yet
+    CHECK(context->operations_in_flight() == before + 15);
+    s.synchronize();
+    CHECK(context->operations_in_flight() == before);
+    CHECK(target.to_vector<double>() == iota_vec(256));
+  }
+  SECTION("full batches get their event: an event recorded after them sees them done") {
+    {
+      const DeviceArray source = devmem::to_device(iota_vec(256));
+      for (int i = 0; i < 40; ++i) target.copy_to_device(source, s);
+    }
+    const devmem::Event after = s.record();
+    after.synchronize();
+    context->flush_deallocations();
+    // 40 = two full batches, released once their events are seen done, and 8 still open.
+    CHECK(context->operations_in_flight() == before + 8);
+    s.synchronize();
+    CHECK(context->operations_in_flight() == before);
+  }
+  SECTION("a stream destroyed with an open batch records its event first") {
+    {
+      const devmem::Stream short_lived = devmem::stream();
+      const DeviceArray source = devmem::to_device(iota_vec(256));
+      for (int i = 0; i < 3; ++i) target.copy_to_device(source, short_lived);
+    }
+    context->synchronize();
+    CHECK(context->operations_in_flight() == before);
+    CHECK(target.to_vector<double>() == iota_vec(256));
+  }
+  SECTION("a context synchronize releases every stream's open batch") {
+    const devmem::Stream other = devmem::stream();
+    {
+      const DeviceArray source = devmem::to_device(iota_vec(256));
+      const DeviceArray copy = devmem::device_array(Shape{256}, f8());
+      target.copy_to_device(source, s);
+      copy.copy_to_device(source, other);
+    }
+    CHECK(context->operations_in_flight() == before + 2);
+    context->synchronize();
+    CHECK(context->operations_in_flight() == before);
+  }
+  CHECK(context->device_statistics().current_bytes ==
+        held.current_bytes + static_cast<std::int64_t>(target.nbytes()));
+}
+
+TEST_CASE("keep-alives: threads retiring on one stream while another synchronizes it",
+          "[streams][thread]") {
+  const devmem::Stream s = devmem::stream();
+  const auto context = devmem::current_context();
+  context->synchronize();
+  const std::size_t before = context->operations_in_flight();
+  const DeviceArray source = devmem::to_device(iota_vec(64));
+  std::vector<std::thread> copiers;
+  for (int t = 0; t < 3; ++t) {
+    copiers.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) {
+        const DeviceArray target = devmem::device_array(Shape{64}, f8());
+        target.copy_to_device(source, s);
+      }
+    });
+  }
+  std::atomic<bool> done{false};
+  std::thread synchronizer([&] {
+    while (!done.load()) s.synchronize();
+  });
+  for (auto& copier : copiers) copier.join();
+  done.store(true);
+  synchronizer.join();
+  s.synchronize();
+  CHECK(context->operations_in_flight() == before);
+}
+
 TEST_CASE("pinned and mapped scopes wait for work on other streams before unregistering",
           "[streams]") {
   const BusyWork busy;
