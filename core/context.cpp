@@ -11,9 +11,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cerrno>
 #include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -8,8 +8,8 @@
 #include <devmem/host_controls.hpp>
 
 #include <unistd.h>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <vector>
