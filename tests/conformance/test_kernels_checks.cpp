@@ -38,7 +38,7 @@ DEVMEM_KERNEL void dynamic_shared_writes(ArrayView<float, 1> out, int from, int 
 DEVMEM_KERNEL void dynamic_shared_overrun_at_end(ArrayView<float, 1> out) {
   float* dyn = devmem::dynamic_shared<float>();
   const unsigned t = devmem::thread_idx().x;
-  dyn[t + 4] = 1.0f;  // 4 floats of dynamic shared memory: threads 0-3 stay inside
+  dyn[t + 4] = 1.0f;  // past the 4 floats of dynamic shared memory the launch gives
   out[t] = 0.0f;
 }
 
@@ -88,8 +88,8 @@ TEST_CASE("kernels: the simulator reports writes outside the dynamic shared memo
     FAIL("launch did not report the overrun");
   } catch (const devmem::BackendError& e) {
     check_launch_failure(e,
-                         "wrote 16 bytes past the end of its 16 bytes of dynamic shared memory "
-                         "(bytes 16 to 31 of it, found when the block finished)");
+                         "wrote 32 bytes past the end of its 16 bytes of dynamic shared memory "
+                         "(bytes 16 to 47 of it, found when the block finished)");
   }
   // The simulator keeps working.
   devmem::launch({1, 32, 32 * sizeof(float)}, dynamic_shared_writes, out, 8, 16);
