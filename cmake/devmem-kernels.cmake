@@ -69,13 +69,15 @@ function(devmem_add_kernel_sources target)
     # error); a static one would also work (the kernel layer selects the device in its own
     # runtime before each launch).
     set_target_properties(${target} PROPERTIES CUDA_RUNTIME_LIBRARY Shared)
-    # devmem::devmem asks for C++20, which reaches CUDA sources as CUDA20, whose nvcc flag CMake
-    # 3.25 does not know; nvcc has accepted -std=c++20 since CUDA 12. In the caller's (directory)
-    # scope, where generation reads it.
-    if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
-      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20" PARENT_SCOPE)
-      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20" PARENT_SCOPE)
-    endif()
+    # -std=c++20 on the target itself: devmem::devmem asks for C++20, which reaches CUDA sources
+    # as CUDA20, a dialect CMake 3.25 has no nvcc flag for, so it adds none and nvcc compiles
+    # C++17. A variable set for the caller instead would end with the caller's scope, which is a
+    # function's when a project wraps this call in one (issue 34, d1). nvcc takes a repeated
+    # -std=c++20 silently, so a CMake that adds its own is harmless.
+    # --expt-relaxed-constexpr: kernels call constexpr standard functions (std::plus<>,
+    # std::numeric_limits, std::min), which nvcc refuses in device code without it.
+    target_compile_options(${target} PRIVATE
+                           "$<$<COMPILE_LANGUAGE:CUDA>:-std=c++20;--expt-relaxed-constexpr>")
   elseif(backend STREQUAL "roc")
     get_property(hipcc GLOBAL PROPERTY DEVMEM_KERNEL_HIPCC)
     get_property(hip_library GLOBAL PROPERTY DEVMEM_KERNEL_HIP_LIBRARY)

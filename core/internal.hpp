@@ -61,6 +61,10 @@ struct DeviceMemory {
   // that a host array and a device view are the same bytes.
   std::byte* host_alias = nullptr;
   bool tracked = false;  // listed for device_memory_owner (track_device_memory)
+  // Owned memory: a number no other allocation of the process has had (set by
+  // track_device_memory), which views carry so that launch can tell a freed array's view from a
+  // live one at the same address. 0 for memory devmem did not allocate.
+  std::uint64_t generation = 0;
   // Memory of a stream-ordered manager (MemoryManager::allocates_in_stream_order) allocated on a
   // stream other than the default: valid in that stream's order only, until `allocated` completes.
   struct StreamOrder {
@@ -95,6 +99,8 @@ void untrack_device_memory(const DeviceMemory& memory) noexcept;
 /// The device memory (owned or viewed by devmem) that `address` lies in, while something still
 /// holds it; null otherwise.
 [[nodiscard]] std::shared_ptr<const void> device_memory_owner(const void* address);
+/// Whether the owned allocation of `generation` (DeviceMemory::generation) is still alive.
+[[nodiscard]] bool allocation_alive(std::uint64_t generation);
 
 /// Host memory: pageable, pinned or mapped, owned by devmem or viewed.
 struct HostMemory {

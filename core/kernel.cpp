@@ -11,6 +11,7 @@
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -162,6 +163,27 @@ int constant_memory_device(const Stream& stream) {
 
 std::shared_ptr<const void> launch_view_owner(const void* data) {
   return device_memory_owner(data);
+}
+
+void check_view_alive(const PreparedLaunch& launch, std::size_t argument, const void* data,
+                      std::uint64_t generation, const std::int64_t* shape, std::size_t rank) {
+  if (generation == 0 || allocation_alive(generation)) return;
+  const std::shared_ptr<const void> owner = device_memory_owner(data);
+  // The view's array is gone. Its address alone cannot tell (the pool hands the same block out
+  // again, the vendors reuse addresses): say whose memory it is now, if anyone's.
+  const auto* now = static_cast<const DeviceMemory*>(owner.get());
+  const std::string shape_text = rank == 1
+                                     ? fmt::format("({},)", shape[0])
+                                     : fmt::format("({})", fmt::join(shape, shape + rank, ", "));
+  throw InvalidArgument(fmt::format(
+      "devmem::launch({}): argument {} (an ArrayView of shape {} at {}) was made from an array "
+      "whose memory has been freed (allocation {}); {}",
+      launch.kernel_name, argument, shape_text, data, generation,
+      now != nullptr && now->generation != 0
+          ? fmt::format("that memory now belongs to another array (allocation {}), which the "
+                        "kernel would overwrite",
+                        now->generation)
+          : std::string("the memory may be handed to another array at any time")));
 }
 
 void order_launch_after_allocations(const Stream& stream,

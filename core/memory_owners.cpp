@@ -4,9 +4,11 @@
 // alive until the kernel has run, as it does for a DeviceArray argument.
 #include "core/internal.hpp"
 
+#include <cstdint>
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <unordered_set>
 
 namespace devmem::detail {
 namespace {
@@ -15,12 +17,17 @@ class MemoryOwners {
  public:
   void add(const std::shared_ptr<DeviceMemory>& memory) {
     const std::lock_guard lock(mutex_);
+    if (memory->owned) {
+      memory->generation = ++last_generation_;
+      live_generations_.insert(memory->generation);
+    }
     entries_.emplace(memory->ptr,
                      Entry{memory->ptr + memory->bytes, memory.get(), memory, memory->owned});
   }
 
   void remove(const DeviceMemory& memory) noexcept {
     const std::lock_guard lock(mutex_);
+    if (memory.generation != 0) live_generations_.erase(memory.generation);
     const auto [first, last] = entries_.equal_range(memory.ptr);
     for (auto it = first; it != last; ++it) {
       if (it->second.memory == &memory) {
@@ -28,6 +35,11 @@ class MemoryOwners {
         return;
       }
     }
+  }
+
+  [[nodiscard]] bool alive(std::uint64_t generation) const {
+    const std::lock_guard lock(mutex_);
+    return live_generations_.contains(generation);
   }
 
   [[nodiscard]] std::shared_ptr<const void> owner_of(const void* address) const {
@@ -69,6 +81,8 @@ class MemoryOwners {
   };
   mutable std::mutex mutex_;
   std::multimap<const std::byte*, Entry> entries_;  // by the memory's first byte
+  std::uint64_t last_generation_ = 0;
+  std::unordered_set<std::uint64_t> live_generations_;  // of the owned entries
 };
 
 MemoryOwners& owners() {
@@ -88,6 +102,17 @@ void track_device_memory(const std::shared_ptr<DeviceMemory>& memory) {
 
 void untrack_device_memory(const DeviceMemory& memory) noexcept {
   if (memory.tracked) owners().remove(memory);
+}
+
+bool allocation_alive(std::uint64_t generation) {
+  return owners().alive(generation);
+}
+
+ViewOrigin view_origin(const DeviceMemory* memory) noexcept {
+  if (memory == nullptr) return {};
+  // Owned memory without a host alias is device memory proper; mapped or registered host memory
+  // (host_alias) stays host-accessible, and foreign memory is not devmem's to judge.
+  return ViewOrigin{memory->generation, memory->owned && memory->host_alias == nullptr};
 }
 
 std::shared_ptr<const void> device_memory_owner(const void* address) {

@@ -114,7 +114,7 @@ class BlockRunner {
       : grid_(grid),
         block_threads_(static_cast<std::size_t>(grid.block.volume())),
         threads_(block_threads_),
-        shared_(grid.shared_limit + kSharedAlignment) {
+        shared_(grid.shared_limit + 2 * kRedZone + kSharedAlignment) {
     const Dim3& b = grid_.block;
     for (std::size_t i = 0; i < block_threads_; ++i) {
       const auto linear = static_cast<unsigned>(i);
@@ -153,7 +153,9 @@ class BlockRunner {
       for (cursor_ = 0; cursor_ < block_threads_ && !aborting_; ++cursor_) {
         if (threads_[cursor_].state == State::Ready) switch_to(cursor_);
       }
-      if (aborting_ || !release_barriers()) break;
+      const bool released = !aborting_ && release_barriers();
+      if (!aborting_) check_red_zones(released);
+      if (aborting_ || !released) break;
     }
     if (aborting_) {
       abort_block();
@@ -201,7 +203,7 @@ class BlockRunner {
                 describe(*untagged_site), describe(threads_[current_].coords.thread_idx),
                 describe(block_index_)));
       }
-      return shared_base_ + a.offset;
+      return static_base() + a.offset;
     }
     const std::size_t offset = (shared_end_ + alignment - 1) / alignment * alignment;
     if (offset + bytes > grid_.shared_limit) {
@@ -217,8 +219,8 @@ class BlockRunner {
         SharedArrayPlace{key, offset, untagged_site != nullptr,
                          untagged_site != nullptr ? *untagged_site : SourceSite{}});
     shared_end_ = offset + bytes;
-    std::memset(shared_base_ + offset, kUninitialisedShared, bytes);
-    return shared_base_ + offset;
+    std::memset(static_base() + offset, kUninitialisedShared, bytes);
+    return static_base() + offset;
   }
 
   void* dynamic_shared(std::size_t alignment) {
@@ -228,7 +230,12 @@ class BlockRunner {
                                  "simulator guarantees",
                                  alignment, kSharedAlignment));
     }
-    return shared_base_;
+    if (!red_zones_filled_) {
+      std::memset(shared_base_, kRedZoneByte, kRedZone);
+      std::memset(dynamic_base() + grid_.dynamic_shared_bytes, kRedZoneByte, kRedZone);
+      red_zones_filled_ = true;
+    }
+    return dynamic_base();
   }
 
   void wait_at_block_barrier(const char* name, const SourceSite& where) {
@@ -270,6 +277,27 @@ class BlockRunner {
     SourceSite site;  // that call's site (untagged only)
   };
 
+  [[nodiscard]] std::byte* dynamic_base() const noexcept { return shared_base_ + kRedZone; }
+  [[nodiscard]] std::byte* static_base() const noexcept { return shared_base_ + 2 * kRedZone; }
+
+  /// Records a launch failure when a red zone around the dynamic shared memory was written: at a
+  /// barrier just released (`at_barrier`), or when the block has finished.
+  void check_red_zones(bool at_barrier) {
+    if (!red_zones_filled_ || !host::bounds_checking()) return;
+    const std::string where = [&] {
+      for (const SimThread& t : threads_) {
+        if (at_barrier && t.state != State::Done) {
+          return fmt::format("at {} ({})", t.barrier_name, describe(t.site));
+        }
+      }
+      return std::string("when the block finished");
+    }();
+    if (auto failure = dynamic_shared_overrun(shared_base_, grid_.dynamic_shared_bytes,
+                                              describe(block_index_), where)) {
+      record_failure(Status::LaunchFailure, std::move(*failure));
+    }
+  }
+
   void start_block(const Dim3& index) {
     block_index_ = index;
     aborting_ = false;
@@ -278,7 +306,8 @@ class BlockRunner {
     // them; the places are kept across blocks, the contents are not.
     shared_arrays_.clear();
     shared_end_ = grid_.dynamic_shared_bytes;
-    std::memset(shared_base_, kUninitialisedShared, grid_.dynamic_shared_bytes);
+    std::memset(dynamic_base(), kUninitialisedShared, grid_.dynamic_shared_bytes);
+    red_zones_filled_ = false;
     for (SimThread& t : threads_) {
       t.coords.block_idx = index;
       t.state = State::Ready;
@@ -603,7 +632,8 @@ class BlockRunner {
   const std::size_t block_threads_;
   std::vector<SimThread> threads_;
   std::vector<std::byte> shared_;
-  std::byte* shared_base_ = nullptr;
+  std::byte* shared_base_ = nullptr;  // the leading red zone, then the dynamic shared memory
+  bool red_zones_filled_ = false;     // this block asked for its dynamic shared memory
   std::vector<SharedArrayPlace> shared_arrays_;
   std::size_t shared_end_ = 0;
   Dim3 block_index_;
@@ -696,6 +726,11 @@ void fail_kernel_access(const std::string& what) {
     throw InvalidArgument(what + " (outside a kernel)");
   }
   runner->fail_access(what);
+}
+
+bool in_kernel_thread() noexcept {
+  const BlockRunner* runner = t_runner;
+  return runner != nullptr && runner->in_thread();
 }
 
 const ThreadCoords& current_thread(const char* function) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -155,5 +156,24 @@ void prepare_overflow_report();
 /// out-of-bounds access), followed by that thread's coordinates; InvalidArgument
 /// ("<what> (outside a kernel)") when no kernel thread runs on it.
 [[noreturn]] void fail_kernel_access(const std::string& what);
+
+// dynamic_shared<T>() is a raw pointer, which nothing can bounds-check as it is used. Instead the
+// block's dynamic shared memory lies between two red zones of kRedZone bytes, filled with
+// kRedZoneByte when a thread first asks for it; the zones are compared at every barrier and when
+// the block ends, so a write past either end fails the launch naming the bytes, and lands in the
+// zone rather than in the block's static shared arrays (placed after the second zone).
+inline constexpr std::size_t kRedZone = 512;  // keeps the memory 64-byte aligned
+inline constexpr unsigned char kRedZoneByte = 0xDB;
+
+/// The failure to report when the red zones around the `dynamic_bytes` of dynamic shared memory
+/// at `zones` + kRedZone (the first zone at `zones`, the second right after the memory) were
+/// written by block `block`, found `where` (host_kernel_checks.cpp); nullopt when they are intact.
+[[nodiscard]] std::optional<std::string> dynamic_shared_overrun(const std::byte* zones,
+                                                                std::size_t dynamic_bytes,
+                                                                const std::string& block,
+                                                                const std::string& where);
+
+/// Whether a simulated kernel thread runs on the calling OS thread.
+[[nodiscard]] bool in_kernel_thread() noexcept;
 
 }  // namespace devmem::detail::sim

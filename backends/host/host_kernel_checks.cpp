@@ -3,7 +3,10 @@
 // host_kernel.cpp) before the access, so nothing outside the array is touched. At launch,
 // check_view_argument checks the memory every ArrayView argument can reach against the backend's
 // live allocations and mapped host memory, as copies are checked, so a stale view is refused
-// before it runs (InvalidArgument, as the other argument errors of launch).
+// before it runs (InvalidArgument, as the other argument errors of launch). Also here: the report
+// of writes into the red zones around a block's dynamic shared memory (dynamic_shared_overrun),
+// and of element access through a view of device memory that launch never handed to a kernel
+// (unlaunched_view_access: host code, or a view smuggled into a kernel in a struct).
 #include "backends/host/host_backend.hpp"
 #include "backends/host/host_kernel.hpp"
 
@@ -13,10 +16,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace devmem::detail::sim {
 namespace {
@@ -46,6 +54,52 @@ void index_out_of_bounds(const char* array_kind, const std::int64_t* index, std:
                        index_count == 1 ? index[0] : -1, describe_tuple(shape_values), count);
   }
   fail_kernel_access(what);
+}
+
+std::optional<std::string> dynamic_shared_overrun(const std::byte* zones, std::size_t dynamic_bytes,
+                                                  const std::string& block,
+                                                  const std::string& where) {
+  static const std::vector<unsigned char> clean(kRedZone, kRedZoneByte);
+  const std::byte* const after = zones + kRedZone + dynamic_bytes;
+  const bool before_clean = std::memcmp(zones, clean.data(), kRedZone) == 0;
+  if (before_clean && std::memcmp(after, clean.data(), kRedZone) == 0) return std::nullopt;
+  // The written bytes, as offsets from the start of the dynamic shared memory.
+  const std::byte* const zone = before_clean ? after : zones;
+  std::size_t first = kRedZone;
+  std::size_t last = 0;
+  for (std::size_t i = 0; i != kRedZone; ++i) {
+    if (zone[i] != std::byte{kRedZoneByte}) {
+      first = std::min(first, i);
+      last = i;
+    }
+  }
+  const auto dynamic = static_cast<std::int64_t>(dynamic_bytes);
+  const std::int64_t base = before_clean ? dynamic : -static_cast<std::int64_t>(kRedZone);
+  return fmt::format(
+      "dynamic_shared: block {} wrote {} bytes {} its {} bytes of dynamic shared memory (bytes {} "
+      "to {} of it, found {}); on a GPU these writes overwrite other shared memory of the block "
+      "(check the indices and LaunchConfig::shared_bytes)",
+      block, last - first + 1, before_clean ? "past the end of" : "before the start of", dynamic,
+      base + static_cast<std::int64_t>(first), base + static_cast<std::int64_t>(last), where);
+}
+
+void unlaunched_view_access(const void* data, const std::int64_t* shape, std::size_t rank) {
+  if (!host::bounds_checking()) return;
+  const std::string view =
+      fmt::format("ArrayView of shape {} at {}", describe_tuple(std::span(shape, rank)), data);
+  if (in_kernel_thread()) {
+    fail_kernel_access(fmt::format(
+        "{}: the view reached the kernel without passing through launch (a member of a struct "
+        "argument, or read from memory), so launch neither checked that its array is alive nor "
+        "kept it alive; pass it as a kernel parameter of its own, or list the struct's views "
+        "with a member `auto devmem_views() const {{ return std::tie(view, ...); }}`",
+        view));
+  }
+  throw InvalidArgument(fmt::format(
+      "{}: host code indexes device memory outside a kernel, which faults on a GPU; copy the "
+      "elements instead (to_vector, item, set_item, copy_to_host), or use mapped memory "
+      "(mapped_array), which host code and kernels both index",
+      view));
 }
 
 void check_view_argument(const PreparedLaunch& launch, std::size_t argument, const void* data,

@@ -20,6 +20,15 @@
 // DEVMEM_HOST_NO_BOUNDS_CHECK for every translation unit compiles the comparisons out. GPU code is
 // unchanged. See <devmem/host_controls.hpp>.
 //
+// Device memory and views launch never saw (same switches): a view DeviceArray::view makes of
+// device memory (not of mapped or registered host memory) is marked until devmem::launch hands a
+// copy of it to a kernel. Host code indexing a marked view throws InvalidArgument ("host code
+// indexes device memory"), since on a GPU that access faults; a kernel indexing one fails its
+// launch, since the view reached it without launch's checks (inside a struct argument that does
+// not list its views with devmem_views(), see <devmem/kernel.hpp>). Views also carry the
+// generation of the allocation they were made from, which launch compares on every backend: a
+// view of a freed array is refused even after another array has been given its memory.
+//
 // Thread safety: a view is a value; concurrent element accesses follow the usual rules of the
 // memory it points to.
 #pragma once
@@ -60,6 +69,13 @@ namespace detail::sim {
 [[gnu::cold]] DEVMEM_API void index_out_of_bounds(const char* array_kind, const std::int64_t* index,
                                                   std::size_t index_count,
                                                   const std::int64_t* shape, std::size_t rank);
+/// Element access through a view of device memory that launch has not handed to a kernel (see
+/// ArrayView): from a simulated kernel thread it fails the launch (a view that reached the kernel
+/// unchecked, in a struct argument without devmem_views()); from host code it throws
+/// InvalidArgument (device memory read or written by the host faults on a GPU). Returns only when
+/// devmem::host::bounds_checking() is off.
+[[gnu::cold]] DEVMEM_API void unlaunched_view_access(const void* data, const std::int64_t* shape,
+                                                     std::size_t rank);
 /// True when `index` is outside [0, extent): one unsigned comparison covers negative indices.
 [[nodiscard]] constexpr bool out_of_bounds(std::int64_t index, std::int64_t extent) noexcept {
   return static_cast<std::uint64_t>(index) >= static_cast<std::uint64_t>(extent);
@@ -86,6 +102,10 @@ void check_flat_index(const char* array_kind, std::size_t i) {
 }
 }  // namespace detail::sim
 #endif
+
+namespace detail {
+struct ViewAccess;
+}
 
 /// A strided view of `Rank` dimensions over elements of type `T` (use `const T` for read-only
 /// access). Strides are in bytes, like NumPy's and DeviceArray's.
@@ -123,6 +143,9 @@ class ArrayView {
         detail::sim::index_out_of_bounds("ArrayView", indices, Rank, shape_, Rank);
       }
     }
+    if (unlaunched_) [[unlikely]] {
+      detail::sim::unlaunched_view_access(data_, shape_, Rank);
+    }
 #endif
     return *address(static_cast<std::int64_t>(index)...);
   }
@@ -133,6 +156,9 @@ class ArrayView {
 #ifdef DEVMEM_DETAIL_SIM_BOUNDS_CHECK
     if (detail::sim::out_of_bounds(i, shape_[0])) [[unlikely]] {
       detail::sim::index_out_of_bounds("ArrayView", &i, 1, shape_, 1);
+    }
+    if (unlaunched_) [[unlikely]] {
+      detail::sim::unlaunched_view_access(data_, shape_, 1);
     }
 #endif
     return *address(i);
@@ -159,7 +185,8 @@ class ArrayView {
   /// A read-only view from a writable one.
   template <class U>
     requires(std::is_const_v<T> && std::is_same_v<const U, T> && !std::is_same_v<U, T>)
-  DEVMEM_HOST_DEVICE ArrayView(const ArrayView<U, Rank>& other) : data_(other.data_) {
+  DEVMEM_HOST_DEVICE ArrayView(const ArrayView<U, Rank>& other)
+      : data_(other.data_), generation_(other.generation_), unlaunched_(other.unlaunched_) {
     for (std::size_t d = 0; d != Rank; ++d) {
       shape_[d] = other.shape_[d];
       strides_[d] = other.strides_[d];
@@ -169,6 +196,7 @@ class ArrayView {
  private:
   template <class, std::size_t>
   friend class ArrayView;
+  friend struct detail::ViewAccess;
 
   template <class... Index>
   [[nodiscard]] DEVMEM_HOST_DEVICE T* address(Index... index) const {
@@ -184,6 +212,39 @@ class ArrayView {
   // One extra element keeps the arrays legal for Rank 0 (a view of one element).
   std::int64_t shape_[Rank + 1] = {};
   std::int64_t strides_[Rank + 1] = {};
+  // The generation of the devmem allocation the view was made from (DeviceArray::view; 0: not
+  // known), which launch compares with the live allocations: a view of a freed array is refused
+  // even when a new array has been given the same memory.
+  std::uint64_t generation_ = 0;
+  // Set by DeviceArray::view in a view of device memory (not mapped or registered host memory),
+  // cleared in the copy that launch hands a kernel. The simulator refuses element access through
+  // a view still marked: from host code it is device memory, which faults on a GPU; from a kernel
+  // it is a view that launch did not check or keep alive (in a struct without devmem_views()).
+  bool unlaunched_ = false;
 };
+
+namespace detail {
+/// What devmem reads and sets in a view besides its public members (DeviceArray::view, launch).
+struct ViewAccess {
+  template <class T, std::size_t Rank>
+  [[nodiscard]] static ArrayView<T, Rank> make(T* data, const std::int64_t* shape,
+                                               const std::int64_t* strides,
+                                               std::uint64_t generation, bool device_memory) {
+    ArrayView<T, Rank> view(data, shape, strides);
+    view.generation_ = generation;
+    view.unlaunched_ = device_memory;
+    return view;
+  }
+  template <class T, std::size_t Rank>
+  [[nodiscard]] static std::uint64_t generation(const ArrayView<T, Rank>& view) {
+    return view.generation_;
+  }
+  /// Clears the mark of a view on its way into a kernel (see ArrayView::unlaunched_).
+  template <class T, std::size_t Rank>
+  static void mark_launched(ArrayView<T, Rank>& view) {
+    view.unlaunched_ = false;
+  }
+};
+}  // namespace detail
 
 }  // namespace devmem

@@ -22,6 +22,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <ranges>
@@ -46,6 +47,13 @@ struct ArrayAccess;  // core/array_access.hpp
 /// message names the view and the offending values.
 DEVMEM_API void check_view(const DType& expected, std::size_t rank, const DType& dtype,
                            const Layout& layout, const void* data);
+/// What a view made of `memory` carries (see ArrayView): the allocation's generation (0 when
+/// devmem did not allocate it) and whether it is device memory that host code may not index.
+struct ViewOrigin {
+  std::uint64_t generation = 0;
+  bool device_memory = false;
+};
+[[nodiscard]] DEVMEM_API ViewOrigin view_origin(const DeviceMemory* memory) noexcept;
 
 /// A contiguous, sized range of elements (std::vector, std::array, std::span, a C array, ...),
 /// const or not: what the copies and to_device accept besides arrays.
@@ -223,8 +231,10 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
     requires Element<std::remove_const_t<T>>
   [[nodiscard]] ArrayView<T, Rank> view() const {
     detail::check_view(dtype_of<std::remove_const_t<T>>(), Rank, dtype_, layout_, data());
-    return ArrayView<T, Rank>(static_cast<T*>(data()), layout_.shape.data(),
-                              layout_.strides.data());
+    const detail::ViewOrigin origin = detail::view_origin(memory_.get());
+    return detail::ViewAccess::make<T, Rank>(static_cast<T*>(data()), layout_.shape.data(),
+                                             layout_.strides.data(), origin.generation,
+                                             origin.device_memory);
   }
 
   // Interop (<devmem/interop.hpp> has the rules and the consumer side).

@@ -26,7 +26,10 @@
 // Which backend a launch uses: the kernel is compiled for one (nvcc: cuda, hipcc: roc, otherwise
 // host) and runs on that backend's device; launching on another active backend throws
 // InvalidArgument. An argument of the wrong kind for its parameter (host memory for an ArrayView,
-// an array for a pointer) is a compile error naming its position. Errors of the launch
+// an array for a pointer, a number narrowed for an arithmetic parameter) is a compile error naming
+// its position. Views inside a struct argument are checked and kept alive when the struct lists
+// them (`auto devmem_views() const { return std::tie(x, y); }`); the simulator fails a kernel that
+// indexes a view launch did not see. Errors of the launch
 // configuration (a negative Dim3, block larger than the device allows, dynamic shared memory over
 // its limit, an empty grid, a wrong view dtype or rank) throw InvalidArgument before anything is
 // enqueued. A failure while the kernel runs is reported like
@@ -351,6 +354,13 @@ DEVMEM_API void launch_check_array(const PreparedLaunch& launch, const DeviceArr
 /// mapped or foreign view devmem made), while an array still holds it; null for memory devmem does
 /// not know (a view the application built over its own pointer).
 [[nodiscard]] DEVMEM_API std::shared_ptr<const void> launch_view_owner(const void* data);
+/// InvalidArgument naming argument `argument` of the launch, the view's `shape` (`rank` values)
+/// and its allocation when the allocation `generation` a view carries (non-zero: the view came
+/// from DeviceArray::view) is no longer alive: its array was freed, and the memory at `data` may
+/// already be another array's.
+DEVMEM_API void check_view_alive(const PreparedLaunch& launch, std::size_t argument,
+                                 const void* data, std::uint64_t generation,
+                                 const std::int64_t* shape, std::size_t rank);
 /// Makes the launch on `stream` wait for the stream-ordered allocation of each of `memory` (what
 /// launch_keep_alive collected: device memory owners only) made on another stream and not yet
 /// known complete (MemoryManager::allocates_in_stream_order). Call before enqueueing the kernel.
@@ -371,6 +381,38 @@ DEVMEM_API void check_constant_size(const char* operation, std::size_t capacity,
                                                 int code, std::string_view code_name,
                                                 std::string_view description);
 
+template <class Arg>
+inline constexpr bool is_array_view_argument = false;
+template <class T, std::size_t Rank>
+inline constexpr bool is_array_view_argument<ArrayView<T, Rank>> = true;
+
+/// A struct that lists the ArrayView members launch is to check and keep alive:
+///   struct Params {
+///     devmem::ArrayView<float, 1> x;
+///     float v;
+///     auto devmem_views() const { return std::tie(x); }
+///   };
+template <class S>
+concept HasKernelViews = std::is_class_v<S> && requires(const S& s) { s.devmem_views(); };
+
+template <class Tuple>
+inline constexpr bool is_tuple_of_view_references = false;
+template <class... E>
+inline constexpr bool is_tuple_of_view_references<std::tuple<E...>> =
+    ((std::is_lvalue_reference_v<E> && is_array_view_argument<std::remove_cvref_t<E>>)&&...);
+
+/// A struct whose devmem_views() is as it should be: launch uses its views.
+template <class S>
+concept ListsKernelViews =
+    HasKernelViews<S> &&
+    is_tuple_of_view_references<decltype(std::declval<const S&>().devmem_views())>;
+
+/// A reference from devmem_views() const, to an object launch made and may write.
+template <class T, std::size_t Rank>
+ArrayView<T, Rank>& as_mutable(const ArrayView<T, Rank>& view) {
+  return const_cast<ArrayView<T, Rank>&>(view);
+}
+
 /// What a kernel parameter of type Param is given for an argument of type Arg: a DeviceArray
 /// becomes a checked ArrayView, anything else is converted as by a function call. Only reached for
 /// arguments that argument_fit accepts (launch checks them first, with readable messages).
@@ -378,7 +420,13 @@ template <class Param>
 struct KernelArgument {
   template <class Arg>
   static Param convert(const PreparedLaunch&, Arg&& arg, std::size_t) {
-    return static_cast<Param>(std::forward<Arg>(arg));
+    Param param = static_cast<Param>(std::forward<Arg>(arg));
+    if constexpr (ListsKernelViews<Param>) {
+      // `param` is not const: the references devmem_views() const returns may be written.
+      std::apply([](const auto&... view) { (ViewAccess::mark_launched(as_mutable(view)), ...); },
+                 std::as_const(param).devmem_views());
+    }
+    return param;
   }
 };
 template <class T, std::size_t Rank>
@@ -387,19 +435,21 @@ struct KernelArgument<ArrayView<T, Rank>> {
                                     std::size_t index) {
     launch_check_array(launch, array, index);
     try {
-      return array.template view<T, Rank>();
+      return launched(array.template view<T, Rank>());
     } catch (const InvalidArgument& e) {
       throw_argument_error(launch, index, e.what());
     }
   }
-  static ArrayView<T, Rank> convert(const PreparedLaunch&, const ArrayView<T, Rank>& view,
-                                    std::size_t) {
-    return view;
-  }
   template <class U>
-    requires std::is_same_v<const U, T>
+    requires std::is_same_v<U, T> || std::is_same_v<const U, T>
   static ArrayView<T, Rank> convert(const PreparedLaunch&, const ArrayView<U, Rank>& view,
                                     std::size_t) {
+    return launched(view);
+  }
+
+ private:
+  static ArrayView<T, Rank> launched(ArrayView<T, Rank> view) {
+    ViewAccess::mark_launched(view);
     return view;
   }
 };
@@ -407,11 +457,6 @@ struct KernelArgument<ArrayView<T, Rank>> {
 template <class Arg>
 inline constexpr bool is_device_array_argument =
     std::is_same_v<std::remove_cvref_t<Arg>, DeviceArray>;
-
-template <class Arg>
-inline constexpr bool is_array_view_argument = false;
-template <class T, std::size_t Rank>
-inline constexpr bool is_array_view_argument<ArrayView<T, Rank>> = true;
 
 /// True when an ArrayView argument of type View may be passed for the ArrayView parameter Param
 /// (the same view, or a view of non-const elements for a parameter of const ones).
@@ -430,7 +475,18 @@ enum class ArgumentFit {
   NotAnArray,       // something else than an array for an ArrayView parameter
   ArrayForNonView,  // an array for a parameter that is not an ArrayView
   NotConvertible,   // a value the parameter cannot be made from
+  Narrowing,        // a number its arithmetic parameter may not hold (see is_narrowing)
+  BadViewList,      // a struct whose devmem_views() is not std::tie of ArrayView members
 };
+
+/// True when an arithmetic Arg given for an arithmetic Param is a narrowing conversion as brace
+/// initialisation defines it (by type: a wider integer, another signedness, a floating-point value
+/// for an integer, a double for a float, an integer for a floating-point type). A kernel's
+/// parameters are set by a conversion that no compiler warns about, so launch refuses these:
+/// 2^32 + 4 given for an int would arrive as 4.
+template <class Param, class Arg>
+inline constexpr bool is_narrowing = std::is_arithmetic_v<Param> && std::is_arithmetic_v<Arg> &&
+                                     !requires(const Arg& arg) { Param{arg}; };
 
 template <class Param, class Arg>
 [[nodiscard]] constexpr ArgumentFit argument_fit() {
@@ -446,6 +502,10 @@ template <class Param, class Arg>
     } else {
       return ArgumentFit::NotAnArray;
     }
+  } else if constexpr (HasKernelViews<Param> && !ListsKernelViews<Param>) {
+    return ArgumentFit::BadViewList;
+  } else if constexpr (is_narrowing<Param, Arg>) {
+    return ArgumentFit::Narrowing;
   } else if constexpr (requires(const Arg& arg) { static_cast<Param>(arg); }) {
     return ArgumentFit::Ok;
   } else if constexpr (is_host) {
@@ -480,7 +540,18 @@ template <class Param, class Arg>
   static_assert(I != (N) || Fit != ArgumentFit::NotConvertible,                                 \
                 "devmem::launch: argument " #N                                                  \
                 " cannot be converted to the kernel's parameter "                               \
-                "type")
+                "type");                                                                        \
+  static_assert(I != (N) || Fit != ArgumentFit::Narrowing,                                      \
+                "devmem::launch: argument " #N                                                  \
+                " would be narrowed to the kernel's arithmetic parameter (a wider or other-"    \
+                "signed integer, a floating-point value for an integer, a double for a float: " \
+                "what brace initialisation refuses): pass the parameter's type (2.0f, 5u) or "  \
+                "static_cast the value");                                                       \
+  static_assert(I != (N) || Fit != ArgumentFit::BadViewList,                                    \
+                "devmem::launch: argument " #N                                                  \
+                " is a struct whose devmem_views() does not return std::tie(...) of its "       \
+                "ArrayView members: return references to them, so that launch checks the "      \
+                "struct's own views")
 
 /// Fails to compile, naming the position I (counting from 0, as launch's run-time messages do),
 /// when the argument does not fit its parameter; true otherwise.
@@ -532,20 +603,44 @@ decltype(auto) launch_argument(Arg&& arg) {
   }
 }
 
-/// The memory of every array among `args` (DeviceArray, or ArrayView into memory devmem knows), to
-/// keep alive while the kernel runs.
-template <class... Args>
-std::vector<std::shared_ptr<const void>> launch_keep_alive(const Args&... args) {
+/// Adds the memory of argument `index`, a view, to `objects` (InvalidArgument when the view's
+/// array has been freed, see launch_view_owner).
+template <class T, std::size_t Rank>
+void keep_view_alive(const PreparedLaunch& launch, std::size_t index,
+                     const ArrayView<T, Rank>& view,
+                     std::vector<std::shared_ptr<const void>>& objects) {
+  if (const std::uint64_t generation = ViewAccess::generation(view); generation != 0) {
+    std::int64_t shape[Rank + 1] = {};
+    for (std::size_t d = 0; d != Rank; ++d) shape[d] = view.shape(d);
+    check_view_alive(launch, index, view.data(), generation, shape, Rank);
+  }
+  if (auto owner = launch_view_owner(view.data())) objects.push_back(std::move(owner));
+}
+
+/// Adds the memory of argument `index` to `objects` when it is an array, a view, or a struct
+/// listing views (InvalidArgument for a view of a freed array).
+template <class Arg>
+void keep_argument_alive(const PreparedLaunch& launch, std::size_t index, const Arg& arg,
+                         std::vector<std::shared_ptr<const void>>& objects) {
+  if constexpr (is_device_array_argument<Arg>) {
+    if (auto owner = arg.owner()) objects.push_back(std::move(owner));
+  } else if constexpr (is_array_view_argument<Arg>) {
+    keep_view_alive(launch, index, arg, objects);
+  } else if constexpr (ListsKernelViews<Arg>) {
+    std::apply([&](const auto&... view) { (keep_view_alive(launch, index, view, objects), ...); },
+               arg.devmem_views());
+  }
+}
+
+/// The memory of every array among `args` (DeviceArray, or ArrayView into memory devmem knows,
+/// given directly or listed by a struct's devmem_views()), to keep alive while the kernel runs;
+/// InvalidArgument for a view of a freed array.
+template <class... Args, std::size_t... I>
+std::vector<std::shared_ptr<const void>> launch_keep_alive(const PreparedLaunch& launch,
+                                                           std::index_sequence<I...>,
+                                                           const Args&... args) {
   std::vector<std::shared_ptr<const void>> objects;
-  (
-      [&] {
-        if constexpr (is_device_array_argument<Args>) {
-          if (auto owner = args.owner()) objects.push_back(std::move(owner));
-        } else if constexpr (is_array_view_argument<std::remove_cvref_t<Args>>) {
-          if (auto owner = launch_view_owner(args.data())) objects.push_back(std::move(owner));
-        }
-      }(),
-      ...);
+  (keep_argument_alive(launch, I, args, objects), ...);
   return objects;
 }
 
@@ -607,7 +702,8 @@ void launch_named(std::string_view name, const LaunchConfig& config, void (*kern
       const PreparedLaunch prepared =
           launch_prepare(config, kKernelBackend, known_name, kKernelArchitectures);
       [&](auto&&... passed) {
-        auto keep_alive = launch_keep_alive(passed...);
+        auto keep_alive =
+            launch_keep_alive(prepared, std::index_sequence_for<Args...>{}, passed...);
         auto arguments =
             convert_kernel_arguments<Params...>(prepared, std::index_sequence_for<Args...>{},
                                                 std::forward<decltype(passed)>(passed)...);
@@ -627,13 +723,15 @@ void launch_named(std::string_view name, const LaunchConfig& config, void (*kern
 /// pointer devmem never saw is the caller's to keep alive). Numba keeps its arguments alive the
 /// same way. Asynchronous on its stream.
 ///
-/// Errors: an argument that cannot be given for its parameter is a compile error naming its
-/// position, counted from 0 like the run-time messages ("devmem::launch: argument 2 is host memory
+/// Errors: an argument that cannot be given for its parameter, or a number that would be narrowed
+/// for its arithmetic parameter (is_narrowing), is a compile error naming its position, counted
+/// from 0 like the run-time messages ("devmem::launch: argument 2 is host memory
 /// (HostArray): use to_device() or mapped_array()"); Numba would copy a NumPy array to the device
 /// and back on every launch, devmem asks for the copy to be explicit. Throws InvalidArgument for a
 /// bad configuration or argument (a grid or block past the device's limits, named with the
-/// values; an array on another device; a wrong view dtype or rank), BackendError when the vendor
-/// rejects the launch.
+/// values; an array on another device; a wrong view dtype or rank; a view, given directly or
+/// listed by a struct argument's devmem_views(), of an array that has been freed), BackendError
+/// when the vendor rejects the launch.
 template <class... Params, class... Args>
 void launch(const LaunchConfig& config, void (*kernel)(Params...), Args&&... args) {
   detail::launch_named({}, config, kernel, std::forward<Args>(args)...);

@@ -11,6 +11,10 @@ DEVMEM_KERNEL void scale(int n, float factor, devmem::ArrayView<float, 1> x) {
   const std::int64_t i = devmem::global_id();
   if (i < n) x[i] *= factor;
 }
+// Widening scalar conversions are accepted (only narrowing ones are refused).
+DEVMEM_KERNEL void widen(std::int64_t n, double factor, unsigned long long bits) {
+  static_cast<void>(n + static_cast<std::int64_t>(factor) + static_cast<std::int64_t>(bits));
+}
 DEVMEM_KERNEL void read(devmem::ArrayView<const float, 1> x, float* out) {
   *out = x[0];
 }
@@ -20,6 +24,7 @@ void use(const devmem::DeviceArray& d, const devmem::MappedArray& m, const devme
   devmem::launch({(n + 31) / 32, 32}, scale, 1, 2.0f, d);
   devmem::launch({(n + 31) / 32, 32, s}, scale, 1, 2.0f, m);
   devmem::launch({1, 1, s, 16}, read, d.view<float, 1>(), nullptr);
+  devmem::launch({1, 1}, widen, 3, 2.0f, 7u);
   std::vector<float> v(4);
   const std::array<float, 4> a{};
   d.copy_to_device(v);

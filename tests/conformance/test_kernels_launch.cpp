@@ -17,6 +17,7 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace conformance;
@@ -453,4 +454,104 @@ TEST_CASE("kernels: an ArrayView argument keeps its array's memory alive until t
   devmem::launch({1, 1, 0, s}, fill_after_flag, flag.device().view<int, 1>(), middle, 3, 1LL);
   // Only element 4 was written: reading the rest would copy uninitialised memory (initcheck).
   CHECK(kept.slice(0, 4, 5).to_vector<int>(s) == std::vector<int>{3});
+}
+
+namespace {
+
+DEVMEM_KERNEL void fill_value(ArrayView<float, 1> x, float v) {
+  const std::int64_t i = devmem::global_id();
+  if (i < x.shape(0)) x[i] = v;
+}
+
+/// A struct argument that lists its views, so launch checks them and keeps their memory alive.
+struct FillParams {
+  ArrayView<float, 1> x;
+  float v = 0.0f;
+  auto devmem_views() const { return std::tie(x); }
+};
+
+DEVMEM_KERNEL void fill_from_params(FillParams p) {
+  const std::int64_t i = devmem::global_id();
+  if (i < p.x.shape(0)) p.x[i] = p.v;
+}
+
+}  // namespace
+
+// Issue 34, d3: a view of a freed array used to pass launch's check once a new array had been
+// given the same memory, and the kernel wrote into the new array.
+TEST_CASE("kernels: a view of a freed array is refused, also when its memory is another array's",
+          "[kernels]") {
+  const MemoryStateGuard memory_guard;
+  const std::string manager = GENERATE(std::string("direct"), std::string("pool"));
+  CAPTURE(manager);
+  devmem::set_memory_manager(devmem::make_memory_manager(manager));
+  ArrayView<float, 1> stale;
+  {
+    const DeviceArray a = devmem::device_array<float>({256});
+    stale = a.view<float, 1>();
+    devmem::launch({1, 256}, fill_value, stale, 1.0f);  // valid while `a` lives
+    devmem::synchronize();
+  }
+  devmem::current_context()->flush_deallocations();
+  // Allocate until an array has the freed memory (the pool hands the block out again; the direct
+  // manager may or may not).
+  std::vector<DeviceArray> keep;
+  while (keep.size() < 64 && (keep.empty() || keep.back().data() != stale.data())) {
+    keep.push_back(devmem::device_array<float>({256}));
+  }
+  const bool reused = keep.back().data() == stale.data();
+  if (manager == "pool") REQUIRE(reused);
+  const DeviceArray& b = keep.back();
+  b.fill(0.0f);
+  try {
+    devmem::launch<fill_value>({1, 256}, stale, 7.0f);
+    FAIL("launch accepted a view of a freed array");
+  } catch (const devmem::InvalidArgument& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Catch::Matchers::StartsWith(
+                         "devmem::launch(fill_value): argument 0 (an ArrayView of shape (256,) "
+                         "at 0x"));
+    CHECK_THAT(what, Catch::Matchers::Contains(
+                         ") was made from an array whose memory has been freed (allocation "));
+    if (reused) {
+      CHECK_THAT(
+          what, Catch::Matchers::Contains("that memory now belongs to another array (allocation "));
+    }
+  }
+  devmem::synchronize();
+  CHECK(b.item<float>(0) == 0.0f);  // the kernel never ran
+  // A fresh view of the new array is accepted.
+  devmem::launch({1, 256}, fill_value, b.view<float, 1>(), 2.0f);
+  CHECK(b.item<float>(255) == 2.0f);
+}
+
+// Issue 34, d4: views in a struct argument are checked and kept alive when the struct lists them
+// with devmem_views() (the simulator fails a launch whose kernel indexes an unlisted one).
+TEST_CASE("kernels: views a struct argument lists are checked and kept alive", "[kernels]") {
+  const devmem::Stream s = devmem::stream();
+  const auto context = devmem::current_context();
+  const devmem::MemoryStatistics before = context->device_statistics();
+  {
+    const DeviceArray a = devmem::device_array<float>({256}, Order::C, s);
+    devmem::launch({1, 256, 0, s}, fill_from_params, FillParams{a.view<float, 1>(), 3.0f});
+    CHECK(a.to_vector<float>(s) == std::vector<float>(256, 3.0f));
+  }
+  // Kept alive: the struct's view is the only reference to a temporary array.
+  devmem::launch(
+      {1, 256, 0, s}, fill_from_params,
+      FillParams{devmem::device_array<float>({256}, Order::C, s).view<float, 1>(), 1.0f});
+  s.synchronize();
+  context->synchronize();
+  context->flush_deallocations();
+  CHECK(context->device_statistics().current_count == before.current_count);
+  // Refused once its array is gone, as a view argument is.
+  FillParams stale{};
+  {
+    const DeviceArray a = devmem::device_array<float>({256});
+    stale = FillParams{a.view<float, 1>(), 3.0f};
+  }
+  context->flush_deallocations();
+  CHECK_THROWS_MATCHES(devmem::launch<fill_from_params>({1, 256}, stale), devmem::InvalidArgument,
+                       MessageStartsWith("devmem::launch(fill_from_params): argument 0 (an "
+                                         "ArrayView of shape (256,) at 0x"));
 }

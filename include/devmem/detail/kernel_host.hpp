@@ -102,6 +102,12 @@ void check_argument(const PreparedLaunch& launch, const ArrayView<T, Rank>& view
   }
   check_view_argument(launch, argument, view.data(), sizeof(T), shape, strides, Rank);
 }
+/// A struct's views listed by devmem_views() are checked like views given directly.
+template <ListsKernelViews S>
+void check_argument(const PreparedLaunch& launch, const S& object, std::size_t argument) {
+  std::apply([&](const auto&... view) { (check_argument(launch, view, argument), ...); },
+             object.devmem_views());
+}
 
 #ifdef DEVMEM_DETAIL_SIM_BOUNDS_CHECK
 /// What DEVMEM_CONSTANT_ARRAY declares in the simulator: the array, read-only to kernels as
