@@ -420,7 +420,7 @@ template <class Param>
 struct KernelArgument {
   template <class Arg>
   static Param convert(const PreparedLaunch&, Arg&& arg, std::size_t) {
-    Param param = static_cast<Param>(std::forward<Arg>(arg));
+    auto param = static_cast<Param>(std::forward<Arg>(arg));
     if constexpr (ListsKernelViews<Param>) {
       // `param` is not const: the references devmem_views() const returns may be written.
       std::apply([](const auto&... view) { (ViewAccess::mark_launched(as_mutable(view)), ...); },

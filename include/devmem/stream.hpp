@@ -59,7 +59,10 @@ class DEVMEM_API Stream {
   [[nodiscard]] bool is_external() const noexcept;
 
   /// Blocks until all work enqueued so far has completed. Errors of asynchronous work on the
-  /// stream are reported here (BackendError).
+  /// stream are reported here (BackendError). Then lets go of the memory that devmem held for
+  /// that work (arrays dropped while a copy or kernel on this stream still used them), which
+  /// otherwise waits for a completion event shared by up to 16 operations of the stream
+  /// (docs/memory-managers.md).
   void synchronize() const;
   /// True when all work enqueued so far has completed.
   [[nodiscard]] bool query() const;
