@@ -260,10 +260,18 @@ class EagerRoundSend final : public Operation {
  public:
   EagerRoundSend(const DeviceArray& array, const RoundEnvelope& envelope)
       : buffer_(EagerBuffer::take()), peer_(envelope.peer), tag_(envelope.tag) {
-    status = Status{peer_, tag_, array.size(), array.nbytes()};
-    pack_elements(array, buffer_.data(), array.stream());
+    status = Status{peer_, tag_, envelope.elements, envelope.bytes};
+    if (envelope.contiguous && envelope.context != nullptr) {
+      if (envelope.bytes > 0) {
+        envelope.context->backend().copy(envelope.context->device(), buffer_.data(), array.data(),
+                                         static_cast<std::size_t>(envelope.bytes),
+                                         CopyKind::DeviceToHost, array.stream().native_handle());
+      }
+    } else {
+      pack_elements(array, buffer_.data(), array.stream());
+    }
     check_mpi(
-        MPI_Isend(buffer_.data(), static_cast<int>(array.nbytes()), MPI_BYTE, envelope.channel.peer,
+        MPI_Isend(buffer_.data(), static_cast<int>(envelope.bytes), MPI_BYTE, envelope.channel.peer,
                   envelope.payload_tag, envelope.channel.comm, &request_),
         "MPI_Isend (devmem::mpi payload)");
   }
@@ -295,12 +303,12 @@ class EagerRoundRecv final : public Operation {
       : owner_(array.owner()),
         context_(array.context()),
         data_(array.data()),
-        nbytes_(array.nbytes()),
+        nbytes_(envelope.bytes),
         stream_(array.stream().native_handle()),
         buffer_(EagerBuffer::take()),
         peer_(envelope.peer),
         tag_(envelope.tag) {
-    status = Status{peer_, tag_, array.size(), nbytes_};
+    status = Status{peer_, tag_, envelope.elements, nbytes_};
     check_mpi(MPI_Irecv(buffer_.data(), static_cast<int>(nbytes_), MPI_BYTE, envelope.channel.peer,
                         envelope.payload_tag, envelope.channel.comm, &request_),
               "MPI_Irecv (devmem::mpi payload)");
@@ -386,6 +394,17 @@ bool eager_round_send_fits(const DeviceArray& array) {
 
 bool eager_round_recv_fits(const DeviceArray& array) {
   return eager_round_send_fits(array) && array.is_c_contiguous();
+}
+
+RoundEnvelope round_envelope(const DeviceArray& array, int peer, int tag, MPI_Comm comm,
+                             std::int64_t seq) {
+  const Channel to_peer = channel(comm, peer);
+  RoundEnvelope envelope{peer, tag, to_peer, payload_tag(to_peer, seq)};
+  envelope.elements = array.size();
+  envelope.bytes = array.nbytes();
+  envelope.contiguous = array.is_c_contiguous();
+  envelope.context = array.context().get();
+  return envelope;
 }
 
 std::shared_ptr<Operation> make_eager_round_send(const DeviceArray& array,

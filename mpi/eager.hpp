@@ -57,7 +57,17 @@ struct RoundEnvelope {
   int tag = 0;
   Channel channel;  // where the payload goes
   int payload_tag = 0;
+  // The array's facts, fixed for the pair: a round reuses them instead of working them out again
+  // (a C-contiguous send packs with one backend copy, without DeviceArray's checks and lookups).
+  std::int64_t elements = 0;
+  std::int64_t bytes = 0;
+  bool contiguous = false;
+  Context* context = nullptr;  // the array's; alive while the pair's request keeps its array
 };
+// The envelope of the rounds of `array`'s pair with `peer` (its rank in `comm`) on sequence number
+// `seq`, for the user's `tag`.
+RoundEnvelope round_envelope(const DeviceArray& array, int peer, int tag, MPI_Comm comm,
+                             std::int64_t seq);
 // Whether the pair's rounds take this path: at most eager_limit_bytes on the default stream (a
 // receive also C-contiguous). Fixed for a pair: an array's stream and layout do not change.
 bool eager_round_send_fits(const DeviceArray& array);

@@ -110,8 +110,7 @@ Status PersistentRequest::wait() {
     s.established = true;
     if (s.array.on_device() && (s.sending ? eager_round_send_fits(s.array.device())
                                           : eager_round_recv_fits(s.array.device()))) {
-      const Channel to_peer = channel(s.comm, s.info.peer);
-      s.eager = RoundEnvelope{s.info.peer, s.tag, to_peer, payload_tag(to_peer, s.info.seq)};
+      s.eager = round_envelope(s.array.device(), s.info.peer, s.tag, s.comm, s.info.seq);
     }
   }
   s.round.reset();
