@@ -4,9 +4,14 @@
 // devmem_mpi_bench's message-rate part does, but a set number of times, without timing (under
 // valgrind timings mean nothing), and with the sender's wait after the window is closed. Usage:
 // mpirun -np 2 devmem_mpi_rate_profile [--raw]
-// [--windows N] [--bytes B] [--blocking]. --raw uses MPI_Isend/MPI_Irecv on host buffers;
-// --blocking makes N round trips of one message with send/recv (MPI_Send/MPI_Recv with --raw)
-// instead of windows. Exit 1 on wrong data.
+// [--windows N] [--bytes B] [--blocking] [--persistent] [--arrived]. --raw uses MPI_Isend/MPI_Irecv
+// on host buffers; --blocking makes N round trips of one message with send/recv (MPI_Send/MPI_Recv
+// with
+// --raw) instead of windows; --persistent sends each window as a round of 64 persistent pairs
+// (send_init/recv_init, made and through their handshake round before the windows). Exit 1 on
+// wrong data. --arrived: the sender follows each window with a raw empty message that the receiver
+// takes before it waits, so the receiver's wait finds every message arrived (its count then holds
+// no polls for messages still on their way, whose number depends on the load).
 #include <devmem/devmem.hpp>
 #include <devmem/mpi.hpp>
 
@@ -21,7 +26,8 @@ namespace {
 constexpr int kTag = 12;
 constexpr int kWindow = 64;
 
-int run(int rank, bool raw, bool blocking, int windows, std::int64_t bytes) {
+int run(int rank, bool raw, bool blocking, bool persistent, bool arrived, int windows,
+        std::int64_t bytes) {
   namespace mpi = devmem::mpi;
   const int peer = 1 - rank;
   const std::int64_t n = bytes / 8 > 0 ? bytes / 8 : 1;
@@ -41,9 +47,27 @@ int run(int rank, bool raw, bool blocking, int windows, std::int64_t bytes) {
       MPI_Send(nullptr, 0, MPI_BYTE, peer, kTag + 2, MPI_COMM_WORLD);
     }
   };
+  auto window_sent = [&] {
+    if (!arrived) return;
+    if (rank == 0) {
+      MPI_Send(nullptr, 0, MPI_BYTE, peer, kTag + 3, MPI_COMM_WORLD);
+    } else {
+      MPI_Recv(nullptr, 0, MPI_BYTE, peer, kTag + 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+  };
   std::vector<MPI_Request> raw_requests(kWindow);
   std::vector<mpi::Request> requests;
   requests.reserve(kWindow);
+  std::vector<mpi::PersistentRequest> rounds;
+  if (persistent) {
+    for (const auto& a : arrays) {
+      rounds.push_back(rank == 0 ? mpi::send_init(a, peer, kTag) : mpi::recv_init(a, peer, kTag));
+    }
+    // The first round is each pair's handshake, which the sender must keep advancing: not inside a
+    // window, whose sender blocks in a raw MPI_Recv before it waits.
+    mpi::start_all(rounds);
+    for (auto& r : rounds) r.wait();
+  }
   for (int w = 0; w < windows; ++w) {
     if (blocking && raw) {
       double* data = host[0].data();
@@ -67,6 +91,14 @@ int run(int rank, bool raw, bool blocking, int windows, std::int64_t bytes) {
       }
       continue;
     }
+    if (persistent) {
+      mpi::start_all(rounds);
+      window_sent();
+      if (rank == 0) close_window();
+      for (auto& r : rounds) r.wait();
+      if (rank == 1) close_window();
+      continue;
+    }
     if (raw) {
       for (int i = 0; i < kWindow; ++i) {
         auto* data = host[static_cast<std::size_t>(i)].data();
@@ -79,6 +111,7 @@ int run(int rank, bool raw, bool blocking, int windows, std::int64_t bytes) {
       }
       // The sender waits once the receiver has closed the window: its count then holds what
       // completing a send costs, not polls for a receiver slowed down by valgrind.
+      window_sent();
       if (rank == 0) close_window();
       MPI_Waitall(kWindow, raw_requests.data(), MPI_STATUSES_IGNORE);
       if (rank == 1) close_window();
@@ -88,6 +121,7 @@ int run(int rank, bool raw, bool blocking, int windows, std::int64_t bytes) {
         const auto& a = arrays[static_cast<std::size_t>(i)];
         requests.push_back(rank == 0 ? mpi::isend(a, peer, kTag) : mpi::irecv(a, peer, kTag));
       }
+      window_sent();
       if (rank == 0) close_window();
       mpi::wait_all(requests);
       if (rank == 1) close_window();
@@ -114,6 +148,8 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   bool raw = false;
   bool blocking = false;
+  bool persistent = false;
+  bool arrived = false;
   int windows = 300;
   std::int64_t bytes = 8;
   for (int i = 1; i < argc; ++i) {
@@ -121,6 +157,10 @@ int main(int argc, char** argv) {
       raw = true;
     } else if (std::strcmp(argv[i], "--blocking") == 0) {
       blocking = true;
+    } else if (std::strcmp(argv[i], "--persistent") == 0) {
+      persistent = true;
+    } else if (std::strcmp(argv[i], "--arrived") == 0) {
+      arrived = true;
     } else if (std::strcmp(argv[i], "--windows") == 0 && i + 1 < argc) {
       windows = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--bytes") == 0 && i + 1 < argc) {
@@ -139,7 +179,7 @@ int main(int argc, char** argv) {
   int failures = 0;
   try {
     devmem::mpi::initialize();
-    failures = run(rank, raw, blocking, windows, bytes);
+    failures = run(rank, raw, blocking, persistent, arrived, windows, bytes);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
     failures = 1;

@@ -28,6 +28,21 @@ namespace devmem::mpi::detail {
 
 namespace {
 
+// The bytes of a C-contiguous destination from a message buffer: a device array's through its
+// backend on `stream` (the default stream: complete on return), a host array's (no context) at
+// once.
+void unpack_contiguous(Context* context, void* data, const std::byte* payload, std::int64_t nbytes,
+                       NativeStream stream) {
+  const auto bytes = static_cast<std::size_t>(nbytes);
+  if (bytes == 0) return;
+  if (context != nullptr) {
+    context->backend().copy(context->device(), data, payload, bytes, CopyKind::HostToDevice,
+                            stream);
+  } else {
+    std::memcpy(data, payload, bytes);
+  }
+}
+
 // ---- send ---------------------------------------------------------------------------------------
 
 // Header and payload packed at construction, while the caller's array is borrowed; then only the
@@ -212,14 +227,7 @@ class EagerRecv final : public Operation {
   }
 
   void unpack(const std::byte* payload) const {
-    const auto bytes = static_cast<std::size_t>(nbytes_);
-    if (bytes == 0) return;
-    if (context_) {
-      context_->backend().copy(context_->device(), data_, payload, bytes, CopyKind::HostToDevice,
-                               stream_);
-    } else {
-      std::memcpy(data_, payload, bytes);
-    }
+    unpack_contiguous(context_.get(), data_, payload, nbytes_, stream_);
   }
 
   MPI_Comm comm_;
@@ -243,6 +251,95 @@ class EagerRecv final : public Operation {
   std::optional<std::string> failure_;
   std::unique_ptr<Wire> ack_;  // a refusal only (rare): not part of every receive
   MPI_Request ack_request_ = MPI_REQUEST_NULL;
+};
+
+// ---- later rounds of a persistent pair ----------------------------------------------------------
+
+// Packed at construction, as EagerSend; no header (the first round checked dtype and shape).
+class EagerRoundSend final : public Operation {
+ public:
+  EagerRoundSend(const DeviceArray& array, const RoundEnvelope& envelope)
+      : buffer_(EagerBuffer::take()), peer_(envelope.peer), tag_(envelope.tag) {
+    status = Status{peer_, tag_, envelope.elements, envelope.bytes};
+    if (envelope.contiguous && envelope.context != nullptr) {
+      if (envelope.bytes > 0) {
+        envelope.context->backend().copy(envelope.context->device(), buffer_.data(), array.data(),
+                                         static_cast<std::size_t>(envelope.bytes),
+                                         CopyKind::DeviceToHost, array.stream().native_handle());
+      }
+    } else {
+      pack_elements(array, buffer_.data(), array.stream());
+    }
+    check_mpi(
+        MPI_Isend(buffer_.data(), static_cast<int>(envelope.bytes), MPI_BYTE, envelope.channel.peer,
+                  envelope.payload_tag, envelope.channel.comm, &request_),
+        "MPI_Isend (devmem::mpi payload)");
+  }
+  ~EagerRoundSend() override = default;
+  EagerRoundSend(const EagerRoundSend&) = delete;
+  EagerRoundSend& operator=(const EagerRoundSend&) = delete;
+  EagerRoundSend(EagerRoundSend&&) = delete;
+  EagerRoundSend& operator=(EagerRoundSend&&) = delete;
+
+  bool advance() override { return test_request(request_, "MPI_Isend (devmem::mpi payload)"); }
+  bool abandon() noexcept override { return cancel_request(request_); }
+  [[nodiscard]] std::string describe() const override {
+    return fmt::format("mpi::send_init to rank {} (tag {}): sending a round's payload (eager)",
+                       peer_, tag_);
+  }
+
+ private:
+  EagerBuffer buffer_;
+  int peer_;
+  int tag_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+};
+
+// Keeps the destination's memory alive (a cancelled round may outlive its PersistentRequest) and
+// unpacks once the payload has arrived.
+class EagerRoundRecv final : public Operation {
+ public:
+  EagerRoundRecv(const DeviceArray& array, const RoundEnvelope& envelope)
+      : owner_(array.owner()),
+        context_(array.context()),
+        data_(array.data()),
+        nbytes_(envelope.bytes),
+        stream_(array.stream().native_handle()),
+        buffer_(EagerBuffer::take()),
+        peer_(envelope.peer),
+        tag_(envelope.tag) {
+    status = Status{peer_, tag_, envelope.elements, nbytes_};
+    check_mpi(MPI_Irecv(buffer_.data(), static_cast<int>(nbytes_), MPI_BYTE, envelope.channel.peer,
+                        envelope.payload_tag, envelope.channel.comm, &request_),
+              "MPI_Irecv (devmem::mpi payload)");
+  }
+  ~EagerRoundRecv() override = default;
+  EagerRoundRecv(const EagerRoundRecv&) = delete;
+  EagerRoundRecv& operator=(const EagerRoundRecv&) = delete;
+  EagerRoundRecv(EagerRoundRecv&&) = delete;
+  EagerRoundRecv& operator=(EagerRoundRecv&&) = delete;
+
+  bool advance() override {
+    if (!test_request(request_, "MPI_Irecv (devmem::mpi payload)")) return false;
+    unpack_contiguous(context_.get(), data_, buffer_.data(), nbytes_, stream_);
+    return true;
+  }
+  bool abandon() noexcept override { return cancel_request(request_); }
+  [[nodiscard]] std::string describe() const override {
+    return fmt::format(
+        "mpi::recv_init from rank {} (tag {}): waiting for a round's payload (eager)", peer_, tag_);
+  }
+
+ private:
+  std::shared_ptr<const void> owner_;
+  std::shared_ptr<Context> context_;
+  void* data_;
+  std::int64_t nbytes_;
+  NativeStream stream_;
+  EagerBuffer buffer_;
+  int peer_;
+  int tag_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
 };
 
 template <class Op, class Array>
@@ -289,6 +386,35 @@ std::shared_ptr<Operation> make_eager_recv(const DeviceArray& array, int source,
 std::shared_ptr<Operation> make_eager_recv(const HostArray& array, int source, int tag,
                                            MPI_Comm comm) {
   return make_pooled<EagerRecv>(array, source, tag, comm);
+}
+
+bool eager_round_send_fits(const DeviceArray& array) {
+  return array.nbytes() <= eager_limit_bytes && array.stream().is_default();
+}
+
+bool eager_round_recv_fits(const DeviceArray& array) {
+  return eager_round_send_fits(array) && array.is_c_contiguous();
+}
+
+RoundEnvelope round_envelope(const DeviceArray& array, int peer, int tag, MPI_Comm comm,
+                             std::int64_t seq) {
+  const Channel to_peer = channel(comm, peer);
+  RoundEnvelope envelope{peer, tag, to_peer, payload_tag(to_peer, seq)};
+  envelope.elements = array.size();
+  envelope.bytes = array.nbytes();
+  envelope.contiguous = array.is_c_contiguous();
+  envelope.context = array.context().get();
+  return envelope;
+}
+
+std::shared_ptr<Operation> make_eager_round_send(const DeviceArray& array,
+                                                 const RoundEnvelope& envelope) {
+  return std::allocate_shared<EagerRoundSend>(PooledAllocator<EagerRoundSend>{}, array, envelope);
+}
+
+std::shared_ptr<Operation> make_eager_round_recv(const DeviceArray& array,
+                                                 const RoundEnvelope& envelope) {
+  return std::allocate_shared<EagerRoundRecv>(PooledAllocator<EagerRoundRecv>{}, array, envelope);
 }
 
 void start_eager_recv(const std::shared_ptr<Operation>& op) {

@@ -14,6 +14,7 @@
 // may take either path.
 #pragma once
 
+#include "message.hpp"
 #include "progress.hpp"
 
 #include <devmem/device_array.hpp>
@@ -47,6 +48,37 @@ std::shared_ptr<Operation> make_eager_recv(const DeviceArray& array, int source,
                                            MPI_Comm comm);
 std::shared_ptr<Operation> make_eager_recv(const HostArray& array, int source, int tag,
                                            MPI_Comm comm);
+// The later rounds of a persistent pair (mpi/persistent.cpp) whose payload is at most
+// eager_limit_bytes, on the same terms: the payload alone on the pair's payload tag, the message
+// of mpi/point_to_point.cpp's small rounds, so either side may take either path. The first round
+// settled dtype, shape and sequence number; what a round needs is worked out once per pair.
+struct RoundEnvelope {
+  int peer = MPI_PROC_NULL;  // the user's rank and tag, for Status and describe()
+  int tag = 0;
+  Channel channel;  // where the payload goes
+  int payload_tag = 0;
+  // The array's facts, fixed for the pair: a round reuses them instead of working them out again
+  // (a C-contiguous send packs with one backend copy, without DeviceArray's checks and lookups).
+  std::int64_t elements = 0;
+  std::int64_t bytes = 0;
+  bool contiguous = false;
+  Context* context = nullptr;  // the array's; alive while the pair's request keeps its array
+};
+// The envelope of the rounds of `array`'s pair with `peer` (its rank in `comm`) on sequence number
+// `seq`, for the user's `tag`.
+RoundEnvelope round_envelope(const DeviceArray& array, int peer, int tag, MPI_Comm comm,
+                             std::int64_t seq);
+// Whether the pair's rounds take this path: at most eager_limit_bytes on the default stream (a
+// receive also C-contiguous). Fixed for a pair: an array's stream and layout do not change.
+bool eager_round_send_fits(const DeviceArray& array);
+bool eager_round_recv_fits(const DeviceArray& array);
+// The round's operation with its MPI request posted; a send is started with launch(), a receive
+// with start() (its message has rarely arrived yet).
+std::shared_ptr<Operation> make_eager_round_send(const DeviceArray& array,
+                                                 const RoundEnvelope& envelope);
+std::shared_ptr<Operation> make_eager_round_recv(const DeviceArray& array,
+                                                 const RoundEnvelope& envelope);
+
 // Starts a receive made by make_eager_recv: into the progress list without a first test, unless
 // its message was stashed by probe() (then advanced once, as launch() does).
 void start_eager_recv(const std::shared_ptr<Operation>& op);

@@ -2,6 +2,8 @@
 // persistent requests (the handshake once, then payload-only rounds), sendrecv, and probe.
 #include "point_to_point.hpp"
 
+#include "eager.hpp"
+
 #include <devmem/mpi.hpp>
 
 #include <fmt/format.h>
@@ -30,6 +32,9 @@ struct PersistentRequest::State {
   bool established = false;  // the first round succeeded: later rounds move the payload only
   bool failed = false;       // the first round failed: the pair is unusable
   RoundInfo info;
+  // Set once established when the rounds take the eager path (mpi/eager.hpp): small payloads on
+  // the default stream, which the general operations moved at twice a plain send's cost.
+  std::optional<RoundEnvelope> eager;
   Status status;
   std::shared_ptr<Operation> round;  // the round in flight
 };
@@ -72,6 +77,18 @@ void PersistentRequest::start() {
         name, s.peer, s.tag));
   }
   if (s.peer == MPI_PROC_NULL) return;  // a round with nobody: nothing to do
+  if (s.eager) {
+    if (s.sending) {
+      auto op = make_eager_round_send(s.array.device(), *s.eager);
+      launch(op);
+      round_ = Operation::make_request(std::move(op));
+    } else {
+      auto op = make_eager_round_recv(s.array.device(), *s.eager);
+      detail::start(op);
+      round_ = Operation::make_request(std::move(op));
+    }
+    return;
+  }
   const MessageRole role{true, s.established ? &s.info : nullptr};
   s.round = s.sending ? start_send(s.array, s.peer, s.tag, s.comm, role)
                       : start_recv(s.array, s.peer, s.tag, s.comm, role);
@@ -91,6 +108,10 @@ Status PersistentRequest::wait() {
   if (!s.established) {
     s.info = round_info(*s.round);
     s.established = true;
+    if (s.array.on_device() && (s.sending ? eager_round_send_fits(s.array.device())
+                                          : eager_round_recv_fits(s.array.device()))) {
+      s.eager = round_envelope(s.array.device(), s.info.peer, s.tag, s.comm, s.info.seq);
+    }
   }
   s.round.reset();
   return s.status;

@@ -302,6 +302,77 @@ TEST_CASE("mpi p2p: persistent requests pay the check once and move the data eve
   CHECK(none.wait().source == MPI_PROC_NULL);
 }
 
+TEST_CASE("mpi p2p: small persistent rounds take the eager path on either side",
+          "[mpi][p2p][eager]") {
+  // Later rounds of at most eager_limit_bytes on the default stream take mpi/eager.cpp's round
+  // operations (receives C-contiguous only), the others the general ones; the message is the same,
+  // so every pairing must carry each round's elements, as packed when start() was called.
+  const int peer = partner();
+  if (peer < 0) return;
+  const bool sender = rank() % 2 == 0;
+  const devmem::Stream s = devmem::stream();
+  constexpr std::int64_t n = 6;
+  struct Pair {
+    int tag;
+    bool send_on_stream;  // the sender's array on another stream: the general sender
+    bool recv_strided;    // the receiver's array strided: the general receiver
+    bool recv_on_stream;  // the receiver's array on another stream: the general receiver
+  };
+  const std::array<Pair, 4> pairs{Pair{100, false, false, false}, Pair{101, true, false, false},
+                                  Pair{102, false, true, false}, Pair{103, false, false, true}};
+  for (const Pair& pair : pairs) {
+    const devmem::DeviceArray full = devmem::device_array<double>({n, 2});
+    full.fill(0.0);
+    devmem::DeviceArray array = devmem::device_array<double>({n, 1});
+    if (sender && pair.send_on_stream) array = array.bind(s);
+    if (!sender && pair.recv_strided) array = full.slice(1, 0, 1);
+    if (!sender && pair.recv_on_stream) array = array.bind(s);
+    dm::PersistentRequest request =
+        sender ? dm::send_init(array, peer, pair.tag) : dm::recv_init(array, peer, pair.tag);
+    for (int round = 0; round < 5; ++round) {
+      if (sender) {
+        array.copy_to_device(devmem::HostArray::from<double>(iota(n, round)).reshape({n, 1}));
+        if (pair.send_on_stream) s.synchronize();
+      }
+      request.start();
+      // Overwritten after start(): the round carries what was there when it started.
+      if (sender) array.fill(-7.0);
+      const dm::Status status = request.wait();
+      CHECK(status.source == peer);
+      CHECK(status.tag == pair.tag);
+      CHECK(status.bytes == n * 8);
+      if (!sender) CHECK(array.to_vector<double>() == iota(n, round));
+    }
+    if (!sender && pair.recv_strided) {
+      CHECK(full.slice(1, 1, 2).to_vector<double>() ==
+            std::vector<double>(static_cast<std::size_t>(n), 0.0));
+    }
+  }
+  // A halo loop: both ranks send and receive every round, polled with test(), 200 rounds; and an
+  // empty pair.
+  const devmem::DeviceArray out = devmem::device_array<float>({3});
+  const devmem::DeviceArray in = devmem::device_array<float>({3});
+  const devmem::DeviceArray empty = devmem::device_array<float>({0});
+  std::array<dm::PersistentRequest, 4> halo{
+      dm::recv_init(in, peer, 104), dm::send_init(out, peer, 104), dm::recv_init(empty, peer, 105),
+      dm::send_init(empty, peer, 105)};
+  int wrong = 0;
+  for (int round = 0; round < 200; ++round) {
+    const auto value = static_cast<float>(rank() * 1000 + round);
+    out.fill(value);
+    dm::start_all(halo);
+    for (auto& r : halo) {
+      while (!r.test()) {
+      }
+    }
+    wrong += in.to_vector<float>() == std::vector<float>(3, static_cast<float>(peer * 1000 + round))
+                 ? 0
+                 : 1;
+  }
+  CHECK(wrong == 0);
+  CHECK(halo[2].wait().bytes == 0);
+}
+
 TEST_CASE("mpi p2p: wait_any, test_any, wait_some and test_some", "[mpi][p2p]") {
   const int peer = partner();
   if (peer < 0) return;
