@@ -134,6 +134,21 @@ void GraphHostUse::defer_until_released(std::function<void()> end) {
   deferred_.push_back(std::move(end));
 }
 
+void InFlightWork::release_after_waiting(NativeStream stream,
+                                         std::vector<std::shared_ptr<const void>> objects,
+                                         std::vector<HostSpan> host_spans, const char* failed) {
+  // The work is already enqueued: the objects may go only once it has run. Wait for it; if even
+  // that fails, keep them until the context goes (a leak is better than a device fault).
+  try {
+    backend().synchronize_stream(device(), stream);
+  } catch (const std::exception& e) {
+    report_error(fmt::format("waiting for {} after {} failed ({}); its memory stays held", stream,
+                             failed, e.what()));
+    std::lock_guard lock(mutex_);
+    hold_for_graphs_locked(stream, std::move(objects), std::move(host_spans));
+  }
+}
+
 void InFlightWork::retire_after(StreamState& stream,
                                 std::vector<std::shared_ptr<const void>> objects,
                                 std::vector<HostSpan> host_spans) {
@@ -142,17 +157,8 @@ void InFlightWork::retire_after(StreamState& stream,
   try {
     capturing = backend().is_capturing(device(), stream.handle);
   } catch (...) {
-    // The work is already enqueued: the objects may go only once it has run. Wait for it; if even
-    // that fails, keep them until the context goes (a leak is better than a device fault).
-    try {
-      backend().synchronize_stream(device(), stream.handle);
-    } catch (const std::exception& e) {
-      report_error(fmt::format(
-          "waiting for {} after asking whether it is captured failed ({}); its memory stays held",
-          stream.handle, e.what()));
-      std::lock_guard lock(mutex_);
-      hold_for_graphs_locked(stream.handle, std::move(objects), std::move(host_spans));
-    }
+    release_after_waiting(stream.handle, std::move(objects), std::move(host_spans),
+                          "asking whether it is captured");
     throw;
   }
   std::size_t pending = 0;
@@ -203,17 +209,8 @@ void InFlightWork::retire_after(StreamState& stream,
     pending_count_.store(pending, std::memory_order_release);
   }
   if (record_failure) {
-    // The work is already enqueued: the objects may go only once it has run. Wait for it; if even
-    // that fails, keep them until the context goes (a leak is better than a device fault).
-    try {
-      backend().synchronize_stream(device(), stream.handle);
-    } catch (const std::exception& e) {
-      report_error(fmt::format(
-          "waiting for {} after its completion event failed ({}); its memory stays held",
-          stream.handle, e.what()));
-      std::lock_guard lock(mutex_);
-      hold_for_graphs_locked(stream.handle, std::move(unrecorded), std::move(unrecorded_spans));
-    }
+    release_after_waiting(stream.handle, std::move(unrecorded), std::move(unrecorded_spans),
+                          "recording its completion event");
     std::rethrow_exception(record_failure);
   }
   if (pending >= kCollectWhenPending) collect_retired();

@@ -147,6 +147,10 @@ class InFlightWork {
   /// mutex_ held.
   void hold_for_graphs_locked(NativeStream stream, std::vector<std::shared_ptr<const void>> objects,
                               std::vector<HostSpan> host_spans);
+  /// After a failure (`failed`, for the message) that left `objects` without a completion event:
+  /// waits for `stream`, then lets them go; when even the wait fails, holds them for the context.
+  void release_after_waiting(NativeStream stream, std::vector<std::shared_ptr<const void>> objects,
+                             std::vector<HostSpan> host_spans, const char* failed);
   /// Waits for `events` outside the lock, with waiters_ counted so that none is destroyed
   /// meanwhile.
   void wait_for_events(const std::vector<NativeEvent>& events);
