@@ -17,6 +17,7 @@
 #include <cstring>
 #include <latch>
 #include <limits>
+#include <memory>
 #include <new>
 #include <optional>
 #include <system_error>
@@ -86,13 +87,24 @@ struct AllocationHit {
   std::uintptr_t end = 0;
 };
 constexpr std::size_t kAllocationHits = 256;  // the hash below takes 8 bits
-thread_local std::array<AllocationHit, kAllocationHits> t_allocation_hits;
+using AllocationHits = std::array<AllocationHit, kAllocationHits>;
+// On the heap, one pointer in thread-local storage: libdevmem's TLS is static (host_kernel.cpp's
+// initial-exec runner pointer), and a module loaded with dlopen (Python's `import devmem`) gets
+// only glibc's small static-TLS surplus; 8 KiB of entries there made the load fail with "cannot
+// allocate memory in static TLS block" (tests/dlopen checks that it loads).
+thread_local std::unique_ptr<AllocationHits> t_allocation_hits;
 std::atomic<std::uint64_t> g_allocations_freed{1};
 
-AllocationHit& allocation_hit(std::uintptr_t address) noexcept {
+/// This thread's entry for `address`; null when the thread's table cannot be allocated (the
+/// caller then looks the allocation up under the lock, as without the table).
+AllocationHit* allocation_hit(std::uintptr_t address) noexcept {
+  if (!t_allocation_hits) {
+    t_allocation_hits.reset(new (std::nothrow) AllocationHits{});
+    if (!t_allocation_hits) return nullptr;
+  }
   // Fibonacci hashing of the page number: allocations a few pages apart spread over the entries.
   constexpr std::uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
-  return t_allocation_hits[static_cast<std::size_t>(((address >> 12) * kGolden) >> 56)];
+  return &(*t_allocation_hits)[static_cast<std::size_t>(((address >> 12) * kGolden) >> 56)];
 }
 
 /// The bytes [0, (height - 1) * pitch + width) that a 2-D copy touches on one side; nullopt on
@@ -242,17 +254,20 @@ void HostBackend::check_device_span(const char* function, const char* role, cons
   if (!overflow) {
     const auto first = static_cast<std::uintptr_t>(begin);
     if (first + bytes >= first) {
-      AllocationHit& hit = allocation_hit(first);
-      if (hit.backend == this && hit.freed == g_allocations_freed.load(std::memory_order_acquire) &&
-          first >= hit.begin && first + bytes <= hit.end) {
+      AllocationHit* const hit = allocation_hit(first);
+      if (hit != nullptr && hit->backend == this &&
+          hit->freed == g_allocations_freed.load(std::memory_order_acquire) &&
+          first >= hit->begin && first + bytes <= hit->end) {
         return;
       }
       const std::lock_guard lock(memory_mutex_);
       for (const DeviceMemory& memory : devices_) {
         const auto it = find_containing(memory.allocations, first, bytes, size_of_allocation);
         if (it != memory.allocations.end()) {
-          hit = {this, g_allocations_freed.load(std::memory_order_relaxed), it->first,
-                 it->first + it->second};
+          if (hit != nullptr) {
+            *hit = {this, g_allocations_freed.load(std::memory_order_relaxed), it->first,
+                    it->first + it->second};
+          }
           return;
         }
       }
