@@ -269,6 +269,9 @@ void InFlightWork::release_through(std::span<const NativeStream> streams,
 }
 
 void InFlightWork::close_open(NativeStream stream) noexcept {
+  // A stream destroyed during the process's exit (a static object) may outlive the runtime: what
+  // its batch holds goes with the process, as every release does then.
+  if (backend().exiting() || backend().device_lost()) return;
   try {
     std::lock_guard lock(mutex_);
     const auto last = std::find_if(pending_.rbegin(), pending_.rend(),
