@@ -433,13 +433,23 @@ TEST_CASE("streams: a stream of another device is rejected", "[streams][errors][
   devmem::select_device(original);
 }
 
+/// The keep-alive tests' starting point: a stream of their own, and what the context held once
+/// every earlier test's work was done.
+struct InFlightBaseline {
+  devmem::Stream s = devmem::stream();
+  std::shared_ptr<devmem::Context> context = devmem::current_context();
+  std::size_t before = settled_operations(*context);
+  devmem::MemoryStatistics held = context->device_statistics();
+
+  static std::size_t settled_operations(devmem::Context& ctx) {
+    ctx.synchronize();
+    return ctx.operations_in_flight();
+  }
+};
+
 TEST_CASE("keep-alives: completed operations are let go without a host callback each",
           "[streams]") {
-  const devmem::Stream s = devmem::stream();
-  const auto context = devmem::current_context();
-  context->synchronize();
-  const std::size_t before = context->operations_in_flight();
-  const devmem::MemoryStatistics held = context->device_statistics();
+  const auto [s, context, before, held] = InFlightBaseline{};
   {
     const DeviceArray a = devmem::device_array(Shape{1024}, f8());
     const DeviceArray b = devmem::device_array(Shape{1024}, f8());
@@ -458,11 +468,7 @@ TEST_CASE("keep-alives: a stream's operations share a completion event, released
           "[streams]") {
   // keep_alive.hpp: up to 16 operations of a stream share one completion event, recorded when
   // the batch is full; a synchronize of the stream releases its operations without one.
-  const devmem::Stream s = devmem::stream();
-  const auto context = devmem::current_context();
-  context->synchronize();
-  const std::size_t before = context->operations_in_flight();
-  const devmem::MemoryStatistics held = context->device_statistics();
+  const auto [s, context, before, held] = InFlightBaseline{};
   const DeviceArray target = devmem::device_array(Shape{256}, f8());
   SECTION("fewer than a batch: held until the stream is synchronized") {
     {
@@ -516,10 +522,10 @@ TEST_CASE("keep-alives: a stream's operations share a completion event, released
 
 TEST_CASE("keep-alives: threads retiring on one stream while another synchronizes it",
           "[streams][thread]") {
-  const devmem::Stream s = devmem::stream();
-  const auto context = devmem::current_context();
-  context->synchronize();
-  const std::size_t before = context->operations_in_flight();
+  // Members, not structured bindings: lambdas below capture the stream (clang before 16 cannot
+  // capture a binding).
+  const InFlightBaseline base;
+  const devmem::Stream& s = base.s;
   const DeviceArray source = devmem::to_device(iota_vec(64));
   std::vector<std::thread> copiers;
   for (int t = 0; t < 3; ++t) {
@@ -538,7 +544,7 @@ TEST_CASE("keep-alives: threads retiring on one stream while another synchronize
   done.store(true);
   synchronizer.join();
   s.synchronize();
-  CHECK(context->operations_in_flight() == before);
+  CHECK(base.context->operations_in_flight() == base.before);
 }
 
 TEST_CASE("pinned and mapped scopes wait for work on other streams before unregistering",
