@@ -47,6 +47,7 @@
 #include <devmem/device_array.hpp>
 #include <devmem/dtype.hpp>
 #include <devmem/error.hpp>
+#include <devmem/export.hpp>
 #include <devmem/host_array.hpp>
 #include <devmem/layout.hpp>
 #include <devmem/stream.hpp>
@@ -72,11 +73,6 @@
 #include <utility>
 #include <vector>
 
-#if defined(DEVMEM_STATIC)
-#define DEVMEM_MPI_API
-#else
-#define DEVMEM_MPI_API [[gnu::visibility("default")]]
-#endif
 
 namespace devmem::mpi {
 
