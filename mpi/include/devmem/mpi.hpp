@@ -73,7 +73,6 @@
 #include <utility>
 #include <vector>
 
-
 namespace devmem::mpi {
 
 /// An MPI call failed: carries the MPI error code; the message names the call and MPI's error
