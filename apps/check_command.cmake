@@ -2,6 +2,8 @@ cmake_minimum_required(VERSION 3.25)
 # Runs one `devmem` command line and checks what it did, for CTest (cmake -P):
 #   -DPROGRAM=<path> -DARGS=<arguments separated by '|'> -DEXPECT_EXIT=<code>
 #   [-DEXPECT_STDOUT=<regex>] [-DEXPECT_STDERR=<regex>]
+#   [-DTRACE_FILE=<path>]            a trace file (DEVMEM_TRACE) that must be one JSON array of
+#                                    trace events, complete (parsed whole by string(JSON))
 #   [-DCHECK=json|csv|csv-kernels]   stdout must be a bench JSON document / CSV with the bench's
 #                                    header (and copy rows, or kernel rows)
 # CTest's WILL_FAIL only knows "non-zero"; the exit codes of devmem are part of its interface.
@@ -17,6 +19,21 @@ if(DEFINED EXPECT_STDOUT AND NOT out MATCHES "${EXPECT_STDOUT}")
 endif()
 if(DEFINED EXPECT_STDERR AND NOT err MATCHES "${EXPECT_STDERR}")
   message(FATAL_ERROR "stderr does not match '${EXPECT_STDERR}'\n${shown}")
+endif()
+
+if(DEFINED TRACE_FILE)
+  file(READ "${TRACE_FILE}" trace)
+  string(JSON events ERROR_VARIABLE json_error LENGTH "${trace}")
+  if(json_error)
+    message(FATAL_ERROR "${TRACE_FILE} is not one complete JSON array: ${json_error}\n${shown}")
+  endif()
+  string(JSON first_name GET "${trace}" 0 name)
+  math(EXPR last "${events} - 1")
+  string(JSON last_name GET "${trace}" ${last} name)
+  if(events LESS 3 OR NOT first_name STREQUAL "process_name" OR NOT last_name STREQUAL "trace end")
+    message(FATAL_ERROR "${TRACE_FILE}: ${events} events, from '${first_name}' to '${last_name}' "
+                        "(expected process_name ... trace end)\n${shown}")
+  endif()
 endif()
 
 if(CHECK STREQUAL "json")

@@ -1,9 +1,11 @@
 // devmem: shows what devmem sees (backends, devices, memory, features) and how fast it is.
 //   devmem info          compiled backends, the active one, every device
 //   devmem bench [...]   transfers, allocation and enqueue cost next to the raw vendor calls
+//   devmem trace summarize FILE   what a trace (DEVMEM_TRACE=FILE) shows
 //   devmem --version
 // Exit codes: 0 success, 1 runtime failure (e.g. no device), 2 usage error.
 #include "bench_command.hpp"
+#include "trace_command.hpp"
 
 #include <devmem/devmem.hpp>
 
@@ -79,8 +81,11 @@ void usage(std::FILE* out) {
       "  info        backends, devices, memory and features\n"
       "  bench       transfer bandwidth, allocation latency and enqueue cost next to the raw\n"
       "              vendor calls (devmem bench --help)\n"
+      "  trace       trace summarize FILE: peak memory, allocations, transfers and waits in a\n"
+      "              trace written with DEVMEM_TRACE=FILE (devmem trace --help)\n"
       "  --version   the library version\n"
-      "environment: DEVMEM_BACKEND picks a compiled backend ({}).\n",
+      "environment: DEVMEM_BACKEND picks a compiled backend ({}); DEVMEM_TRACE=FILE writes a\n"
+      "trace of any devmem program (open it in https://ui.perfetto.dev).\n",
       fmt::join(devmem::compiled_backends(), ", "));
 }
 
@@ -102,6 +107,10 @@ int main(int argc, char* argv[]) {
     if (command == "bench") {
       const std::vector<std::string_view> args(argv + 2, argv + argc);
       return devmem::app::run_bench(args);
+    }
+    if (command == "trace") {
+      const std::vector<std::string_view> args(argv + 2, argv + argc);
+      return devmem::app::run_trace(args);
     }
     if (command == "--version") {
       fmt::print("devmem {}\n", devmem::version());

@@ -3,6 +3,7 @@
 // a context with their own files: the deallocation queue (deallocation_queue.hpp), the keep-alives
 // of asynchronous work (keep_alive.hpp), and streams and events (stream.cpp).
 #include "core/internal.hpp"
+#include "core/trace.hpp"
 
 #include <devmem/byte_size.hpp>
 
@@ -156,6 +157,16 @@ std::shared_ptr<DeviceMemory> ContextState::allocate_device(
   }
   device_counters.add(bytes);
   track_device_memory(memory);
+  if (trace::active()) {
+    trace::instant("alloc", "allocate",
+                   {{"bytes", bytes},
+                    {"operation", std::string_view(operation)},
+                    {"manager", memory->manager->name()},
+                    {"device", std::int64_t{device()}},
+                    {"stream", static_cast<const void*>(stream->handle)},
+                    {"address", static_cast<const void*>(memory->ptr)}});
+    trace::device_memory(device(), device_counters.snapshot().current_bytes);
+  }
   return memory;
 }
 
@@ -175,6 +186,14 @@ std::shared_ptr<HostMemory> ContextState::allocate_host(std::int64_t bytes, Host
   memory->owned = true;
   memory->manager = std::move(allocation.manager);
   host_counters.add(bytes);
+  trace::instant(
+      "alloc", "allocate host",
+      {{"bytes", bytes},
+       {"operation", std::string_view(operation)},
+       {"manager", memory->manager->name()},
+       {"device", std::int64_t{device()}},
+       {"kind", std::string_view(memory->kind == HostMemoryKind::Mapped ? "mapped" : "pinned")},
+       {"address", static_cast<const void*>(ptr)}});
   // Page-locked memory from the vendor (or a pool) is not guaranteed to be zeroed; devmem's host
   // arrays are. Write-combined memory is left alone: reading it back would be very slow and the
   // caller asked for memory to write.
@@ -191,6 +210,7 @@ void ContextState::release(const std::shared_ptr<MemoryManager>& manager, void* 
                            std::int64_t bytes, bool host, HostAllocFlags flags,
                            const std::weak_ptr<StreamState>& stream) noexcept {
   (host ? host_counters : device_counters).remove(bytes);
+  if (!host) trace::device_memory(device(), device_counters.snapshot().current_bytes);
   deallocations.release(manager, ptr, bytes, host, flags, stream);
 }
 
@@ -270,6 +290,7 @@ std::vector<std::string> Context::take_deallocation_errors() {
 }
 
 void Context::synchronize() {
+  const auto start = detail::trace::start_time();
   const std::vector<std::shared_ptr<detail::StreamState>> streams = state_->live_streams();
   std::vector<NativeStream> handles;
   handles.reserve(streams.size());
@@ -279,6 +300,9 @@ void Context::synchronize() {
   for (const NativeStream handle : handles) backend_->synchronize_stream(device_, handle);
   state_->in_flight.release_through(handles, mark);
   state_->in_flight.collect_retired();
+  detail::trace::complete("sync", "Context::synchronize", start,
+                          {{"device", std::int64_t{device_}},
+                           {"streams", static_cast<std::int64_t>(handles.size() + 1)}});
 }
 
 namespace {
@@ -389,6 +413,9 @@ std::shared_ptr<Context> context_for_device(int index) {
     }
     table.backend = &backend;
     table.contexts.resize(static_cast<std::size_t>(n));
+    // Before the exit handler below, so that the trace is completed after it (exit handlers run
+    // in reverse order) and shows the exit's own flush.
+    detail::trace::start_from_environment();
     static_cast<void>(std::atexit(&release_devmem_memory_at_exit));
   }
   if (index < 0 || static_cast<std::size_t>(index) >= table.contexts.size()) {

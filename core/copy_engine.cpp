@@ -2,6 +2,7 @@
 // it moves bytes between.
 #include "core/array_access.hpp"
 #include "core/internal.hpp"
+#include "core/trace.hpp"
 
 #include <devmem/error.hpp>
 
@@ -104,6 +105,30 @@ void finish_copy(StreamState& stream, const CopyEndpoint& src, const CopyEndpoin
   finish_enqueued(stream, std::move(keep), std::move(spans));
 }
 
+std::string_view memory_kind(const CopyEndpoint& side) {
+  if (side.on_device) return "device";
+  return side.pageable ? "pageable" : "page-locked";
+}
+
+/// The trace's "copy" event: host time of the call (enqueue, and the wait where the copy is
+/// synchronous), bytes, direction, memory kinds.
+void trace_copy(trace::Clock::time_point start, const char* operation, const StreamState& stream,
+                const CopyEndpoint& src, const CopyEndpoint& dst, bool strided) {
+  const std::int64_t bytes = src.layout->nbytes();
+  const double seconds = std::chrono::duration<double>(trace::Clock::now() - start).count();
+  const std::string_view direction =
+      src.on_device ? (dst.on_device ? "d2d" : "d2h") : (dst.on_device ? "h2d" : "h2h");
+  trace::complete(
+      "copy", operation, start,
+      {{"direction", direction},
+       {"bytes", bytes},
+       {"source", memory_kind(src)},
+       {"destination", memory_kind(dst)},
+       {"strided", std::int64_t{strided ? 1 : 0}},
+       {"stream", static_cast<const void*>(stream.handle)},
+       {"GB/s over the call", seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0}});
+}
+
 /// A copy to or from pageable host memory cannot be captured into a graph: the vendor stages it
 /// through its own buffers and devmem waits for it (finish_copy, the bounded path). Refused before
 /// any vendor call, so the capture stays valid (review 2, N2).
@@ -157,11 +182,13 @@ void copy_elements(const char* operation, Context& context, StreamState& stream,
   // The common case, and the one where the per-call cost is most of the cost (small copies).
   const bool same_dense_order = (src.layout->is_c_contiguous() && dst.layout->is_c_contiguous()) ||
                                 (src.layout->is_f_contiguous() && dst.layout->is_f_contiguous());
+  const auto start = trace::start_time();
   if (!overlap && same_dense_order && src.layout->shape == dst.layout->shape) {
     context.backend().copy(context.device(), dst.element0, src.element0,
                            static_cast<std::size_t>(src.layout->nbytes()),
                            kind_of(src.on_device, dst.on_device), stream.handle);
     finish_copy(stream, src, dst);
+    if (trace::active()) trace_copy(start, operation, stream, src, dst, false);
     return;
   }
 
@@ -194,6 +221,7 @@ void copy_elements(const char* operation, Context& context, StreamState& stream,
   context.backend().copy_strided(context.device(), dst.element0, src.element0, plan,
                                  kind_of(src.on_device, dst.on_device), stream.handle);
   finish_copy(stream, src, dst);
+  if (trace::active()) trace_copy(start, operation, stream, src, dst, true);
 }
 
 Order resolve_copy_order(const Layout& source, Order order, const char* operation) {

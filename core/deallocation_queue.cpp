@@ -5,6 +5,7 @@
 #include "core/deallocation_queue.hpp"
 
 #include "core/internal.hpp"
+#include "core/trace.hpp"
 
 #include <devmem/byte_size.hpp>
 
@@ -195,8 +196,12 @@ void DeallocationQueue::release(const std::shared_ptr<MemoryManager>& manager, v
   bool over_limit = false;
   try {
     std::lock_guard lock(mutex_);
-    queue_.push_back(Pending{manager, ptr, bytes, host, flags, stream});
+    queue_.push_back(Pending{manager, ptr, bytes, host, flags, stream, trace::start_time()});
     queue_bytes_ += bytes;
+    if (trace::active()) {
+      trace::counter("pending deallocations", {{"count", static_cast<std::int64_t>(queue_.size())},
+                                               {"bytes", queue_bytes_}});
+    }
     // Strict comparisons, as Numba: with the default count of 10 the 11th item flushes.
     over_limit = static_cast<std::int64_t>(queue_.size()) > config_.max_pending_count ||
                  queue_bytes_ > max_pending_bytes_;
@@ -220,13 +225,38 @@ void DeallocationQueue::release(const std::shared_ptr<MemoryManager>& manager, v
 
 void DeallocationQueue::flush(bool implicit) {
   std::deque<Pending> batch;
+  std::int64_t batch_bytes = 0;
   {
     std::lock_guard lock(mutex_);
     if (defer_depth_ > 0) return;
     batch.swap(queue_);
-    queue_bytes_ = 0;
+    batch_bytes = std::exchange(queue_bytes_, 0);
   }
+  const auto start = trace::start_time();
+  // Recorded however the flush ends (a failed free throws or returns below).
+  const struct TraceFlush {
+    trace::Clock::time_point start;
+    std::size_t count;
+    std::int64_t bytes;
+    bool implicit;
+    ~TraceFlush() {
+      if (count == 0) return;
+      trace::complete("flush", implicit ? "flush (over the limits)" : "flush", start,
+                      {{"count", static_cast<std::int64_t>(count)}, {"bytes", bytes}});
+      trace::counter("pending deallocations",
+                     {{"count", std::int64_t{0}}, {"bytes", std::int64_t{0}}});
+    }
+  } trace_flush{start, batch.size(), batch_bytes, implicit};
   for (auto it = batch.begin(); it != batch.end(); ++it) {
+    if (trace::active()) {
+      trace::instant("free", it->host ? "free host" : "free",
+                     {{"bytes", it->bytes},
+                      {"address", static_cast<const void*>(it->ptr)},
+                      {"manager", it->manager->name()},
+                      {"deferred us", std::chrono::duration<double, std::micro>(
+                                          trace::Clock::now() - it->released_at)
+                                          .count()}});
+    }
     try {
       if (it->host) {
         it->manager->host_deallocate(it->ptr, static_cast<std::size_t>(it->bytes), it->flags);

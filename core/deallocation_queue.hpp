@@ -7,6 +7,7 @@
 #include <devmem/memory_manager.hpp>
 #include <devmem/stream.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -85,6 +86,8 @@ class DeallocationQueue {
     // Weak: a strong Stream here would make a cycle (context -> queue -> stream -> context) and
     // keep destroyed streams' vendor queues alive until the next flush.
     std::weak_ptr<StreamState> stream;
+    // When the array let go of it: the trace's "deferred us" of its free. Zero when not tracing.
+    std::chrono::steady_clock::time_point released_at;
   };
   template <class Allocate>
   void* allocate_with_retry(Allocate&& allocate, const char* operation, std::int64_t bytes,

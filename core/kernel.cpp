@@ -3,6 +3,7 @@
 // (the vendors report some of these only as an asynchronous "invalid configuration").
 #include "core/architectures.hpp"
 #include "core/internal.hpp"
+#include "core/trace.hpp"
 
 #include <devmem/context.hpp>
 #include <devmem/error.hpp>
@@ -104,6 +105,14 @@ PreparedLaunch launch_prepare(const LaunchConfig& config, std::string_view compi
         "-DCMAKE_HIP_ARCHITECTURES=\"{};{}\", with a HIP that can target it)",
         kernel_name, device, props.name, props.architecture, compiled_architectures,
         compiled_architectures, props.architecture));
+  }
+  if (trace::active()) {
+    trace::instant("launch", kernel_name,
+                   {{"grid", std::string_view(describe(config.grid))},
+                    {"block", std::string_view(describe(config.block))},
+                    {"shared bytes", static_cast<std::int64_t>(config.shared_bytes)},
+                    {"device", std::int64_t{device}},
+                    {"stream", static_cast<const void*>(stream.native_handle())}});
   }
   // The device is made current by the launch itself, in the kernel's own runtime, and only for
   // the launch (detail::KernelDevice): the application's current device is left as it was.

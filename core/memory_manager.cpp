@@ -1,6 +1,7 @@
 // The built-in memory managers (direct, pool), the name registry behind DEVMEM_MEMORY_MANAGER,
 // and the defer_cleanup scope.
 #include "core/internal.hpp"
+#include "core/trace.hpp"
 
 #include <devmem/byte_size.hpp>
 #include <devmem/error.hpp>
@@ -163,10 +164,19 @@ void* PoolMemoryManager::allocate(std::size_t bytes, const Stream& stream) {
       ++state_->stats.hits;
       state_->stats.cached_bytes -= static_cast<std::int64_t>(cls);
       --state_->stats.cached_blocks;
+      if (detail::trace::active()) {
+        detail::trace::instant("pool", "hit",
+                               {{"bytes", static_cast<std::int64_t>(bytes)},
+                                {"block", static_cast<std::int64_t>(cls)}});
+        detail::trace::counter("pool cached", {{"bytes", state_->stats.cached_bytes}});
+      }
       return block;
     }
     ++state_->stats.misses;
   }
+  detail::trace::instant(
+      "pool", "miss",
+      {{"bytes", static_cast<std::int64_t>(bytes)}, {"block", static_cast<std::int64_t>(cls)}});
   MemoryManager& upstream = *state_->upstream;
   void* block = nullptr;
   try {
@@ -193,6 +203,7 @@ void PoolMemoryManager::deallocate(void* ptr, std::size_t bytes, const Stream& s
       state_->device_blocks[cls].push_back(ptr);
       state_->stats.cached_bytes += cls_bytes;
       ++state_->stats.cached_blocks;
+      detail::trace::counter("pool cached", {{"bytes", state_->stats.cached_bytes}});
       return;
     }
     state_->stats.backend_bytes -= cls_bytes;

@@ -2,6 +2,7 @@
 // resolution of their shared states. A file of its own beside context.cpp, which holds the
 // contexts (and their deallocation queue and keep-alive retirement) that streams belong to.
 #include "core/internal.hpp"
+#include "core/trace.hpp"
 
 #include <devmem/error.hpp>
 
@@ -106,6 +107,7 @@ std::shared_ptr<Context> Stream::context() const {
 }
 
 void Stream::synchronize() const {
+  const auto start = detail::trace::start_time();
   std::shared_ptr<detail::StreamState> holder;
   const auto& s = state_or_default(state_, holder);
   auto& in_flight = detail::ContextState::of(*s->context).in_flight;
@@ -114,6 +116,9 @@ void Stream::synchronize() const {
   s->context->backend().synchronize_stream(s->context->device(), s->handle);
   in_flight.release_through(waited, mark);
   in_flight.collect_retired();
+  detail::trace::complete("sync", "Stream::synchronize", start,
+                          {{"stream", static_cast<const void*>(s->handle)},
+                           {"device", std::int64_t{s->context->device()}}});
 }
 
 bool Stream::query() const {
@@ -229,8 +234,11 @@ void Event::record(const Stream& stream) {
 }
 
 void Event::synchronize() const {
+  const auto start = detail::trace::start_time();
   state_->context->backend().synchronize_event(state_->context->device(), state_->handle);
   detail::ContextState::of(*state_->context).in_flight.collect_retired();
+  detail::trace::complete("sync", "Event::synchronize", start,
+                          {{"device", std::int64_t{state_->context->device()}}});
 }
 
 bool Event::query() const {

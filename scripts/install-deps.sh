@@ -9,8 +9,9 @@
 #                                    the pre-commit hooks
 #   scripts/install-deps.sh --mpi    also Open MPI (headers, library, mpirun) for the `host-mpi`
 #                                    preset and the devmem::mpi component
-#   scripts/install-deps.sh --python also Debian's Python headers, pybind11, NumPy, pytest and Numba
-#                                    for the `python` preset (the devmem Python module)
+#   scripts/install-deps.sh --python also Debian's Python headers, pybind11, NumPy, pytest, Numba and
+#                                    matplotlib (devmem.plot) for the `python` preset (the devmem
+#                                    Python module)
 #   --python and --mpi together      also mpi4py (python3-mpi4py) for the `python-mpi` preset
 #                                    (devmem.mpi)
 #   scripts/install-deps.sh --torch  also Debian's PyTorch (python3-torch, CPU only) for the Python
@@ -25,7 +26,7 @@ for arg in "$@"; do
     --hipcpu) packages+=(libtbb-dev) ;;
     --lint) packages+=(clang-format-15 clang-tidy-15) ;;
     --mpi) packages+=(libopenmpi-dev openmpi-bin) ;;
-    --python) packages+=(python3-dev pybind11-dev python3-numpy python3-pytest python3-numba) ;;
+    --python) packages+=(python3-dev pybind11-dev python3-numpy python3-pytest python3-numba python3-matplotlib) ;;
     --torch) packages+=(python3-torch) ;;
     *) echo "install-deps.sh: unknown option '$arg' (known: --roc, --fuzz, --hipcpu, --lint, --mpi, --python, --torch)" >&2; exit 2 ;;
   esac

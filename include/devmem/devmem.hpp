@@ -18,4 +18,5 @@
 #include <devmem/memory_manager.hpp>
 #include <devmem/smart_array.hpp>
 #include <devmem/stream.hpp>
+#include <devmem/trace.hpp>
 #include <devmem/version.hpp>

@@ -61,8 +61,10 @@ from ._devmem import (  # noqa: F401  (re-exported)
     select_device,
     set_memory_manager,
     stream,
+    summarize_trace,
     synchronize,
     to_device,
+    tracing,
 )
 from . import _devmem
 from ._numba_names import (  # noqa: F401  (re-exported)
@@ -178,6 +180,33 @@ class _Gpus(_Sequence):
 
 
 gpus = _Gpus()
+
+
+class trace:
+    """``with devmem.trace(path):`` writes the memory timeline of the block to ``path``: a Chrome
+    trace-event file that https://ui.perfetto.dev opens (allocations, frees, copies, launches,
+    synchronizations and counters; docs/trace.md). One trace at a time: entering while another is
+    written (including DEVMEM_TRACE's) raises InvalidArgument naming both paths. The file is
+    complete when the block ends; ``events`` counts what was recorded."""
+
+    def __init__(self, path):
+        import os
+
+        self.path = os.fspath(path)
+        self._session = None
+        self.events = 0
+
+    def __enter__(self):
+        if self._session is not None:
+            raise RuntimeError("devmem.trace: this trace is already being written")
+        self._session = _devmem._trace_to(self.path)
+        return self
+
+    def __exit__(self, *exc_info):
+        session, self._session = self._session, None
+        self.events = session.events
+        session.stop()
+        return False
 
 
 def list_devices():

@@ -539,6 +539,55 @@ void bind_runtime(py::module_& m) {
     });
     return py::make_tuple(to_numpy(host, args.dtype), DeviceNDArray{host.device(), args.dtype});
   });
+
+  // The memory timeline (docs/trace.md): devmem.trace(path) is the context manager over these.
+  py::class_<TraceSession>(m, "_TraceSession")
+      .def("stop", [](TraceSession& session) { without_gil([&] { session.stop(); }); })
+      .def_property_readonly("events", &TraceSession::events)
+      .def_property_readonly("path",
+                             [](const TraceSession& session) { return session.path().string(); });
+  m.def(
+      "_trace_to",
+      [](const std::string& path) { return std::make_unique<TraceSession>(trace_to(path)); },
+      py::arg("path"));
+  m.def("tracing", &tracing,
+        "Whether a memory timeline (devmem.trace, DEVMEM_TRACE) is written now.");
+  m.def(
+      "summarize_trace",
+      [](const std::string& path) {
+        const TraceSummary s = without_gil([&] { return summarize_trace(path); });
+        py::list peaks;
+        for (const auto& p : s.peaks) {
+          peaks.append(py::dict(py::arg("device") = p.device, py::arg("peak_bytes") = p.peak_bytes,
+                                py::arg("at_seconds") = p.at_seconds));
+        }
+        py::list sites;
+        for (const auto& site : s.top_sites) {
+          sites.append(py::dict(py::arg("operation") = site.operation,
+                                py::arg("manager") = site.manager, py::arg("count") = site.count,
+                                py::arg("bytes") = site.bytes));
+        }
+        py::dict transfers;
+        for (const auto& t : s.transfers) {
+          transfers[py::str(t.direction)] =
+              py::dict(py::arg("count") = t.count, py::arg("bytes") = t.bytes,
+                       py::arg("seconds") = t.seconds);
+        }
+        py::list deferred;
+        for (const auto& d : s.longest_deferred) {
+          deferred.append(py::dict(py::arg("address") = d.address, py::arg("bytes") = d.bytes,
+                                   py::arg("deferred_seconds") = d.deferred_seconds));
+        }
+        return py::dict(
+            py::arg("events") = s.events, py::arg("duration_seconds") = s.duration_seconds,
+            py::arg("peaks") = peaks, py::arg("top_sites") = sites,
+            py::arg("transfers") = transfers, py::arg("synchronizations") = s.synchronizations,
+            py::arg("synchronize_seconds") = s.synchronize_seconds, py::arg("flushes") = s.flushes,
+            py::arg("longest_deferred") = deferred, py::arg("pool_hits") = s.pool_hits,
+            py::arg("pool_misses") = s.pool_misses, py::arg("launches") = s.launches);
+      },
+      py::arg("path"),
+      "Reads a trace devmem wrote and summarizes it (what `devmem trace summarize` prints).");
 }
 
 }  // namespace devmem::python
