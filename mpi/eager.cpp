@@ -22,6 +22,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace devmem::mpi::detail {
@@ -45,21 +46,82 @@ void unpack_contiguous(Context* context, void* data, const std::byte* payload, s
 
 // ---- send ---------------------------------------------------------------------------------------
 
+// What a plain eager message needs of its array, worked out once per call (Layout::size and the
+// contiguity check are calls into libdevmem, which the general path made several times each).
+struct EagerFacts {
+  std::int64_t size = 0;
+  std::int64_t nbytes = 0;
+  bool contiguous = false;
+};
+
+// The facts of a send that takes the eager path: at most eager_limit_bytes and kMaxWireDims axes,
+// a device array on the default stream (its copy is complete on return); nullopt otherwise.
+template <class Array>
+std::optional<EagerFacts> send_facts(const Array& array) {
+  const Layout& layout = array.layout();
+  if (layout.ndim() > kMaxWireDims) return std::nullopt;
+  if constexpr (std::is_same_v<Array, DeviceArray>) {
+    if (!array.stream().is_default()) return std::nullopt;
+  }
+  const std::int64_t size = layout.size();
+  const std::int64_t nbytes = size * array.itemsize();
+  if (nbytes > eager_limit_bytes) return std::nullopt;
+  return EagerFacts{size, nbytes, nbytes > 0 && layout.is_c_contiguous()};
+}
+
+// A receive's: also C-contiguous, with at most kEagerRecvMaxDims axes.
+template <class Array>
+std::optional<EagerFacts> recv_facts(const Array& array) {
+  const Layout& layout = array.layout();
+  if (layout.ndim() > kEagerRecvMaxDims) return std::nullopt;
+  if constexpr (std::is_same_v<Array, DeviceArray>) {
+    if (!array.stream().is_default()) return std::nullopt;
+  }
+  const std::int64_t size = layout.size();
+  const std::int64_t nbytes = size * array.itemsize();
+  if (nbytes > eager_limit_bytes || !layout.is_c_contiguous()) return std::nullopt;
+  return EagerFacts{size, nbytes, true};
+}
+
+// The elements of `array` in C order at `destination`: a C-contiguous array as one copy (a device
+// array's through its backend on the default stream: complete on return).
+void pack_eager(const DeviceArray& array, const EagerFacts& facts, std::byte* destination) {
+  if (facts.nbytes == 0) return;
+  if (facts.contiguous) {
+    if (const std::shared_ptr<Context> context = array.context()) {
+      context->backend().copy(context->device(), destination, array.data(),
+                              static_cast<std::size_t>(facts.nbytes), CopyKind::DeviceToHost,
+                              array.stream().native_handle());
+      return;
+    }
+  }
+  pack_elements(array, destination, array.stream());
+}
+
+void pack_eager(const HostArray& array, const EagerFacts& facts, std::byte* destination) {
+  if (facts.nbytes == 0) return;
+  if (facts.contiguous) {
+    std::memcpy(destination, array.data(), static_cast<std::size_t>(facts.nbytes));
+    return;
+  }
+  pack_elements(array, destination);
+}
+
 // Header and payload packed at construction, while the caller's array is borrowed; then only the
 // buffer and the MPI request are left to wait for.
 class EagerSend final : public Operation {
  public:
-  EagerSend(const DeviceArray& array, int destination, int tag, MPI_Comm comm)
+  template <class Array>
+  EagerSend(const Array& array, const EagerFacts& facts, int destination, int tag, MPI_Comm comm)
       : buffer_(EagerBuffer::take()), peer_(destination), tag_(tag) {
-    prepare(array);
-    pack_elements(array, buffer_.payload(array.ndim()), array.stream());
-    post(array, comm);
-  }
-  EagerSend(const HostArray& array, int destination, int tag, MPI_Comm comm)
-      : buffer_(EagerBuffer::take()), peer_(destination), tag_(tag) {
-    prepare(array);
-    pack_elements(array, buffer_.payload(array.ndim()));
-    post(array, comm);
+    status = Status{peer_, tag_, facts.size, facts.nbytes};
+    const int ndim = array.ndim();
+    write_eager_header(buffer_, typestr_of(array.dtype()), array.shape(), facts.nbytes);
+    pack_eager(array, facts, buffer_.payload(ndim));
+    const auto count = header_bytes(ndim) + static_cast<std::size_t>(facts.nbytes);
+    check_mpi(
+        MPI_Isend(buffer_.data(), static_cast<int>(count), MPI_BYTE, peer_, tag_, comm, &request_),
+        "MPI_Isend (devmem::mpi message)");
   }
   ~EagerSend() override = default;
   EagerSend(const EagerSend&) = delete;
@@ -75,20 +137,6 @@ class EagerSend final : public Operation {
   }
 
  private:
-  template <class Array>
-  void prepare(const Array& array) {
-    status = Status{peer_, tag_, array.size(), array.nbytes()};
-    write_eager_header(buffer_, typestr_of(array.dtype()), array.shape(), array.nbytes());
-  }
-
-  template <class Array>
-  void post(const Array& array, MPI_Comm comm) {
-    const auto count = header_bytes(array.ndim()) + static_cast<std::size_t>(array.nbytes());
-    check_mpi(
-        MPI_Isend(buffer_.data(), static_cast<int>(count), MPI_BYTE, peer_, tag_, comm, &request_),
-        "MPI_Isend (devmem::mpi message)");
-  }
-
   EagerBuffer buffer_;
   int peer_;
   int tag_;
@@ -97,14 +145,15 @@ class EagerSend final : public Operation {
 
 // ---- receive ------------------------------------------------------------------------------------
 
-// Keeps the destination's memory alive (its owner) and what unpacking and the messages need; the
-// message start goes into a pooled buffer, as on the general path.
+// Keeps the destination's memory alive (its owner, which keeps its context) and what unpacking and
+// the messages need; the message start goes into a pooled buffer, as on the general path.
 class EagerRecv final : public Operation {
  public:
-  EagerRecv(const DeviceArray& array, int source, int tag, MPI_Comm comm)
-      : EagerRecv(array, source, tag, comm, array.context(), array.stream().native_handle()) {}
-  EagerRecv(const HostArray& array, int source, int tag, MPI_Comm comm)
-      : EagerRecv(array, source, tag, comm, nullptr, nullptr) {}
+  EagerRecv(const DeviceArray& array, const EagerFacts& facts, int source, int tag, MPI_Comm comm)
+      : EagerRecv(array, facts, source, tag, comm, array.context().get(),
+                  array.stream().native_handle()) {}
+  EagerRecv(const HostArray& array, const EagerFacts& facts, int source, int tag, MPI_Comm comm)
+      : EagerRecv(array, facts, source, tag, comm, nullptr, nullptr) {}
   ~EagerRecv() override = default;
   EagerRecv(const EagerRecv&) = delete;
   EagerRecv& operator=(const EagerRecv&) = delete;
@@ -145,35 +194,44 @@ class EagerRecv final : public Operation {
 
  private:
   template <class Array>
-  EagerRecv(const Array& array, int source, int tag, MPI_Comm comm,
-            std::shared_ptr<Context> context, NativeStream stream)
+  EagerRecv(const Array& array, const EagerFacts& facts, int source, int tag, MPI_Comm comm,
+            Context* context, NativeStream stream)
       : comm_(comm),
         source_(source),
         tag_(tag),
         owner_(array.owner()),
         data_(array.data()),
-        nbytes_(array.nbytes()),
-        context_(std::move(context)),
+        nbytes_(facts.nbytes),
+        context_(context),
         stream_(stream),
         typestr_(&typestr_of(array.dtype())),
-        dtype_(array.dtype()),
-        ndim_(array.ndim()) {
-    std::copy(array.shape().begin(), array.shape().end(), shape_.begin());
-    status = Status{source, tag, array.size(), array.nbytes()};
-    // The stash check and the receive's posting are one step for probe(): a message it stashed in
-    // between would be received out of order (as on the general path).
-    auto lock = stash_in_use() ? progress_lock() : std::unique_lock<std::recursive_mutex>();
-    if (auto stashed = lock.owns_lock() ? take_stashed(comm, source, tag) : std::nullopt) {
-      buffer_ = std::move(stashed->buffer);
-      count_ = stashed->count;
-      source_ = stashed->source;
-      tag_ = stashed->tag;
-      stashed_ = true;
+        ndim_(array.ndim()),
+        buffer_(stash_in_use() ? EagerBuffer() : EagerBuffer::take()) {
+    const auto& extents = array.shape();
+    std::copy(extents.begin(), extents.end(), shape_.begin());
+    status = Status{source, tag, facts.size, facts.nbytes};
+    if (buffer_.empty()) {
+      // The stash check and the receive's posting are one step for probe(): a message it stashed
+      // in between would be received out of order (as on the general path).
+      const auto lock = progress_lock();
+      if (auto stashed = take_stashed(comm, source, tag)) {
+        buffer_ = std::move(stashed->buffer);
+        count_ = stashed->count;
+        source_ = stashed->source;
+        tag_ = stashed->tag;
+        stashed_ = true;
+        return;
+      }
+      buffer_ = EagerBuffer::take();
+      post(source, tag);
       return;
     }
-    buffer_ = EagerBuffer::take();
+    post(source, tag);
+  }
+
+  void post(int source, int tag) {
     check_mpi(MPI_Irecv(buffer_.data(), static_cast<int>(kEagerCapacity), MPI_BYTE, source, tag,
-                        comm, &request_),
+                        comm_, &request_),
               "MPI_Irecv (devmem::mpi message)");
   }
 
@@ -181,8 +239,14 @@ class EagerRecv final : public Operation {
     return {shape_.data(), static_cast<std::size_t>(ndim_)};
   }
 
+  // "float64 (4, 5)" (a dtype's name follows from its typestr).
   [[nodiscard]] std::string description() const {
-    return fmt::format("{} {}", dtype_.name(), layout::format_tuple(shape()));
+    std::string name = *typestr_;
+    try {
+      name = DType::from_typestr(*typestr_).name();
+    } catch (const Error&) {  // not expected: the typestr is DType::typestr()'s
+    }
+    return fmt::format("{} {}", name, layout::format_tuple(shape()));
   }
 
   void on_start() {
@@ -227,7 +291,7 @@ class EagerRecv final : public Operation {
   }
 
   void unpack(const std::byte* payload) const {
-    unpack_contiguous(context_.get(), data_, payload, nbytes_, stream_);
+    unpack_contiguous(context_, data_, payload, nbytes_, stream_);
   }
 
   MPI_Comm comm_;
@@ -236,14 +300,13 @@ class EagerRecv final : public Operation {
   std::shared_ptr<const void> owner_;  // the destination's memory
   void* data_;
   std::int64_t nbytes_;
-  std::shared_ptr<Context> context_;  // null for host arrays
-  NativeStream stream_;               // the default stream (eager_recv_fits)
-  const std::string* typestr_;        // in typestr_of's cache
-  DType dtype_;
+  Context* context_;            // null for host arrays; kept alive by owner_
+  NativeStream stream_;         // the default stream (recv_facts)
+  const std::string* typestr_;  // in typestr_of's cache
   int ndim_;
+  EagerBuffer buffer_;
   std::array<std::int64_t, kEagerRecvMaxDims> shape_{};
   const char* state_ = "waiting for the sender's message";
-  EagerBuffer buffer_;
   MPI_Request request_ = MPI_REQUEST_NULL;
   int count_ = 0;
   bool stashed_ = false;
@@ -343,49 +406,39 @@ class EagerRoundRecv final : public Operation {
 };
 
 template <class Op, class Array>
-std::shared_ptr<Operation> make_pooled(const Array& array, int peer, int tag, MPI_Comm comm) {
-  return std::allocate_shared<Op>(PooledAllocator<Op>{}, array, peer, tag, comm);
+std::shared_ptr<Operation> make_pooled(const Array& array, const EagerFacts& facts, int peer,
+                                       int tag, MPI_Comm comm) {
+  return std::allocate_shared<Op>(PooledAllocator<Op>{}, array, facts, peer, tag, comm);
 }
 
 }  // namespace
 
-bool eager_send_fits(const DeviceArray& array) {
-  return array.nbytes() <= eager_limit_bytes && array.ndim() <= kMaxWireDims &&
-         array.stream().is_default();
-}
-
-bool eager_send_fits(const HostArray& array) {
-  return array.nbytes() <= eager_limit_bytes && array.ndim() <= kMaxWireDims;
-}
-
-bool eager_recv_fits(const DeviceArray& array) {
-  return array.nbytes() <= eager_limit_bytes && array.ndim() <= kEagerRecvMaxDims &&
-         array.is_c_contiguous() && array.stream().is_default();
-}
-
-bool eager_recv_fits(const HostArray& array) {
-  return array.nbytes() <= eager_limit_bytes && array.ndim() <= kEagerRecvMaxDims &&
-         array.is_c_contiguous();
-}
-
 std::shared_ptr<Operation> make_eager_send(const DeviceArray& array, int destination, int tag,
                                            MPI_Comm comm) {
-  return make_pooled<EagerSend>(array, destination, tag, comm);
+  const auto facts = send_facts(array);
+  if (!facts) return nullptr;
+  return make_pooled<EagerSend>(array, *facts, destination, tag, comm);
 }
 
 std::shared_ptr<Operation> make_eager_send(const HostArray& array, int destination, int tag,
                                            MPI_Comm comm) {
-  return make_pooled<EagerSend>(array, destination, tag, comm);
+  const auto facts = send_facts(array);
+  if (!facts) return nullptr;
+  return make_pooled<EagerSend>(array, *facts, destination, tag, comm);
 }
 
 std::shared_ptr<Operation> make_eager_recv(const DeviceArray& array, int source, int tag,
                                            MPI_Comm comm) {
-  return make_pooled<EagerRecv>(array, source, tag, comm);
+  const auto facts = recv_facts(array);
+  if (!facts) return nullptr;
+  return make_pooled<EagerRecv>(array, *facts, source, tag, comm);
 }
 
 std::shared_ptr<Operation> make_eager_recv(const HostArray& array, int source, int tag,
                                            MPI_Comm comm) {
-  return make_pooled<EagerRecv>(array, source, tag, comm);
+  const auto facts = recv_facts(array);
+  if (!facts) return nullptr;
+  return make_pooled<EagerRecv>(array, *facts, source, tag, comm);
 }
 
 bool eager_round_send_fits(const DeviceArray& array) {

@@ -28,18 +28,12 @@ namespace devmem::mpi::detail {
 // Receives with more axes take the general path (the fast one keeps the shape inline).
 inline constexpr int kEagerRecvMaxDims = 8;
 
-// Whether a plain send of `array` takes the eager fast path: at most eager_limit_bytes, and a
-// host array or a device array on the default stream (whose copy is complete on return).
-bool eager_send_fits(const DeviceArray& array);
-bool eager_send_fits(const HostArray& array);
-// Whether a plain receive into `array` takes it: also C-contiguous, with at most
-// kEagerRecvMaxDims axes.
-bool eager_recv_fits(const DeviceArray& array);
-bool eager_recv_fits(const HostArray& array);
-
-// The operations, with their message posted (not started): the envelope must have been checked
-// and must not name MPI_PROC_NULL. A send is started with launch(), a receive with
-// start_eager_recv(); run_blocking() runs either.
+// The operations of plain sends and receives that take the eager fast path, with their message
+// posted (not started); null when `array` does not fit it. A send fits with at most
+// eager_limit_bytes and kMaxWireDims axes, a host array or a device array on the default stream
+// (whose copy is complete on return); a receive also C-contiguous, with at most kEagerRecvMaxDims
+// axes. The envelope must have been checked and must not name MPI_PROC_NULL. A send is started
+// with launch(), a receive with start_eager_recv(); run_blocking() runs either.
 std::shared_ptr<Operation> make_eager_send(const DeviceArray& array, int destination, int tag,
                                            MPI_Comm comm);
 std::shared_ptr<Operation> make_eager_send(const HostArray& array, int destination, int tag,

@@ -278,8 +278,8 @@ void check_envelope(const char* operation, MPI_Comm comm, int peer, int tag, boo
 // ---- eager buffers ------------------------------------------------------------------------------
 
 EagerBuffer EagerBuffer::take() {
-  if (t_eager.count > 0) {
-    return EagerBuffer(std::unique_ptr<HostArray>(t_eager.free.at(--t_eager.count)));
+  if (ThreadEagerBuffers& local = t_eager; local.count > 0) {
+    return EagerBuffer(std::unique_ptr<HostArray>(local.free.at(--local.count)));
   }
   {
     const std::lock_guard lock(g_eager_mutex);
@@ -301,10 +301,15 @@ EagerBuffer& EagerBuffer::operator=(EagerBuffer&& other) noexcept {
 
 EagerBuffer::~EagerBuffer() {
   if (storage_ == nullptr) return;
-  if (!t_eager.closed && t_eager.count < kThreadEagerBuffers) {
-    thread_local const ThreadEagerCloser closer;  // registered with the thread's first buffer
-    static_cast<void>(closer);
-    t_eager.free.at(t_eager.count++) = storage_.release();
+  ThreadEagerBuffers& local = t_eager;
+  if (!local.closed && local.count < kThreadEagerBuffers) {
+    if (local.count == 0) {
+      // Registered before the thread keeps its first buffer (touched again only when the list
+      // was empty: a thread-local with a destructor costs a lookup and a guard per access).
+      thread_local const ThreadEagerCloser closer;
+      static_cast<void>(closer);
+    }
+    local.free.at(local.count++) = storage_.release();
     return;
   }
   try {
@@ -317,20 +322,19 @@ EagerBuffer::~EagerBuffer() {
 // ---- Endpoint -----------------------------------------------------------------------------------
 
 const std::string& typestr_of(const DType& dtype) {
-  // The last dtype this thread asked for, without a lock.
-  thread_local std::optional<DType> last;
-  thread_local const std::string* last_typestr = nullptr;
-  if (last_typestr != nullptr && last.has_value() && *last == dtype) return *last_typestr;
-  // A program uses a handful of dtypes; a deque keeps the strings where they are, for the life of
+  // The cache entry of the last dtype this thread asked for, without a lock (one pointer of
+  // thread-local storage: one lookup of it per call).
+  thread_local const std::pair<DType, std::string>* last = nullptr;
+  if (const auto* entry = last; entry != nullptr && entry->first == dtype) return entry->second;
+  // A program uses a handful of dtypes; a deque keeps the entries where they are, for the life of
   // the process (operations move between threads).
   static std::mutex mutex;
   static std::deque<std::pair<DType, std::string>> cache;
   const std::lock_guard lock(mutex);
-  last = dtype;
-  for (const auto& [known, typestr] : cache) {
-    if (known == dtype) return *(last_typestr = &typestr);
+  for (const auto& entry : cache) {
+    if (entry.first == dtype) return (last = &entry)->second;
   }
-  return *(last_typestr = &cache.emplace_back(dtype, dtype.typestr()).second);
+  return (last = &cache.emplace_back(dtype, dtype.typestr()))->second;
 }
 
 // get_if rather than visit: these are noexcept, and the variant always holds one of the two.

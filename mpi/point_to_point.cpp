@@ -616,8 +616,7 @@ template <class Array>
 Request make_send(const Array& array, int destination, int tag, MPI_Comm comm) {
   check_envelope("mpi::send", comm, destination, tag, false);
   if (destination == MPI_PROC_NULL) return {};
-  if (eager_send_fits(array)) {
-    auto op = make_eager_send(array, destination, tag, comm);
+  if (auto op = make_eager_send(array, destination, tag, comm)) {
     launch(op);
     return Operation::make_request(std::move(op));
   }
@@ -628,8 +627,7 @@ template <class Array>
 Request make_recv(const Array& array, int source, int tag, MPI_Comm comm) {
   check_envelope("mpi::recv", comm, source, tag, true);
   if (source == MPI_PROC_NULL) return {};
-  if (eager_recv_fits(array)) {
-    auto op = make_eager_recv(array, source, tag, comm);
+  if (auto op = make_eager_recv(array, source, tag, comm)) {
     start_eager_recv(op);
     return Operation::make_request(std::move(op));
   }
@@ -640,20 +638,18 @@ template <class Array>
 void blocking_send(const Array& array, int destination, int tag, MPI_Comm comm) {
   check_envelope("mpi::send", comm, destination, tag, false);
   if (destination == MPI_PROC_NULL) return;
-  run_blocking(eager_send_fits(array) ? make_eager_send(array, destination, tag, comm)
-                                      : std::make_shared<SendOperation>(
-                                            Endpoint(array), destination, tag, comm, MessageRole{}),
-               "mpi::send");
+  std::shared_ptr<Operation> op = make_eager_send(array, destination, tag, comm);
+  if (!op)
+    op = std::make_shared<SendOperation>(Endpoint(array), destination, tag, comm, MessageRole{});
+  run_blocking(op, "mpi::send");
 }
 
 template <class Array>
 Status blocking_recv(const Array& array, int source, int tag, MPI_Comm comm) {
   check_envelope("mpi::recv", comm, source, tag, true);
   if (source == MPI_PROC_NULL) return {};
-  const std::shared_ptr<Operation> op =
-      eager_recv_fits(array)
-          ? make_eager_recv(array, source, tag, comm)
-          : std::make_shared<RecvOperation>(Endpoint(array), source, tag, comm, MessageRole{});
+  std::shared_ptr<Operation> op = make_eager_recv(array, source, tag, comm);
+  if (!op) op = std::make_shared<RecvOperation>(Endpoint(array), source, tag, comm, MessageRole{});
   run_blocking(op, "mpi::recv");
   return op->status;
 }

@@ -226,6 +226,11 @@ bool cancel_request(MPI_Request& request) noexcept {
 }
 
 void wait_operation(const std::shared_ptr<Operation>& op) {
+  // A small send finishes when it is launched: its wait costs no backoff or lock.
+  if (op->finished.load(std::memory_order_acquire)) {
+    if (op->error) std::rethrow_exception(std::exchange(op->error, nullptr));
+    return;
+  }
   Backoff backoff("a devmem::mpi wait");
   while (!op->finished.load(std::memory_order_acquire)) {
     // This operation first: waiting for many in turn (wait_all) then costs one test each, not one
@@ -348,6 +353,18 @@ bool Request::done() const noexcept {
 }
 
 void wait_all(std::span<Request> requests) {
+  // One pass over the operations under one lock first: a window of small messages has mostly
+  // arrived by its wait, and waiting for each in turn took the lock (and a backoff) per message.
+  // The waits below then find those finished, and complete them without the lock.
+  if (requests.size() > 1) {
+    const std::lock_guard lock(g_progress_mutex);
+    for (const Request& r : requests) {
+      const std::shared_ptr<Operation>& op = Operation::of(r);
+      if (!op || op->finished.load(std::memory_order_acquire)) continue;
+      advance_once(op);
+      if (op->finished && op->list_index != Operation::kNotListed) unlist(op->list_index);
+    }
+  }
   std::exception_ptr first;
   for (Request& r : requests) {
     try {

@@ -48,6 +48,10 @@ struct Operation {
   static Request make_request(std::shared_ptr<Operation> operation) noexcept {
     return Request(std::move(operation));
   }
+  // The operation behind `request` (null when it has none).
+  static const std::shared_ptr<Operation>& of(const Request& request) noexcept {
+    return request.operation_;
+  }
 };
 
 // Adds `op` to the operations that progress advances (once: it must not be listed).

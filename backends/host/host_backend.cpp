@@ -401,7 +401,16 @@ template <class Run>
 void HostBackend::submit_copy(const char* function, int device, NativeStream stream,
                               const detail::Injection& injection, CopyKind kind, void* dst,
                               ByteSpan dst_span, const void* src, ByteSpan src_span, Run run) {
-  // The default stream runs its operations inline: every copy on it is complete on return.
+  // The default stream runs its operations inline: every copy on it is complete on return. What
+  // submit() does for it (the injected failure, the wait for the other streams, the copy), without
+  // wrapping the copy in a StreamOperation first: small copies (devmem::mpi's eager messages) pay
+  // for that wrapper more than for the copy.
+  if (stream == nullptr) {
+    if (injection) throw_injected(function, Call::Copy, injection, device);
+    drain(device);
+    run(src);
+    return;
+  }
   const bool pageable_dst =
       stream != nullptr && kind == CopyKind::DeviceToHost && !page_locked(dst, dst_span);
   const bool pageable_src =
