@@ -43,7 +43,8 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/devmem-config.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/devmem-config-version.cmake
   COMPATIBILITY SameMinorVersion)
 # devmem_add_kernel_sources, next to devmem-config.cmake in the build tree and the install tree.
-foreach(file devmem-kernels.cmake devmem-hipcc.cmake devmem-hipcpu.cmake)
+foreach(file devmem-kernels.cmake devmem-hipcc.cmake devmem-hipcpu.cmake
+             devmem-kernel-gpu-check.cmake)
   configure_file(${PROJECT_SOURCE_DIR}/cmake/${file} ${PROJECT_BINARY_DIR}/${file} COPYONLY)
 endforeach()
 install(FILES ${PROJECT_BINARY_DIR}/devmem-config.cmake
@@ -51,6 +52,7 @@ install(FILES ${PROJECT_BINARY_DIR}/devmem-config.cmake
               ${PROJECT_BINARY_DIR}/devmem-kernels.cmake
               ${PROJECT_BINARY_DIR}/devmem-hipcc.cmake
               ${PROJECT_BINARY_DIR}/devmem-hipcpu.cmake
+              ${PROJECT_BINARY_DIR}/devmem-kernel-gpu-check.cmake
   DESTINATION ${DEVMEM_CMAKE_DIR})
 
 # The licence, where distributions keep a package's documentation.

@@ -14,6 +14,10 @@
 #     kernel layer on HIP-CPU (devmem::hipcpu_runtime: the HIP-CPU checkout devmem was built
 #     with, TBB); kernels run on the CPU through the GPU backend's code.
 # <target> must link devmem::devmem (this function does it, PRIVATE, when it does not yet).
+# With -DDEVMEM_KERNEL_GPU_COMPILE_CHECK=AUTO or ON (devmem-kernel-gpu-check.cmake), the sources
+# are also compiled device-only by nvcc (sm_80, sm_90) and hipcc (gfx90a) when found, in the
+# target <target>_gpu_check: a kernel tested in the simulator is known to build for the GPUs. The
+# compiler of devmem's own GPU backend is left out (it compiles the sources for real).
 # Errors: FATAL_ERROR for a missing target or file list, a CUDA build without the CUDA language
 # enabled, and a HIP-CPU build of devmem with a compiler other than g++.
 #
@@ -23,6 +27,7 @@
 include_guard(GLOBAL)
 include("${CMAKE_CURRENT_LIST_DIR}/devmem-hipcc.cmake")
 include("${CMAKE_CURRENT_LIST_DIR}/devmem-hipcpu.cmake")
+include("${CMAKE_CURRENT_LIST_DIR}/devmem-kernel-gpu-check.cmake")
 
 set_property(GLOBAL PROPERTY DEVMEM_KERNEL_BACKEND "${DEVMEM_KERNEL_BACKEND}")
 set_property(GLOBAL PROPERTY DEVMEM_KERNEL_HIPCPU "${DEVMEM_KERNEL_HIPCPU}")
@@ -100,4 +105,12 @@ function(devmem_add_kernel_sources target)
     set_source_files_properties(${files} TARGET_DIRECTORY ${target} PROPERTIES LANGUAGE CXX)
     target_compile_features(${target} PRIVATE cxx_std_20)
   endif()
+
+  set(skip "")
+  if(NOT hipcpu AND backend STREQUAL "cuda")
+    set(skip SKIP_NVCC)
+  elseif(NOT hipcpu AND backend STREQUAL "roc")
+    set(skip SKIP_HIPCC)
+  endif()
+  devmem_kernel_gpu_compile_check(${target} TARGET ${target} FILES ${files} ${skip})
 endfunction()

@@ -28,7 +28,8 @@ StreamState::~StreamState() {
     try {
       context->backend().destroy_stream(context->device(), handle);
     } catch (const std::exception& e) {
-      report_error(fmt::format("destroying stream {}: {}", handle, e.what()));
+      report_error(fmt::format("destroying stream {} of device {}: {}", handle, context->device(),
+                               e.what()));
     }
   }
   detail::ContextState::of(*context).in_flight.collect_retired();

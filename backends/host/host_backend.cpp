@@ -802,9 +802,20 @@ void HostBackend::destroy_stream(int device, NativeStream stream) {
     }
   }
   target->shutdown();  // runs the queued work, joins the worker
-  // Like cudaStreamDestroy, report an asynchronous failure that nobody has seen yet; the stream is
-  // destroyed either way.
-  if (std::exception_ptr error = target->take_error()) std::rethrow_exception(error);
+  // Report an asynchronous failure that nobody has seen yet (a GPU would throw it from the next
+  // synchronize, which never came): the same error (function, code), its message saying so. The
+  // stream is destroyed either way.
+  if (std::exception_ptr error = target->take_error()) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const BackendError& e) {
+      throw BackendError(e.backend(), e.function(), e.code(), e.code_name(),
+                         fmt::format("{} (never synchronized: the stream was destroyed before a "
+                                     "synchronize reported this failure of its work)",
+                                     e.what()),
+                         e.persistence());
+    }
+  }
 }
 
 void HostBackend::synchronize_stream(int device, NativeStream stream) {

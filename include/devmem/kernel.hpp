@@ -167,6 +167,20 @@ template <std::size_t... N>
   ((result = (d++ == dim) ? N : result), ...);
   return result;
 }
+
+/// Compiled by every shared_array declaration: a static shared array over 48 KiB (CUDA's limit for
+/// a kernel's static __shared__ memory, which nvcc refuses to build) is a compile error on every
+/// backend, the simulator included. `Bytes` (shown in the diagnostic) is the array's size.
+template <std::size_t Bytes>
+struct StaticSharedArrayBytes {
+  static_assert(
+      Bytes <= 48 * 1024,
+      "devmem::shared_array: this static shared array has more bytes (the Bytes of "
+      "StaticSharedArrayBytes<Bytes>) than the 48 KiB (49152 bytes) CUDA allows a "
+      "kernel's static shared memory: use dynamic shared memory instead "
+      "(dynamic_shared<T>() with LaunchConfig's shared_bytes; launch opts in above 48 KiB)");
+  static constexpr bool fits = true;
+};
 }  // namespace detail
 
 /// A block-shared array of constant shape N... (C order), as returned by shared_array.
@@ -676,7 +690,8 @@ auto convert_kernel_arguments(const PreparedLaunch& launch, std::index_sequence<
 /// in tests. Numba gives every cuda.shared.array call its own memory; here each array needs a tag
 /// (this macro, or shared_array<T, N...>([] {})) unless it is the only one of its type and shape.
 /// The same call site reached again (a loop, a device function called twice) is the same array,
-/// as a __shared__ declaration is.
+/// as a __shared__ declaration is. An array of more than 48 KiB is a compile error on every backend
+/// (detail::StaticSharedArrayBytes): use dynamic_shared<T>() for more.
 #define DEVMEM_SHARED_ARRAY(name, T, ...) auto name = ::devmem::shared_array<T, __VA_ARGS__>([] {})
 
 namespace devmem {

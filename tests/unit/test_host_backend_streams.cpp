@@ -135,6 +135,19 @@ TEST_CASE("host backend: failures on a worker are reported once", "[host_backend
   CHECK_THROWS_WITH(b.destroy_stream(0, doomed), "unseen");
   check_backend_error(capture<BackendError>([&] { b.synchronize_stream(0, doomed); }),
                       "synchronize_stream", Status::InvalidResourceHandle);
+  // A failed operation's BackendError (a kernel's, here made by hand) keeps its function and code
+  // and says that no synchronize reported it (issue 34: it reaches stderr in a sentence).
+  NativeStream failed = b.create_stream(0);
+  b.launch_host_function(0, failed, [] {
+    throw BackendError("host", "launch", 719, "LaunchFailure",
+                       "host launch: LaunchFailure (719): k");
+  });
+  const auto unseen = capture<BackendError>([&] { b.destroy_stream(0, failed); });
+  check_backend_error(unseen, "launch", Status::LaunchFailure);
+  CHECK(
+      std::string(unseen.what()) ==
+      "host launch: LaunchFailure (719): k (never synchronized: the stream was destroyed before a "
+      "synchronize reported this failure of its work)");
 }
 
 TEST_CASE("host backend: stream handles", "[host_backend]") {

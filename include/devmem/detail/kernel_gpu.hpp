@@ -187,6 +187,7 @@ void copy_to_constant(T (&symbol)[N], int device, const void* values, std::size_
 /// a lambda as a default template argument). The host simulator reports such kernels.
 template <class T, std::size_t... N, class Tag = detail::SharedArrayDefaultTag>
 [[nodiscard]] DEVMEM_DETAIL_DEVICE SharedArray<T, N...> shared_array(Tag = {}) {
+  static_assert(detail::StaticSharedArrayBytes<sizeof(T) * (N * ...)>::fits);
   // One __shared__ variable per instantiation (type, shape, tag), per block.
   __shared__ T storage[(N * ...)];
   return SharedArray<T, N...>(storage);

@@ -218,6 +218,7 @@ template <class T, std::size_t... N>
 void* shared_array_storage(const void* key, const SourceSite* untagged_site) {
   static_assert(std::is_trivially_default_constructible_v<T> && std::is_trivially_destructible_v<T>,
                 "shared memory holds trivial types only (as __shared__ does)");
+  static_assert(detail::StaticSharedArrayBytes<sizeof(T) * (N * ...)>::fits);
   static constexpr std::size_t shape[] = {N...};
   return shared_storage(key, sizeof(T), shape, alignof(T), untagged_site);
 }
