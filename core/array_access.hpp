@@ -5,6 +5,7 @@
 
 #include <devmem/device_array.hpp>
 #include <devmem/host_array.hpp>
+#include <devmem/managed.hpp>
 
 #include <memory>
 #include <utility>
@@ -26,6 +27,10 @@ struct ArrayAccess {
   [[nodiscard]] static HostArray make(std::shared_ptr<HostMemory> memory, Layout layout,
                                       DType dtype) {
     return HostArray(std::move(memory), std::move(layout), std::move(dtype));
+  }
+  /// The ManagedArray of `array`, whose memory is managed memory (managed_array).
+  [[nodiscard]] static ManagedArray make_managed(DeviceArray array) {
+    return ManagedArray(std::move(array));
   }
 };
 

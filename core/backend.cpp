@@ -81,6 +81,65 @@ void Backend::copy_peer(int dst_device, void* dst, int src_device, const void* s
       name(), bytes, src, src_device, dst, dst_device));
 }
 
+// ---- Managed memory: a backend without it (docs/managed-memory.md) ----
+
+bool Backend::supports_managed_memory(int /*device*/) {
+  return false;
+}
+
+void* Backend::allocate_managed(int device, std::size_t bytes, ManagedAttach /*attach*/) {
+  throw InvalidArgument(fmt::format(
+      "{} allocate_managed: the {} backend does not support managed memory (asked for {} bytes on "
+      "device {})",
+      name(), name(), bytes, device));
+}
+
+void Backend::deallocate_managed(int device, void* ptr) {
+  throw InvalidArgument(fmt::format(
+      "{} deallocate_managed: the {} backend does not support managed memory (freeing {} on "
+      "device {})",
+      name(), name(), ptr, device));
+}
+
+void Backend::prefetch_managed(int device, const void* ptr, std::size_t bytes,
+                               MemoryLocation location, NativeStream /*stream*/) {
+  throw InvalidArgument(fmt::format(
+      "{} prefetch_managed: the {} backend does not support managed memory (prefetching {} bytes "
+      "at {} to {} for device {})",
+      name(), name(), bytes, ptr, to_string(location), device));
+}
+
+void Backend::advise_managed(int device, const void* ptr, std::size_t bytes, MemoryAdvice advice,
+                             MemoryLocation location) {
+  throw InvalidArgument(fmt::format(
+      "{} advise_managed: the {} backend does not support managed memory (advice {} for {} bytes "
+      "at {}, {}, device {})",
+      name(), name(), to_string(advice), bytes, ptr, to_string(location), device));
+}
+
+std::string to_string(const MemoryLocation& location) {
+  if (location.is_host()) return "the host";
+  return fmt::format("device {}", location.device);
+}
+
+const char* to_string(MemoryAdvice advice) noexcept {
+  switch (advice) {
+    case MemoryAdvice::ReadMostly:
+      return "ReadMostly";
+    case MemoryAdvice::UnsetReadMostly:
+      return "UnsetReadMostly";
+    case MemoryAdvice::PreferredLocation:
+      return "PreferredLocation";
+    case MemoryAdvice::UnsetPreferredLocation:
+      return "UnsetPreferredLocation";
+    case MemoryAdvice::AccessedBy:
+      return "AccessedBy";
+    case MemoryAdvice::UnsetAccessedBy:
+      return "UnsetAccessedBy";
+  }
+  return "UnknownAdvice";
+}
+
 // ---- Inter-process sharing: a backend without IPC (docs/scaling-out.md#ipc) ----
 
 bool Backend::supports_ipc(int /*device*/) {

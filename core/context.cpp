@@ -128,14 +128,15 @@ void order_after_allocation(const StreamState& use, const DeviceMemory& memory) 
 }
 
 std::shared_ptr<DeviceMemory> ContextState::allocate_device(
-    std::int64_t bytes, const std::shared_ptr<StreamState>& stream, const char* operation) {
+    std::int64_t bytes, const std::shared_ptr<StreamState>& stream, const char* operation,
+    std::shared_ptr<MemoryManager> manager) {
   auto memory = std::make_shared<DeviceMemory>();
   memory->context = shared();
   memory->bytes = bytes;
   if (bytes == 0) return memory;
   in_flight.collect_retired();
-  DeallocationQueue::Allocation allocation =
-      deallocations.allocate_device(bytes, StreamState::wrap(stream), operation);
+  DeallocationQueue::Allocation allocation = deallocations.allocate_device(
+      bytes, StreamState::wrap(stream), operation, std::move(manager));
   memory->ptr = static_cast<std::byte*>(allocation.ptr);
   memory->owned = true;
   memory->manager = std::move(allocation.manager);

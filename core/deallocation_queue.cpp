@@ -162,10 +162,10 @@ void DeallocationQueue::end_defer() {
   --defer_depth_;
 }
 
-DeallocationQueue::Allocation DeallocationQueue::allocate_device(std::int64_t bytes,
-                                                                 const Stream& stream,
-                                                                 const char* operation) {
-  Allocation result{nullptr, manager()};
+DeallocationQueue::Allocation DeallocationQueue::allocate_device(
+    std::int64_t bytes, const Stream& stream, const char* operation,
+    std::shared_ptr<MemoryManager> by) {
+  Allocation result{nullptr, by ? std::move(by) : manager()};
   MemoryManager& mgr = *result.manager;
   const auto size = static_cast<std::size_t>(bytes);
   result.ptr = allocate_with_retry([&] { return mgr.allocate(size, stream); }, operation, bytes,

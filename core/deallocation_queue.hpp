@@ -40,11 +40,13 @@ class DeallocationQueue {
     void* ptr = nullptr;
     std::shared_ptr<MemoryManager> manager;
   };
-  /// `bytes` (more than 0) of device memory allocated on `stream` by the current manager, with
-  /// Numba's out-of-memory rule: on OutOfMemory the queue is flushed and the allocation tried once
-  /// more; a second OutOfMemory is rethrown naming `operation`, the size and free/total memory.
+  /// `bytes` (more than 0) of device memory allocated on `stream` by `manager` (null: the current
+  /// manager), with Numba's out-of-memory rule: on OutOfMemory the queue is flushed and the
+  /// allocation tried once more; a second OutOfMemory is rethrown naming `operation`, the size
+  /// and free/total memory.
   [[nodiscard]] Allocation allocate_device(std::int64_t bytes, const Stream& stream,
-                                           const char* operation);
+                                           const char* operation,
+                                           std::shared_ptr<MemoryManager> manager = nullptr);
   /// The same for page-locked host memory allocated with `flags`.
   [[nodiscard]] Allocation allocate_host(std::int64_t bytes, HostAllocFlags flags,
                                          const char* operation);

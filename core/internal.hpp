@@ -37,6 +37,11 @@ std::shared_ptr<MemoryManager> checked_upstream(Context& context,
                                                 std::shared_ptr<MemoryManager> upstream,
                                                 std::string_view who);
 
+/// InvalidArgument when `stream` (for the default stream: any blocking stream of the device) is
+/// being captured into a graph: `manager` cannot allocate `bytes` then (memory_manager.cpp).
+void refuse_during_capture(Context& context, std::string_view manager, std::size_t bytes,
+                           const Stream& stream);
+
 /// Throws InvalidArgument ("<operation>: byte stride S of axis K is not a multiple of the
 /// alignment A of dtype D") when an axis longer than 1 has a stride that would put its second
 /// element off the dtype's alignment: a typed access there faults on a GPU.
@@ -182,10 +187,12 @@ struct ContextState {
   // keep-alives.
   /// Device memory of `bytes` (none for 0 bytes) through the context's manager, allocated on
   /// `stream` (a stream of this context, not null); on OutOfMemory flushes the deferred queue and
-  /// retries once. OutOfMemory names `operation`.
+  /// retries once. OutOfMemory names `operation`. `manager`, when given, allocates instead of the
+  /// context's (managed_array's managed manager); the memory goes back to it.
   std::shared_ptr<DeviceMemory> allocate_device(std::int64_t bytes,
                                                 const std::shared_ptr<StreamState>& stream,
-                                                const char* operation);
+                                                const char* operation,
+                                                std::shared_ptr<MemoryManager> manager = nullptr);
   /// Page-locked host memory (zero-filled unless write-combined), same retry rule.
   std::shared_ptr<HostMemory> allocate_host(std::int64_t bytes, HostAllocFlags flags,
                                             const char* operation);

@@ -27,7 +27,7 @@ MemoryManager::~MemoryManager() = default;
 
 DirectMemoryManager::~DirectMemoryManager() = default;
 
-namespace {
+namespace detail {
 
 /// Stream capture forbids allocating device memory (cudaMalloc is a capture-unsafe call, and
 /// cudaMallocAsync on the legacy stream joins the capture implicitly): refused before the vendor
@@ -47,7 +47,9 @@ void refuse_during_capture(Context& context, std::string_view manager, std::size
       manager, format_bytes(static_cast<std::uint64_t>(bytes))));
 }
 
-}  // namespace
+}  // namespace detail
+
+using detail::refuse_during_capture;
 
 void* DirectMemoryManager::allocate(std::size_t bytes, const Stream& stream) {
   refuse_during_capture(context(), name(), bytes, stream);
@@ -356,6 +358,9 @@ Registry& registry() {
     });
     reg->factories.emplace("async", [](Context& ctx) -> std::shared_ptr<MemoryManager> {
       return std::make_shared<AsyncMemoryManager>(ctx);
+    });
+    reg->factories.emplace("managed", [](Context& ctx) -> std::shared_ptr<MemoryManager> {
+      return std::make_shared<ManagedMemoryManager>(ctx);
     });
     return reg;
   }();

@@ -216,6 +216,62 @@ struct CudaApi {
   static constexpr bool kHasIpc = false;
 #endif
 
+  // ---- Managed memory (docs/managed-memory.md) ----
+  static constexpr bool kHasManaged = true;
+  static constexpr unsigned kMemAttachGlobal = cudaMemAttachGlobal;
+  static constexpr unsigned kMemAttachHost = cudaMemAttachHost;
+  static constexpr int kCpuDeviceId = cudaCpuDeviceId;
+  static S mallocManaged(void** ptr, std::size_t bytes, unsigned flags) {
+    return {cudaMallocManaged(ptr, bytes, flags), "cudaMallocManaged"};
+  }
+#if defined(__HIP_CPU_RT__) || CUDART_VERSION >= 13000
+  /// CUDA 13 takes a cudaMemLocation (a device, or the host) where CUDA 12 took a device number
+  /// with cudaCpuDeviceId for the host.
+  static cudaMemLocation memLocation(int location) noexcept {
+    cudaMemLocation where{};
+    if (location == cudaCpuDeviceId) {
+      where.type = cudaMemLocationTypeHost;
+      where.id = 0;
+    } else {
+      where.type = cudaMemLocationTypeDevice;
+      where.id = location;
+    }
+    return where;
+  }
+  static S memPrefetchAsync(const void* ptr, std::size_t bytes, int location, Stream stream) {
+    return {cudaMemPrefetchAsync(ptr, bytes, memLocation(location), 0, stream),
+            "cudaMemPrefetchAsync"};
+  }
+  static S memAdvise(const void* ptr, std::size_t bytes, MemoryAdvice advice, int location) {
+    return {cudaMemAdvise(ptr, bytes, vendorAdvice(advice), memLocation(location)),
+            "cudaMemAdvise"};
+  }
+#else
+  static S memPrefetchAsync(const void* ptr, std::size_t bytes, int location, Stream stream) {
+    return {cudaMemPrefetchAsync(ptr, bytes, location, stream), "cudaMemPrefetchAsync"};
+  }
+  static S memAdvise(const void* ptr, std::size_t bytes, MemoryAdvice advice, int location) {
+    return {cudaMemAdvise(ptr, bytes, vendorAdvice(advice), location), "cudaMemAdvise"};
+  }
+#endif
+  static constexpr cudaMemoryAdvise vendorAdvice(MemoryAdvice advice) noexcept {
+    switch (advice) {
+      case MemoryAdvice::ReadMostly:
+        return cudaMemAdviseSetReadMostly;
+      case MemoryAdvice::UnsetReadMostly:
+        return cudaMemAdviseUnsetReadMostly;
+      case MemoryAdvice::PreferredLocation:
+        return cudaMemAdviseSetPreferredLocation;
+      case MemoryAdvice::UnsetPreferredLocation:
+        return cudaMemAdviseUnsetPreferredLocation;
+      case MemoryAdvice::AccessedBy:
+        return cudaMemAdviseSetAccessedBy;
+      case MemoryAdvice::UnsetAccessedBy:
+        return cudaMemAdviseUnsetAccessedBy;
+    }
+    return cudaMemAdviseSetReadMostly;  // not reached: every enumerator is handled above
+  }
+
   // ---- Streams and events ----
   /// cudaStreamLegacy: the legacy default stream whatever the compilation's default-stream mode
   /// (with CUDA_API_PER_THREAD_DEFAULT_STREAM a 0 handle would mean the per-thread stream).

@@ -18,6 +18,8 @@
 //                                    cudaEventElapsedTime
 //   copy / copy_2d / copy_strided    cudaMemcpyAsync / cudaMemcpy2DAsync / cudaMemcpy3DAsync
 //   memset                           cudaMemsetAsync
+//   managed memory                   cudaMallocManaged (cudaMemAttachGlobal / Host), cudaFree,
+//                                    cudaMemPrefetchAsync, cudaMemAdvise (CUDA 13: cudaMemLocation)
 //   launch_host_function             cudaLaunchHostFunc
 //   device selection                 cudaGetDevice, cudaSetDevice (only when it differs)
 //   errors                           cudaGetErrorName, cudaGetErrorString, cudaGetLastError

@@ -512,6 +512,76 @@ class RuntimeBackend : public Backend, protected DeviceSelection<Api> {
 
   void make_current(int device) override { make_device_current("make_current", device); }
 
+  // ---- Managed memory (docs/managed-memory.md) ------------------------------------------------
+  // A runtime without it (Api::kHasManaged false: the strict fake) keeps Backend's defaults.
+
+  [[nodiscard]] bool supports_managed_memory(int device) override {
+    if constexpr (Api::kHasManaged) {
+      const ScopedDevice on_device = use_device("supports_managed_memory", device);
+      return true;
+    } else {
+      return Backend::supports_managed_memory(device);
+    }
+  }
+
+  [[nodiscard]] void* allocate_managed(int device, std::size_t bytes,
+                                       ManagedAttach attach) override {
+    if constexpr (Api::kHasManaged) {
+      const ScopedDevice on_device = use_device("allocate_managed", device);
+      if (bytes == 0) return nullptr;
+      const bool global = attach == ManagedAttach::Global;
+      void* ptr = nullptr;
+      const ApiStatus status =
+          Api::mallocManaged(&ptr, bytes, global ? Api::kMemAttachGlobal : Api::kMemAttachHost);
+      if (status.code == Api::kErrorMemoryAllocation) {
+        raise_out_of_memory(status, device, bytes, /*device_memory=*/true);
+      }
+      check(status, "allocating {} ({} bytes) of managed memory attached to {} for device {}",
+            bytes_text(bytes), bytes, global ? "every stream" : "the host", device);
+      return ptr;
+    } else {
+      return Backend::allocate_managed(device, bytes, attach);
+    }
+  }
+
+  void deallocate_managed(int device, void* ptr) override {
+    if constexpr (Api::kHasManaged) {
+      const ScopedDevice releasing = use_device_to_release("deallocate_managed", device);
+      if (!releasing || ptr == nullptr) return;
+      release(Api::free(ptr), "freeing managed memory at {} of device {}", fmt::ptr(ptr), device);
+    } else {
+      Backend::deallocate_managed(device, ptr);
+    }
+  }
+
+  void prefetch_managed(int device, const void* ptr, std::size_t bytes, MemoryLocation location,
+                        NativeStream stream) override {
+    if constexpr (Api::kHasManaged) {
+      const ScopedDevice on_device = use_device("prefetch_managed", device);
+      if (bytes == 0) return;
+      const int where = location.is_host() ? Api::kCpuDeviceId : location.device;
+      check(Api::memPrefetchAsync(ptr, bytes, where, native(stream)),
+            "prefetching {} bytes of managed memory at {} to {} on {}", bytes, fmt::ptr(ptr),
+            to_string(location), describe(stream));
+    } else {
+      Backend::prefetch_managed(device, ptr, bytes, location, stream);
+    }
+  }
+
+  void advise_managed(int device, const void* ptr, std::size_t bytes, MemoryAdvice advice,
+                      MemoryLocation location) override {
+    if constexpr (Api::kHasManaged) {
+      const ScopedDevice on_device = use_device("advise_managed", device);
+      if (bytes == 0) return;
+      const int where = location.is_host() ? Api::kCpuDeviceId : location.device;
+      check(Api::memAdvise(ptr, bytes, advice, where),
+            "advising {} for {} bytes of managed memory at {} ({}) on device {}", to_string(advice),
+            bytes, fmt::ptr(ptr), to_string(location), device);
+    } else {
+      Backend::advise_managed(device, ptr, bytes, advice, location);
+    }
+  }
+
   // ---- Inter-process sharing (docs/scaling-out.md#ipc) ----------------------------------------
   // A runtime without IPC (Api::kHasIpc false: HIP-CPU) keeps Backend's defaults, which say so.
 

@@ -112,7 +112,9 @@ concept VendorConstants =
     // The largest pitch, row width or row count a 2-D/3-D copy call accepts.
     vendor_api_detail::ConstantOf<decltype(Api::kMaxPitch), std::size_t> &&
     // Whether the IPC group (VendorIpcCalls) is there: a constant expression (`if constexpr`).
-    vendor_api_detail::ConstantOf<decltype(Api::kHasIpc), bool>;
+    vendor_api_detail::ConstantOf<decltype(Api::kHasIpc), bool> &&
+    // Whether the managed-memory group (VendorManagedCalls) is there, likewise.
+    vendor_api_detail::ConstantOf<decltype(Api::kHasManaged), bool>;
 
 /// Devices: count, current device (read from the runtime's own per-thread state), properties,
 /// memory, and what the properties say in devmem's terms.
@@ -261,12 +263,32 @@ concept VendorIpcCalls =
       { Api::memGetAddressRange(base, bytes, cptr) } -> vendor_api_detail::ReturnsStatus<Api>;
     };
 
+/// Managed (unified) memory, required only where Api::kHasManaged: mallocManaged's attach flags,
+/// the location number of the host (cudaCpuDeviceId), and the three calls. Locations are device
+/// indices or kCpuDeviceId; the table turns them into what its runtime takes (CUDA 13's
+/// cudaMemLocation), and the advice into the vendor's enum.
+template <class Api>
+concept VendorManagedCalls =
+    vendor_api_detail::ConstantOf<decltype(Api::kMemAttachGlobal), unsigned> &&
+    vendor_api_detail::ConstantOf<decltype(Api::kMemAttachHost), unsigned> &&
+    vendor_api_detail::ConstantOf<decltype(Api::kCpuDeviceId), int> &&
+    // Each call, tried with arguments of the types it takes:
+    requires(void** out, const void* cptr, std::size_t bytes, unsigned flags, int location,
+             MemoryAdvice advice, typename Api::Stream stream) {
+      { Api::mallocManaged(out, bytes, flags) } -> vendor_api_detail::ReturnsStatus<Api>;
+      {
+        Api::memPrefetchAsync(cptr, bytes, location, stream)
+        } -> vendor_api_detail::ReturnsStatus<Api>;
+      { Api::memAdvise(cptr, bytes, advice, location) } -> vendor_api_detail::ReturnsStatus<Api>;
+    };
+
 /// A table of vendor calls that RuntimeBackend can be instantiated with. Optional, and not part
 /// of the concept: scratchReturned(ptr, bytes, host), a test runtime's hook that is told when a
 /// strided copy's temporary goes back to the backend's cache (the strict fake poisons it).
 template <class Api>
 concept VendorApi = VendorTypes<Api> && VendorConstants<Api> && VendorDeviceCalls<Api> &&
                     VendorMemoryCalls<Api> && VendorStreamCalls<Api> && VendorCopyCalls<Api> &&
-                    VendorErrorCalls<Api> && (!Api::kHasIpc || VendorIpcCalls<Api>);
+                    VendorErrorCalls<Api> && (!Api::kHasIpc || VendorIpcCalls<Api>) &&
+                    (!Api::kHasManaged || VendorManagedCalls<Api>);
 
 }  // namespace devmem::gpu_runtime

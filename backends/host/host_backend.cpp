@@ -179,6 +179,9 @@ HostBackend::~HostBackend() {
   for (const auto& [address, range] : host_allocations_) {
     ::operator delete(reinterpret_cast<void*>(address), std::align_val_t{kPageSize});
   }
+  for (const auto& [address, range] : managed_) {
+    ::operator delete(reinterpret_cast<void*>(address), std::align_val_t{kManagedAlignment});
+  }
 }
 
 HostBackend* HostBackend::live_instance() noexcept {
@@ -199,7 +202,7 @@ std::exception_ptr HostBackend::injected_error(const char* function, Call kind,
   const std::string request =
       fmt::format("injected failure of call {} of {} (fail_nth)", injection.nth, to_string(kind));
   if (injection.status == Status::MemoryAllocation &&
-      (kind == Call::Allocate || kind == Call::HostAllocate)) {
+      (kind == Call::Allocate || kind == Call::HostAllocate || kind == Call::AllocateManaged)) {
     return std::make_exception_ptr(
         OutOfMemory(fmt::format("host {}: out of memory allocating {} ({} bytes) on device {} ({})",
                                 function, format_bytes(bytes), bytes, device, request),
@@ -236,6 +239,8 @@ bool HostBackend::device_accessible_locked(std::uintptr_t begin, std::size_t byt
     const auto it = find_containing(*ranges, begin, bytes, host_range_size);
     if (it != ranges->end() && it->second.mapped) return true;
   }
+  const auto managed_size = [](const ManagedRangeState& range) { return range.bytes; };
+  if (find_containing(managed_, begin, bytes, managed_size) != managed_.end()) return true;
   return imported_device_locked(begin, bytes) >= 0;
 }
 
@@ -735,6 +740,11 @@ int HostBackend::pointer_device(const void* ptr) {
     if (find_containing(allocations, address, 1, size_of_allocation) != allocations.end()) {
       return static_cast<int>(device);
     }
+  }
+  // Managed memory belongs to the device it was allocated for, as CUDA reports it.
+  const auto managed_size = [](const ManagedRangeState& range) { return range.bytes; };
+  if (const auto it = find_containing(managed_, address, 1, managed_size); it != managed_.end()) {
+    return it->second.device;
   }
   return imported_device_locked(address, 1);
 }

@@ -62,6 +62,8 @@ namespace devmem::host {
 
 /// Device allocations take whole pages of this size (see host_ipc.cpp).
 inline constexpr std::size_t kDevicePageBytes = 4096;
+/// Managed allocations are page-aligned (cudaMallocManaged's memory starts on a page).
+inline constexpr std::size_t kManagedAlignment = 4096;
 /// The bytes reserved for a device allocation of `bytes`: whole pages (0 on overflow).
 [[nodiscard]] inline std::size_t device_pages(std::size_t bytes) noexcept {
   const std::size_t rounded = (bytes + kDevicePageBytes - 1) / kDevicePageBytes * kDevicePageBytes;
@@ -84,6 +86,11 @@ class HostBackend final : public Backend {
   [[nodiscard]] AsyncPoolState async_pool_state(int device);
   /// Events of `device` created and not yet destroyed (host::live_event_count).
   [[nodiscard]] std::int64_t live_event_count(int device);
+  /// The managed-memory counts of `device` (host::managed_memory_state).
+  [[nodiscard]] ManagedMemoryState managed_memory_state(int device);
+  /// The managed allocation `ptr` points into (host::managed_range_state); InvalidArgument when
+  /// there is none.
+  [[nodiscard]] ManagedRangeState managed_range_state(const void* ptr);
 
   [[nodiscard]] std::string_view name() const noexcept override { return "host"; }
   [[nodiscard]] int device_count() override { return device_count_; }
@@ -105,6 +112,19 @@ class HostBackend final : public Backend {
   void deallocate_async(int device, void* ptr, NativeStream stream) override;
   void set_async_release_threshold(int device, std::uint64_t bytes) override;
   void trim_async_pool(int device, std::size_t keep_bytes) override;
+
+  // Managed memory (host_managed.cpp; docs/managed-memory.md): page-aligned host memory that
+  // copies, memsets and kernels of every device accept as device memory. Prefetches are recorded
+  // when they run on their stream (counted and fault-injectable as Call::Prefetch), advice when
+  // it is given (Call::Advise).
+  [[nodiscard]] bool supports_managed_memory(int device) override;
+  [[nodiscard]] void* allocate_managed(int device, std::size_t bytes,
+                                       ManagedAttach attach) override;
+  void deallocate_managed(int device, void* ptr) override;
+  void prefetch_managed(int device, const void* ptr, std::size_t bytes, MemoryLocation location,
+                        NativeStream stream) override;
+  void advise_managed(int device, const void* ptr, std::size_t bytes, MemoryAdvice advice,
+                      MemoryLocation location) override;
 
   [[nodiscard]] NativeStream create_stream(int device) override;
   void destroy_stream(int device, NativeStream stream) override;
@@ -189,8 +209,15 @@ class HostBackend final : public Backend {
   struct DeviceMemory {
     AllocationMap allocations;  // start address -> bytes
     std::int64_t used = 0;
-    AsyncPoolState async_pool;  // what the stream-ordered pool was told (it keeps nothing)
+    AsyncPoolState async_pool;   // what the stream-ordered pool was told (it keeps nothing)
+    ManagedMemoryState managed;  // counts of the device's managed memory
   };
+  /// Managed allocations of every device, by start address (host_managed.cpp).
+  using ManagedMap = std::map<std::uintptr_t, ManagedRangeState>;
+  /// The managed allocation holding [begin, begin + bytes), or end(). Needs memory_mutex_.
+  [[nodiscard]] ManagedMap::iterator find_managed_locked(std::uintptr_t begin, std::size_t bytes);
+  /// InvalidDevice unless `location` is the host or a device of this backend.
+  void check_location(const char* function, MemoryLocation location) const;
 
   /// BackendError with the message "host <function>: <status> (<code>): <details>".
   template <class... Args>
@@ -259,11 +286,12 @@ class HostBackend final : public Backend {
 
   const int device_count_;
 
-  // guards devices_, host_allocations_, registrations_, exports_, imports_
+  // guards devices_, host_allocations_, registrations_, managed_, exports_, imports_
   mutable std::mutex memory_mutex_;
   std::vector<DeviceMemory> devices_;
   HostRangeMap host_allocations_;
   HostRangeMap registrations_;
+  ManagedMap managed_;
   std::map<std::uintptr_t, Export> exports_;  // by allocation start (host_ipc.cpp)
   std::map<std::uintptr_t, Import> imports_;  // by mapping start (host_ipc.cpp)
 

@@ -162,6 +162,12 @@ std::string_view to_string(Call call) noexcept {
       return "RecordEvent";
     case Call::Launch:
       return "Launch";
+    case Call::AllocateManaged:
+      return "AllocateManaged";
+    case Call::Prefetch:
+      return "Prefetch";
+    case Call::Advise:
+      return "Advise";
     case Call::Count_:
       break;
   }
@@ -231,6 +237,22 @@ AsyncPoolState async_pool_state(int device) {
     return backend->async_pool_state(device);
   }
   return {};
+}
+
+ManagedMemoryState managed_memory_state(int device) {
+  if (HostBackend* const backend = HostBackend::live_instance()) {
+    return backend->managed_memory_state(device);
+  }
+  return {};
+}
+
+ManagedRangeState managed_range_state(const void* ptr) {
+  if (HostBackend* const backend = HostBackend::live_instance()) {
+    return backend->managed_range_state(ptr);
+  }
+  throw InvalidArgument(fmt::format(
+      "host::managed_range_state: {} is not managed memory (the host backend does not exist yet)",
+      ptr));
 }
 
 std::int64_t live_event_count(int device) {

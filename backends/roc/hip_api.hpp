@@ -150,6 +150,38 @@ struct HipApi {
   static S freeAsync(void* ptr, Stream stream) {
     return {hipFreeAsync(ptr, stream), "hipFreeAsync"};
   }
+
+  // ---- Managed memory (docs/managed-memory.md) ----
+  static constexpr bool kHasManaged = true;
+  static constexpr unsigned kMemAttachGlobal = hipMemAttachGlobal;
+  static constexpr unsigned kMemAttachHost = hipMemAttachHost;
+  static constexpr int kCpuDeviceId = hipCpuDeviceId;
+  static S mallocManaged(void** ptr, std::size_t bytes, unsigned flags) {
+    return {hipMallocManaged(ptr, bytes, flags), "hipMallocManaged"};
+  }
+  static S memPrefetchAsync(const void* ptr, std::size_t bytes, int location, Stream stream) {
+    return {hipMemPrefetchAsync(ptr, bytes, location, stream), "hipMemPrefetchAsync"};
+  }
+  static S memAdvise(const void* ptr, std::size_t bytes, MemoryAdvice advice, int location) {
+    return {hipMemAdvise(ptr, bytes, vendorAdvice(advice), location), "hipMemAdvise"};
+  }
+  static constexpr hipMemoryAdvise vendorAdvice(MemoryAdvice advice) noexcept {
+    switch (advice) {
+      case MemoryAdvice::ReadMostly:
+        return hipMemAdviseSetReadMostly;
+      case MemoryAdvice::UnsetReadMostly:
+        return hipMemAdviseUnsetReadMostly;
+      case MemoryAdvice::PreferredLocation:
+        return hipMemAdviseSetPreferredLocation;
+      case MemoryAdvice::UnsetPreferredLocation:
+        return hipMemAdviseUnsetPreferredLocation;
+      case MemoryAdvice::AccessedBy:
+        return hipMemAdviseSetAccessedBy;
+      case MemoryAdvice::UnsetAccessedBy:
+        return hipMemAdviseUnsetAccessedBy;
+    }
+    return hipMemAdviseSetReadMostly;  // not reached: every enumerator is handled above
+  }
   static S setPoolReleaseThreshold(int device, std::uint64_t bytes) {
 #if defined(__HIP_CPU_RT__)
     // HIP-CPU's stream-ordered allocations are ordinary ones: there is no pool to configure.

@@ -22,6 +22,8 @@
 //                                    hipEventElapsedTime
 //   copy / copy_2d / copy_strided    hipMemcpyAsync / hipMemcpy2DAsync / hipMemcpy3DAsync
 //   memset                           hipMemsetAsync
+//   managed memory                   hipMallocManaged (hipMemAttachGlobal / Host), hipFree,
+//                                    hipMemPrefetchAsync, hipMemAdvise
 //   launch_host_function             hipStreamAddCallback (hipLaunchHostFunc is not exported by
 //                                    Debian's HIP 5.2; see hip_api.hpp)
 //   device selection                 hipGetDevice, hipSetDevice (only when it differs)

@@ -113,6 +113,8 @@ struct StrictFakeApi {
   static constexpr unsigned kEventDisableTiming = 0x2;
   static constexpr std::size_t kMaxPitch = std::size_t{1} << 31;
   static constexpr bool kHasIpc = false;
+  // No managed memory (docs/strict-fake.md#what-it-leaves-out): the backend says so.
+  static constexpr bool kHasManaged = false;
 
   // ---- Devices ----
   static S getDeviceCount(int* count);

@@ -104,6 +104,43 @@ struct AllocationRange {
   std::size_t bytes = 0;
 };
 
+// ---- Managed (unified) memory (docs/managed-memory.md) ----
+/// Which streams may first touch a new managed allocation (cudaMallocManaged's flags).
+enum class ManagedAttach {
+  Global,  // every stream of every device (cudaMemAttachGlobal / hipMemAttachGlobal)
+  Host,    // the host; devices only once the memory is prefetched or a stream is attached
+           // (cudaMemAttachHost / hipMemAttachHost)
+};
+/// Where managed memory should live, or who accesses it: a device, or the host (the vendors'
+/// cudaCpuDeviceId / hipCpuDeviceId).
+struct MemoryLocation {
+  enum class Kind { Device, Host };
+  Kind kind = Kind::Device;
+  int device = 0;  // the device index for Kind::Device; -1 for the host
+  /// The host (the CPU's memory).
+  [[nodiscard]] static constexpr MemoryLocation host() noexcept { return {Kind::Host, -1}; }
+  /// Device `index` (checked against the device count where it is used).
+  [[nodiscard]] static constexpr MemoryLocation on_device(int index) noexcept {
+    return {Kind::Device, index};
+  }
+  [[nodiscard]] constexpr bool is_host() const noexcept { return kind == Kind::Host; }
+  friend constexpr bool operator==(const MemoryLocation&, const MemoryLocation&) = default;
+};
+/// "the host" or "device N".
+[[nodiscard]] DEVMEM_API std::string to_string(const MemoryLocation& location);
+/// Advice about how managed memory will be used (cudaMemAdvise / hipMemAdvise): hints that change
+/// where pages live and how faults are served, never what the memory holds.
+enum class MemoryAdvice {
+  ReadMostly,              // mostly read: devices that read it may keep read-only copies
+  UnsetReadMostly,         // undoes ReadMostly (the copies collapse to one)
+  PreferredLocation,       // pages should live at the location given with the advice
+  UnsetPreferredLocation,  // no preferred location any more
+  AccessedBy,              // the location given accesses the memory: keep it mapped there
+  UnsetAccessedBy,         // undoes AccessedBy for that location
+};
+/// "ReadMostly", "UnsetReadMostly", "PreferredLocation", ...
+[[nodiscard]] DEVMEM_API const char* to_string(MemoryAdvice advice) noexcept;
+
 /// The vendor layer behind every context: one object per backend (host, cuda, roc), thin calls
 /// that throw BackendError (vendor code and name), OutOfMemory or NoDevice. Every member may be
 /// called from several threads. Public so that tests and tools can drive a backend directly;
@@ -277,6 +314,30 @@ class DEVMEM_API Backend {
   /// throws InvalidArgument (no peer copies).
   virtual void copy_peer(int dst_device, void* dst, int src_device, const void* src,
                          std::size_t bytes, NativeStream stream);
+  // ---- Managed (unified) memory (docs/managed-memory.md) ----
+  // One allocation that the host and the devices address with the same pointer, migrated by the
+  // driver. Defaults: no managed memory (supports_managed_memory false; the others throw
+  // InvalidArgument naming the backend). core/ checks arguments (sizes, locations, the
+  // oversubscription rule) before these are called.
+  /// Whether `device` can allocate managed memory on this backend.
+  [[nodiscard]] virtual bool supports_managed_memory(int device);
+  /// `bytes` of managed memory for `device` (cudaMallocManaged; nullptr for 0 bytes), first
+  /// accessible as `attach` says. OutOfMemory when there is no room. The caller decides whether
+  /// `bytes` may exceed the device's free memory (the vendors allow it; it can hang a GPU).
+  [[nodiscard]] virtual void* allocate_managed(int device, std::size_t bytes, ManagedAttach attach);
+  /// Frees memory from allocate_managed (cudaFree: waits for the device's work first).
+  virtual void deallocate_managed(int device, void* ptr);
+  /// Migrates `bytes` of managed memory from `ptr` to `location`, enqueued on `stream`, a stream
+  /// of `device` (cudaMemPrefetchAsync / hipMemPrefetchAsync): later work on the stream finds the
+  /// pages there. Returns without waiting. A hint: the contents never change.
+  virtual void prefetch_managed(int device, const void* ptr, std::size_t bytes,
+                                MemoryLocation location, NativeStream stream);
+  /// Gives `advice` for `bytes` of managed memory from `ptr` (cudaMemAdvise / hipMemAdvise);
+  /// `location` is the preferred location or the accessing processor (ignored by ReadMostly and
+  /// its unset form). Takes effect at once, not in any stream's order.
+  virtual void advise_managed(int device, const void* ptr, std::size_t bytes, MemoryAdvice advice,
+                              MemoryLocation location);
+
   // ---- Inter-process sharing (docs/scaling-out.md#ipc) ----
   // Defaults: no IPC (supports_ipc false, the others throw InvalidArgument naming the backend).
   /// Whether device memory of `device` can be exported to and opened by other processes.

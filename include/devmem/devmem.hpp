@@ -13,6 +13,7 @@
 #include <devmem/interop.hpp>
 #include <devmem/ipc.hpp>
 #include <devmem/layout.hpp>
+#include <devmem/managed.hpp>
 #include <devmem/memory.hpp>
 #include <devmem/memory_adaptors.hpp>
 #include <devmem/memory_manager.hpp>

@@ -23,10 +23,14 @@
 // Thread safety: every function may be called concurrently with any devmem call.
 #pragma once
 
+#include <devmem/backend.hpp>
 #include <devmem/export.hpp>
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
+#include <vector>
 
 namespace devmem::host {
 
@@ -45,8 +49,11 @@ enum class Call {
   SynchronizeStream,
   CreateEvent,
   RecordEvent,
-  Launch,  // kernel launches (<devmem/kernel.hpp>)
-  Count_   // number of kinds; not a call
+  Launch,           // kernel launches (<devmem/kernel.hpp>)
+  AllocateManaged,  // managed allocations (their frees count as Deallocate)
+  Prefetch,         // prefetches of managed memory
+  Advise,           // advice about managed memory
+  Count_            // number of kinds; not a call
 };
 /// The kind's name ("Allocate", "Copy", ...).
 [[nodiscard]] DEVMEM_API std::string_view to_string(Call call) noexcept;
@@ -91,6 +98,40 @@ struct AsyncPoolState {
 /// destroyed (the application's, devmem's recycled ones and its completion events alike), so that
 /// tests see what devmem keeps. 0 before the host backend exists. Thread-safe.
 [[nodiscard]] DEVMEM_API std::int64_t live_event_count(int device = 0);
+
+// ---- Managed memory (docs/managed-memory.md) ----
+// The simulator's managed memory is one host allocation that host code and the simulated devices
+// address with the same pointer. It is not counted against a device's capacity (as on a GPU,
+// where managed pages take device memory only while they are resident there). Prefetches are
+// operations of their stream and are recorded when they run; advice is recorded when given.
+
+/// What a device's managed memory has seen.
+struct ManagedMemoryState {
+  std::int64_t allocations = 0;           // live managed allocations made for the device
+  std::int64_t bytes = 0;                 // their bytes
+  std::int64_t prefetches_to_device = 0;  // prefetches to the device that have run
+  std::int64_t prefetches_to_host = 0;    // prefetches to the host on the device's streams
+  std::int64_t advice = 0;                // advise calls accepted for the device's memory
+};
+/// The managed-memory counts of `device` (all zero before the host backend exists). Thread-safe.
+[[nodiscard]] DEVMEM_API ManagedMemoryState managed_memory_state(int device = 0);
+
+/// One managed allocation as the simulator holds it: what it is, and the advice and prefetches
+/// it has received (advice about part of the allocation is recorded for the whole of it).
+struct ManagedRangeState {
+  const void* base = nullptr;
+  std::size_t bytes = 0;
+  int device = 0;  // the device it was allocated for
+  ManagedAttach attach = ManagedAttach::Global;
+  bool read_mostly = false;
+  std::optional<MemoryLocation> preferred_location;
+  std::vector<MemoryLocation> accessed_by;      // in the order the advice came
+  std::optional<MemoryLocation> last_prefetch;  // where the last prefetch that ran took it
+  std::int64_t prefetches = 0;                  // prefetches that have run
+};
+/// The managed allocation that `ptr` points into. InvalidArgument when it is not inside one (or
+/// before the host backend exists). Thread-safe.
+[[nodiscard]] DEVMEM_API ManagedRangeState managed_range_state(const void* ptr);
 
 /// Makes the `nth` (1-based) call of `kind` from now on, and the `count` - 1 calls right after
 /// it, fail with `status` (Injected by default; MemoryAllocation makes an allocation report

@@ -468,9 +468,10 @@ struct KernelArgument<ArrayView<T, Rank>> {
   }
 };
 
+/// A DeviceArray, or a ManagedArray (<devmem/managed.hpp>), which is one.
 template <class Arg>
 inline constexpr bool is_device_array_argument =
-    std::is_same_v<std::remove_cvref_t<Arg>, DeviceArray>;
+    std::is_base_of_v<DeviceArray, std::remove_cvref_t<Arg>>;
 
 /// True when an ArrayView argument of type View may be passed for the ArrayView parameter Param
 /// (the same view, or a view of non-const elements for a parameter of const ones).
@@ -507,7 +508,7 @@ template <class Param, class Arg>
   constexpr bool is_mapped = std::is_base_of_v<MappedArray, Arg>;
   constexpr bool is_host = std::is_base_of_v<HostArray, Arg> && !is_mapped;
   if constexpr (is_array_view_argument<Param>) {
-    if constexpr (std::is_same_v<Arg, DeviceArray> || is_mapped) {
+    if constexpr (is_device_array_argument<Arg> || is_mapped) {
       return ArgumentFit::Ok;
     } else if constexpr (is_host) {
       return ArgumentFit::HostArray;
@@ -524,8 +525,7 @@ template <class Param, class Arg>
     return ArgumentFit::Ok;
   } else if constexpr (is_host) {
     return ArgumentFit::HostArray;
-  } else if constexpr (std::is_same_v<Arg, DeviceArray> || is_mapped ||
-                       is_array_view_argument<Arg>) {
+  } else if constexpr (is_device_array_argument<Arg> || is_mapped || is_array_view_argument<Arg>) {
     return ArgumentFit::ArrayForNonView;
   } else {
     return ArgumentFit::NotConvertible;

@@ -198,6 +198,46 @@ class DEVMEM_API AsyncMemoryManager : public DirectMemoryManager {
   Options options_;
 };
 
+/// Managed (unified) memory ("managed"; RMM's managed_memory_resource): device arrays whose memory
+/// the host can address too, allocated with cudaMallocManaged / hipMallocManaged (the host
+/// backend simulates it; docs/managed-memory.md) and freed with cudaFree / hipFree. Arrays keep
+/// the device-array rules: host code reads their memory through managed_array's host view, or
+/// after the work on it is synchronized. Page-locked host memory and memory_info are the direct
+/// manager's.
+///
+/// Oversubscription: an allocation of more than the device's free memory (memory_info) is
+/// refused with OutOfMemory unless Options::allow_oversubscription, because the driver then
+/// migrates pages in and out on every access, which can stall or hang the GPU for every process
+/// using it, not only this one. (The deferred queue is flushed and the allocation tried once more
+/// before the refusal reaches the caller, as for any OutOfMemory.)
+///
+/// Errors: InvalidArgument at construction where the backend or device has no managed memory
+/// (the strict fake); OutOfMemory; BackendError. Thread-safe, like every manager.
+class DEVMEM_API ManagedMemoryManager : public DirectMemoryManager {
+ public:
+  struct Options {
+    /// Which streams may touch new memory first: Global (every stream of every device, the
+    /// default) or Host (the host until it is prefetched to a device).
+    ManagedAttach attach = ManagedAttach::Global;
+    /// Allow allocations larger than the device's free memory (see the class comment).
+    bool allow_oversubscription = false;
+  };
+  explicit ManagedMemoryManager(Context& context);
+  ManagedMemoryManager(Context& context, Options options);
+  ~ManagedMemoryManager() override;
+  [[nodiscard]] std::string_view name() const noexcept override { return "managed"; }
+  /// Checks the free device memory (unless allow_oversubscription), then allocates managed memory
+  /// with the options' attach flag. Refused during stream capture, as every vendor allocation.
+  [[nodiscard]] void* allocate(std::size_t bytes, const Stream& stream) override;
+  /// cudaFree / hipFree of the managed memory (it waits for the device's work, like cudaFree).
+  void deallocate(void* ptr, std::size_t bytes, const Stream& stream) override;
+  /// The options the manager was made with.
+  [[nodiscard]] const Options& options() const noexcept { return options_; }
+
+ private:
+  Options options_;
+};
+
 /// Statistics of a PoolMemoryManager.
 struct PoolStatistics {
   std::int64_t hits = 0;          // requests served from the cache
@@ -264,9 +304,9 @@ class DEVMEM_API PoolMemoryManager : public MemoryManager {
 /// Makes a manager for a context.
 using MemoryManagerFactory = std::function<std::shared_ptr<MemoryManager>(Context&)>;
 
-/// Makes `factory` available to DEVMEM_MEMORY_MANAGER under `name` ("direct", "pool" and "async"
-/// are built in). Replaces an earlier registration of the same name. Names must not contain ':'
-/// or '=' (InvalidArgument), which compose managers (make_memory_manager).
+/// Makes `factory` available to DEVMEM_MEMORY_MANAGER under `name` ("direct", "pool", "async" and
+/// "managed" are built in). Replaces an earlier registration of the same name. Names must not
+/// contain ':' or '=' (InvalidArgument), which compose managers (make_memory_manager).
 DEVMEM_API void register_memory_manager(std::string name, MemoryManagerFactory factory);
 /// The manager registered under `name`, made for `context`. InvalidArgument for unknown names
 /// ("make_memory_manager: unknown memory manager 'NAME' (known: ...)") and for a factory that

@@ -277,6 +277,8 @@ struct FakeApi {
     *device = found ? it->second.second : -1;
     return call("fakePointerGetAttributes");
   }
+  // Managed memory is tested on the backends that have it, not through this fake.
+  static constexpr bool kHasManaged = false;
   // ---- IPC ----
   static constexpr bool kHasIpc = true;
   struct IpcMemHandle {

@@ -271,6 +271,25 @@ TEST_CASE("kernels: a MappedArray argument is its device view", "[kernels][mappe
   }
 }
 
+TEST_CASE("kernels: a kernel writes managed memory that the host wrote and reads",
+          "[kernels][managed]") {
+  // Every backend that compiles kernels has managed memory (the strict fake, which has none,
+  // runs no kernels).
+  REQUIRE(devmem::current_context()->backend().supports_managed_memory(devmem::current_device()));
+  const devmem::Stream s = devmem::stream();
+  devmem::ManagedArrayOptions options;
+  options.stream = s;
+  const devmem::ManagedArray managed = devmem::managed_array<int>(Shape{300}, options);
+  for (int i = 0; i < 300; ++i) managed.at<int>(i) = -1;
+  managed.prefetch(devmem::MemoryLocation::on_device(devmem::current_device()));
+  devmem::launch({(300 + 63) / 64, 64, s}, fill_iota, managed, 7);
+  managed.prefetch(devmem::MemoryLocation::host());
+  s.synchronize();
+  // The host reads the kernel's writes in place, and a copy sees the same bytes.
+  for (int i = 0; i < 300; ++i) REQUIRE(managed.at<int>(i) == i + 7);
+  CHECK(managed.to_vector<int>() == iota_vec<int>(300, 7));
+}
+
 TEST_CASE("kernels: arrays and the launch must be on one device",
           "[kernels][errors][multi-device]") {
   if (devmem::device_count() < 2) {

@@ -206,12 +206,56 @@ inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, c
     return cudaSuccess;
   }
   if (status != hipSuccess) return status;
-  attributes->type =
-      hip.memoryType == hipMemoryTypeDevice ? cudaMemoryTypeDevice : cudaMemoryTypeHost;
+  attributes->type = hip.memoryType == hipMemoryTypeDevice ? cudaMemoryTypeDevice
+                     : hip.isManaged != 0                  ? cudaMemoryTypeManaged
+                                                           : cudaMemoryTypeHost;
   attributes->device = hip.device;
   attributes->devicePointer = hip.devicePointer;
   attributes->hostPointer = hip.hostPointer;
   return cudaSuccess;
+}
+
+// ---- Managed memory, in CUDA 13's form (a cudaMemLocation where CUDA 12 took a device number)
+inline constexpr unsigned cudaMemAttachGlobal = hipMemAttachGlobal;
+inline constexpr unsigned cudaMemAttachHost = hipMemAttachHost;
+inline constexpr int cudaCpuDeviceId = hipCpuDeviceId;
+enum cudaMemLocationType {
+  cudaMemLocationTypeInvalid = 0,
+  cudaMemLocationTypeDevice = 1,
+  cudaMemLocationTypeHost = 2,
+};
+struct cudaMemLocation {
+  cudaMemLocationType type;
+  int id;
+};
+enum cudaMemoryAdvise {
+  cudaMemAdviseSetReadMostly = hipMemAdviseSetReadMostly,
+  cudaMemAdviseUnsetReadMostly = hipMemAdviseUnsetReadMostly,
+  cudaMemAdviseSetPreferredLocation = hipMemAdviseSetPreferredLocation,
+  cudaMemAdviseUnsetPreferredLocation = hipMemAdviseUnsetPreferredLocation,
+  cudaMemAdviseSetAccessedBy = hipMemAdviseSetAccessedBy,
+  cudaMemAdviseUnsetAccessedBy = hipMemAdviseUnsetAccessedBy,
+};
+/// HIP's device number for a location: the device, or hipCpuDeviceId for the host; an invalid
+/// type becomes a number HIP refuses (hipErrorInvalidDevice), as CUDA refuses the location.
+inline int hip_location(cudaMemLocation location) {
+  if (location.type == cudaMemLocationTypeHost) return hipCpuDeviceId;
+  if (location.type == cudaMemLocationTypeDevice) return location.id;
+  return -2;
+}
+inline cudaError_t cudaMallocManaged(void** ptr, std::size_t bytes, unsigned flags) {
+  return hipMallocManaged(ptr, bytes, flags);
+}
+/// `flags` must be 0, as CUDA 13 requires.
+inline cudaError_t cudaMemPrefetchAsync(const void* ptr, std::size_t bytes,
+                                        cudaMemLocation location, unsigned flags,
+                                        cudaStream_t stream) {
+  if (flags != 0) return hipErrorInvalidValue;
+  return hipMemPrefetchAsync(ptr, bytes, hip_location(location), stream);
+}
+inline cudaError_t cudaMemAdvise(const void* ptr, std::size_t bytes, cudaMemoryAdvise advice,
+                                 cudaMemLocation location) {
+  return hipMemAdvise(ptr, bytes, static_cast<hipMemoryAdvise>(advice), hip_location(location));
 }
 
 // ---- Streams and events ----

@@ -138,7 +138,7 @@ using Clock = std::chrono::steady_clock;
 // ---- Runtime state shared by libdevmem.so and the programs that launch kernels
 // -------------------- (default visibility: one copy per process, like HIP-CPU's own Runtime)
 
-enum class MemoryKind { Device, PinnedHost, RegisteredHost };
+enum class MemoryKind { Device, PinnedHost, RegisteredHost, Managed };
 
 struct MemoryRange {
   std::uintptr_t begin = 0;
@@ -281,11 +281,13 @@ inline hipError_t enter() {
 
 [[nodiscard]] inline bool is_page_locked(const void* address) {
   const std::optional<MemoryRange> range = State::get().find(address);
-  return range && range->kind != MemoryKind::Device;
+  return range &&
+         (range->kind == MemoryKind::PinnedHost || range->kind == MemoryKind::RegisteredHost);
 }
+/// Device or managed memory (hipMalloc, hipMallocAsync, hipMallocManaged).
 [[nodiscard]] inline bool is_device(const void* address) {
   const std::optional<MemoryRange> range = State::get().find(address);
-  return range && range->kind == MemoryKind::Device;
+  return range && (range->kind == MemoryKind::Device || range->kind == MemoryKind::Managed);
 }
 
 // ---- Stream order -------------------------------------------------------------------------------
@@ -399,9 +401,12 @@ inline hipError_t hipMalloc(void** ptr, std::size_t bytes) {
   return result(allocate_tracked(ptr, bytes, kDeviceAlignment, MemoryKind::Device, 0));
 }
 
+/// Device memory, and managed memory (hip_compat_managed.hpp), which ROCm frees with hipFree too.
 inline hipError_t hipFree(void* ptr) {
   if (const hipError_t status = enter(); status != hipSuccess) return result(status);
-  return result(free_tracked(ptr, MemoryKind::Device));
+  const std::optional<MemoryRange> range = State::get().find(ptr);
+  const bool managed = range && range->kind == MemoryKind::Managed;
+  return result(free_tracked(ptr, managed ? MemoryKind::Managed : MemoryKind::Device));
 }
 
 /// Stream-ordered allocation: HIP-CPU's memory is usable at once, so an allocation ordered on
@@ -512,6 +517,10 @@ inline hipError_t hipPointerGetAttributes(hipPointerAttribute_t* attributes, con
   attributes->allocationFlags = range->flags;
   if (range->kind == MemoryKind::Device) {
     attributes->memoryType = hipMemoryTypeDevice;
+  } else if (range->kind == MemoryKind::Managed) {  // ROCm 5: unified memory, flagged managed
+    attributes->memoryType = hipMemoryTypeUnified;
+    attributes->isManaged = 1;
+    attributes->hostPointer = address;
   } else {
     attributes->memoryType = hipMemoryTypeHost;
     attributes->hostPointer = address;
@@ -816,6 +825,9 @@ template <class... Params, class... Args>
 }  // namespace devmem::hipcpu
 
 #pragma GCC visibility pop
+
+// Managed memory: hipMallocManaged tracked like hipMalloc, hipMemPrefetchAsync, hipMemAdvise.
+#include <devmem_hipcpu/hip_compat_managed.hpp>
 
 // Names HIP-CPU lacks.
 using devmem::hipcpu::hipDeviceGetAttribute;
