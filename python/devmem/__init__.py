@@ -96,13 +96,9 @@ Stream.async_done = _numba_names.async_done
 DeviceRecord = DeviceNDArray
 
 
-class MappedNDArray(_np.ndarray):
-    """A NumPy array in page-locked host memory that the device can address (Numba's
-    MappedNDArray). ``device_array()`` gives the device view of the same bytes; unlike Numba's,
-    slices and views of a mapped array keep a working device view. Like Numba's it is also a
-    device array: ``copy_to_host``, ``copy_to_device``, ``stream``, ``is_device_array``,
-    ``to_device`` (returns it), ``as_cuda_array`` and, on GPU backends, the CUDA Array
-    Interface."""
+class _HostDeviceNDArray(_np.ndarray):
+    """An ndarray whose bytes the device addresses too (mapped or managed memory): also a device
+    array through the DeviceNDArray viewing the same bytes."""
 
     # Numba's markers of device memory (auto_device returns such objects as they are).
     __cuda_memory__ = True
@@ -118,8 +114,8 @@ class MappedNDArray(_np.ndarray):
         """The DeviceNDArray viewing this array's bytes (no copy)."""
         root = getattr(self, "_devmem_root", None)
         if root is None:
-            raise ValueError("this MappedNDArray has lost its mapping (made by NumPy, not by "
-                             "devmem.mapped_array)")
+            raise ValueError("this {} has lost its mapping (made by NumPy, not by devmem's "
+                             "mapped_array or managed_array)".format(type(self).__name__))
         host_root, device_root = root
         offset = (self.__array_interface__["data"][0]
                   - host_root.__array_interface__["data"][0])
@@ -150,6 +146,15 @@ class MappedNDArray(_np.ndarray):
         self.device_array().copy_to_device(ary, stream)
 
 
+class MappedNDArray(_HostDeviceNDArray):
+    """A NumPy array in page-locked host memory that the device can address (Numba's
+    MappedNDArray). ``device_array()`` gives the device view of the same bytes; unlike Numba's,
+    slices and views of a mapped array keep a working device view. Like Numba's it is also a
+    device array: ``copy_to_host``, ``copy_to_device``, ``stream``, ``is_device_array``,
+    ``to_device`` (returns it), ``as_cuda_array`` and, on GPU backends, the CUDA Array
+    Interface."""
+
+
 def mapped_array(shape, dtype=_np.float64, strides=None, order="C", stream=0, portable=False,
                  wc=False):
     """A MappedNDArray: page-locked host memory mapped into the device's address space.
@@ -159,6 +164,38 @@ def mapped_array(shape, dtype=_np.float64, strides=None, order="C", stream=0, po
     mapped_view = host.view(MappedNDArray)
     mapped_view._devmem_root = (host, device)
     return mapped_view
+
+
+class ManagedNDArray(_HostDeviceNDArray):
+    """A NumPy array in managed (unified) memory (Numba's ``cuda.managed_array``): host code
+    reads and writes it as an ndarray, and it is also a device array (kernel and copy argument,
+    ``copy_to_host``, ``is_device_array``, the CUDA Array Interface on GPU backends), the driver
+    migrating its pages. Synchronize device work on it before the host touches it.
+    ``prefetch`` and ``advise`` are the hints of docs/managed-memory.md."""
+
+    def prefetch(self, to="device", stream=0):
+        """Migrates the bytes to ``to`` ("device": the array's device, "host", or a device
+        index), enqueued on ``stream``; on the default stream it has completed on return."""
+        _devmem._managed_prefetch(self.device_array(), to, stream)
+
+    def advise(self, advice, location=None):
+        """Gives ``advice`` ("read_mostly", "preferred_location", "accessed_by" and their
+        "unset_" forms) about the bytes; the location ones take ``location`` ("host" or a
+        device index)."""
+        _devmem._managed_advise(self.device_array(), advice, location)
+
+
+def managed_array(shape, dtype=_np.float64, strides=None, order="C", stream=0, attach_global=True,
+                  allow_oversubscription=False):
+    """A ManagedNDArray: managed memory that host and device address alike (Numba's
+    managed_array). More than the device's free memory is refused with OutOfMemory unless
+    ``allow_oversubscription`` (oversubscribed managed memory can stall the GPU); backends
+    without managed memory raise InvalidArgument."""
+    host, device = _devmem._managed_array(shape, dtype, strides, order, stream, attach_global,
+                                          allow_oversubscription)
+    managed_view = host.view(ManagedNDArray)
+    managed_view._devmem_root = (host, device)
+    return managed_view
 
 
 class _Gpus(_Sequence):

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -538,6 +539,68 @@ void bind_runtime(py::module_& m) {
                           s, portable, wc);
     });
     return py::make_tuple(to_numpy(host, args.dtype), DeviceNDArray{host.device(), args.dtype});
+  });
+
+  // Managed memory (docs/managed-memory.md): devmem.managed_array and ManagedNDArray over these.
+  m.def("_managed_array", [](const py::object& shape, const py::object& dtype,
+                             const py::object& strides, const py::object& order,
+                             const py::object& stream, bool attach_global,
+                             bool allow_oversubscription) {
+    AllocationArguments args = allocation_arguments(shape, dtype, strides, order);
+    ManagedArrayOptions options;
+    options.strides = std::move(args.strides);
+    options.order = args.order;
+    options.stream = to_stream(stream);
+    options.attach_global = attach_global;
+    options.allow_oversubscription = allow_oversubscription;
+    const ManagedArray managed =
+        without_gil([&] { return managed_array(std::move(args.shape), args.element, options); });
+    return py::make_tuple(to_numpy(managed.host(), args.dtype),
+                          DeviceNDArray{managed, args.dtype,
+                                        py::isinstance<Stream>(stream) ? stream : py::object()});
+  });
+  m.def("_managed_prefetch", [](const DeviceNDArray& d, const py::object& to,
+                                const py::object& stream) {
+    // "host", "device" (the array's device) or a device index.
+    MemoryLocation location = MemoryLocation::on_device(d.array.context()->device());
+    if (py::isinstance<py::str>(to)) {
+      const auto name = to.cast<std::string>();
+      if (name == "host") {
+        location = MemoryLocation::host();
+      } else if (name != "device") {
+        throw InvalidArgument(fmt::format(
+            "prefetch: to must be 'device', 'host' or a device index, not '{}'", name));
+      }
+    } else {
+      location = MemoryLocation::on_device(to.cast<int>());
+    }
+    const Stream s = to_stream(stream);
+    without_gil([&] { prefetch(d.array, location, s); });
+  });
+  m.def("_managed_advise", [](const DeviceNDArray& d, const std::string& advice,
+                              const py::object& location) {
+    static const std::pair<const char*, MemoryAdvice> kAdvice[] = {
+        {"read_mostly", MemoryAdvice::ReadMostly},
+        {"unset_read_mostly", MemoryAdvice::UnsetReadMostly},
+        {"preferred_location", MemoryAdvice::PreferredLocation},
+        {"unset_preferred_location", MemoryAdvice::UnsetPreferredLocation},
+        {"accessed_by", MemoryAdvice::AccessedBy},
+        {"unset_accessed_by", MemoryAdvice::UnsetAccessedBy}};
+    const auto* found = std::find_if(std::begin(kAdvice), std::end(kAdvice),
+                                     [&](const auto& entry) { return advice == entry.first; });
+    if (found == std::end(kAdvice)) {
+      throw InvalidArgument(fmt::format(
+          "advise: unknown advice '{}' (read_mostly, unset_read_mostly, preferred_location, "
+          "unset_preferred_location, accessed_by, unset_accessed_by)",
+          advice));
+    }
+    std::optional<MemoryLocation> where;
+    if (py::isinstance<py::str>(location) && location.cast<std::string>() == "host") {
+      where = MemoryLocation::host();
+    } else if (!location.is_none()) {
+      where = MemoryLocation::on_device(location.cast<int>());
+    }
+    without_gil([&] { advise(d.array, found->second, where); });
   });
 
   // The memory timeline (docs/trace.md): devmem.trace(path) is the context manager over these.
