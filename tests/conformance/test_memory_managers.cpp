@@ -888,7 +888,7 @@ TEST_CASE("memory manager env child: the manager named by DEVMEM_MEMORY_MANAGER"
 TEST_CASE("memory manager env child: an unknown DEVMEM_MEMORY_MANAGER", "[.][env-child]") {
   REQUIRE_THROWS_MATCHES(devmem::current_context(), devmem::InvalidArgument,
                          Message("DEVMEM_MEMORY_MANAGER: make_memory_manager: unknown memory "
-                                 "manager 'bogus' (known: async, direct, pool)"));
+                                 "manager 'bogus' (known: async, direct, managed, pool)"));
 }
 
 TEST_CASE("memory manager: DEVMEM_MEMORY_MANAGER chooses the manager of new contexts",
