@@ -32,11 +32,16 @@ class PlotError(ValueError):
 
 def _read_json(path):
     try:
+        if str(path).endswith(".gz"):  # a committed trace, kept compressed
+            import gzip
+
+            with gzip.open(path, "rt") as f:
+                return json.load(f)
         with open(path) as f:
             return json.load(f)
     except OSError as e:
         raise PlotError(f"cannot read {path}: {e.strerror}") from e
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, EOFError, UnicodeDecodeError) as e:
         raise PlotError(f"{path} is not JSON: {e}") from e
 
 
