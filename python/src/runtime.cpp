@@ -555,28 +555,28 @@ void bind_runtime(py::module_& m) {
     options.allow_oversubscription = allow_oversubscription;
     const ManagedArray managed =
         without_gil([&] { return managed_array(std::move(args.shape), args.element, options); });
-    return py::make_tuple(to_numpy(managed.host(), args.dtype),
-                          DeviceNDArray{managed, args.dtype,
-                                        py::isinstance<Stream>(stream) ? stream : py::object()});
+    return py::make_tuple(
+        to_numpy(managed.host(), args.dtype),
+        DeviceNDArray{managed, args.dtype, py::isinstance<Stream>(stream) ? stream : py::object()});
   });
-  m.def("_managed_prefetch", [](const DeviceNDArray& d, const py::object& to,
-                                const py::object& stream) {
-    // "host", "device" (the array's device) or a device index.
-    MemoryLocation location = MemoryLocation::on_device(d.array.context()->device());
-    if (py::isinstance<py::str>(to)) {
-      const auto name = to.cast<std::string>();
-      if (name == "host") {
-        location = MemoryLocation::host();
-      } else if (name != "device") {
-        throw InvalidArgument(fmt::format(
-            "prefetch: to must be 'device', 'host' or a device index, not '{}'", name));
-      }
-    } else {
-      location = MemoryLocation::on_device(to.cast<int>());
-    }
-    const Stream s = to_stream(stream);
-    without_gil([&] { prefetch(d.array, location, s); });
-  });
+  m.def("_managed_prefetch",
+        [](const DeviceNDArray& d, const py::object& to, const py::object& stream) {
+          // "host", "device" (the array's device) or a device index.
+          MemoryLocation location = MemoryLocation::on_device(d.array.context()->device());
+          if (py::isinstance<py::str>(to)) {
+            const auto name = to.cast<std::string>();
+            if (name == "host") {
+              location = MemoryLocation::host();
+            } else if (name != "device") {
+              throw InvalidArgument(fmt::format(
+                  "prefetch: to must be 'device', 'host' or a device index, not '{}'", name));
+            }
+          } else {
+            location = MemoryLocation::on_device(to.cast<int>());
+          }
+          const Stream s = to_stream(stream);
+          without_gil([&] { prefetch(d.array, location, s); });
+        });
   m.def("_managed_advise", [](const DeviceNDArray& d, const std::string& advice,
                               const py::object& location) {
     static const std::pair<const char*, MemoryAdvice> kAdvice[] = {
