@@ -1,7 +1,8 @@
 // Memory managers (docs/memory-managers.md): the MemoryManager interface and its checks (Numba's
 // EMM plugins), set_memory_manager, the registry of named managers, memory returned to the manager
 // that made it, and the caching pool: size classes, reuse, statistics, trim, pinned blocks, memory
-// pressure and the cache limit.
+// pressure and the cache limit. One file although over 800 lines: its cases share the recording
+// managers and guards of this file's first part, and CTest names them by this file's tags.
 #include "support.hpp"
 
 #include <bit>

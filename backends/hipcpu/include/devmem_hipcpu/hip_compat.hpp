@@ -1,7 +1,10 @@
 // What HIP-CPU (ROCm's HIP runtime API on the CPU; see ../shared/third_party/hip-cpu/PROVENANCE.md)
 // lacks or does differently from ROCm's HIP, supplied for the `roc-hipcpu` and `cuda-hipcpu`
 // presets only: no production build includes this file. Included through the wrappers
-// <hip/hip_runtime_api.h> and <hip/hip_runtime.h> beside it, after HIP-CPU itself.
+// <hip/hip_runtime_api.h> and <hip/hip_runtime.h> beside it, after HIP-CPU itself. One header
+// although over 800 lines: its definitions share one allocation table and one lock, which the
+// wrappers must see before any of HIP-CPU's inline calls (managed memory, the newest part, is in
+// hip_compat_managed.hpp).
 //
 // Every call here follows ROCm's documented semantics (HIP 5.2, the version the `roc` preset
 // builds against), built on HIP-CPU's own streams, tasks and events:
