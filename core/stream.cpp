@@ -233,6 +233,10 @@ void Event::synchronize() const {
   detail::ContextState::of(*state_->context).in_flight.collect_retired();
 }
 
+void Event::wait(const Stream& stream) const {
+  stream.wait(*this);
+}
+
 bool Event::query() const {
   return state_->context->backend().query_event(state_->context->device(), state_->handle);
 }
