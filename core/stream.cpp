@@ -242,6 +242,10 @@ void Event::synchronize() const {
                           {{"device", std::int64_t{state_->context->device()}}});
 }
 
+void Event::wait(const Stream& stream) const {
+  stream.wait(*this);
+}
+
 bool Event::query() const {
   return state_->context->backend().query_event(state_->context->device(), state_->handle);
 }

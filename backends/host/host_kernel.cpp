@@ -21,10 +21,16 @@
 // host_kernel_checks.cpp (both through host_kernel.hpp).
 //
 // A barrier completes when every thread of the block (or of the warp, for wave_barrier) waits at
-// it. Anything else is barrier divergence, undefined behaviour on a GPU (a hang or silent
-// corruption), and is reported as a LaunchFailure naming the block, the threads and the source
-// lines of the barriers: threads that returned while others wait, threads waiting at different
-// block barriers, or a block barrier and a warp barrier waiting for each other.
+// it; syncwarp(mask) when every thread of the warp that its mask names and that has not returned
+// waits at a syncwarp with the same mask (CUDA's rule for __syncwarp). Anything else is barrier
+// divergence, undefined behaviour on a GPU (a hang or silent corruption), and is reported as a
+// LaunchFailure naming the block, the threads and the source lines of the barriers: threads that
+// returned while others wait, threads waiting at different block barriers, a block barrier and a
+// warp barrier waiting for each other, or syncwarp calls whose masks disagree.
+//
+// One file although long (past 800 lines): the scheduler, the barriers and the shared memory of a
+// block are one class (BlockRunner) whose parts share its private state; the parts that do not need
+// it (stacks, bounds checks) are in the files named above.
 //
 // Failures inside a block (divergence, shared memory over the device limit, an exception thrown
 // by kernel code, an index out of bounds) abort the block: every suspended thread is resumed and
@@ -48,6 +54,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -246,10 +253,24 @@ class BlockRunner {
     yield();
   }
 
-  void wait_at_warp_barrier(const SourceSite& where) {
+  /// wave_barrier (`mask` empty: the whole warp, and a thread of it that returned is divergence)
+  /// or syncwarp(mask) (the lanes named, lane k being bit k; lanes that returned or that the block
+  /// does not have are not waited for). A mask that does not name the calling thread fails the
+  /// launch, as it is undefined on CUDA.
+  void wait_at_warp_barrier(const SourceSite& where, std::optional<std::uint64_t> mask) {
     SimThread& t = threads_[current_];
+    const std::size_t lane = current_ % grid_.warp_size;
+    if (mask && !names_lane(mask, lane)) {
+      fail_in_thread(Status::LaunchFailure,
+                     fmt::format("syncwarp(mask 0x{:x}) at {}: the mask does not name the calling "
+                                 "thread {} (lane {} of warp {}) of block {}; a thread calling "
+                                 "syncwarp must be in its mask",
+                                 *mask, describe(where), describe(t.coords.thread_idx), lane,
+                                 current_ / grid_.warp_size, describe(block_index_)));
+    }
     t.state = State::AtWarpBarrier;
-    t.barrier_name = "wave_barrier()";
+    t.barrier_name = mask ? "syncwarp()" : "wave_barrier()";
+    t.warp_mask = mask;
     t.site = where;
     yield();
   }
@@ -266,6 +287,8 @@ class BlockRunner {
     fctx::fcontext_t context = nullptr;
     FiberStack stack;
     const char* barrier_name = "";
+    // At a warp barrier: syncwarp's mask (lane k is bit k), none for wave_barrier.
+    std::optional<std::uint64_t> warp_mask;
     SourceSite site;
     void* asan_fake_stack = nullptr;
     void* tsan_fiber = nullptr;
@@ -536,47 +559,118 @@ class BlockRunner {
   }
 
   enum class WarpRelease { None, Released, Diverged };
-  /// Releases the warps whose live threads all wait at wave_barrier; Diverged (recorded) when
-  /// threads of such a warp returned without reaching it.
-  WarpRelease release_warps() {
-    bool released = false;
-    for (std::size_t first = 0; first < block_threads_; first += grid_.warp_size) {
-      const std::size_t last = std::min(block_threads_, first + grid_.warp_size);
-      std::size_t waiting = 0;
-      std::size_t warp_done = 0;
-      std::size_t other = 0;
-      std::size_t first_done = last;
-      std::size_t first_waiting = last;
-      for (std::size_t i = first; i < last; ++i) {
-        switch (threads_[i].state) {
-          case State::AtWarpBarrier:
-            ++waiting;
-            first_waiting = std::min(first_waiting, i);
-            break;
-          case State::Done:
-            ++warp_done;
-            first_done = std::min(first_done, i);
-            break;
-          default:
-            ++other;
-        }
+
+  /// True when a warp barrier with `mask` (none: wave_barrier, the whole warp) waits for `lane`.
+  [[nodiscard]] static bool names_lane(const std::optional<std::uint64_t>& mask,
+                                       std::size_t lane) noexcept {
+    return !mask || (lane < 64 && ((*mask >> lane) & 1u) != 0);
+  }
+
+  /// What the threads of the warp [first, last) that the warp barrier of `t` waits for are doing.
+  struct WarpGroup {
+    std::size_t waiting = 0;                // at a warp barrier with t's mask (t among them)
+    std::size_t done = 0;                   // returned
+    std::size_t other = 0;                  // running or at a block barrier
+    std::size_t first_done = 0;             // the first of those that returned
+    const SimThread* mismatched = nullptr;  // the first at a warp barrier with another mask
+    std::uint64_t lanes = 0;                // the lanes (below 64) at t's barrier
+  };
+  [[nodiscard]] WarpGroup examine_group(std::size_t first, std::size_t last,
+                                        const SimThread& t) const {
+    WarpGroup g;
+    g.first_done = last;
+    for (std::size_t k = first; k < last; ++k) {
+      const SimThread& o = threads_[k];
+      if (!names_lane(t.warp_mask, k - first)) continue;
+      if (o.state == State::Done) {
+        ++g.done;
+        g.first_done = std::min(g.first_done, k);
+      } else if (o.state != State::AtWarpBarrier) {
+        ++g.other;
+      } else if (o.warp_mask == t.warp_mask) {
+        ++g.waiting;
+        if (k - first < 64) g.lanes |= std::uint64_t{1} << (k - first);
+      } else if (g.mismatched == nullptr) {
+        g.mismatched = &o;
       }
-      if (waiting == 0 || other != 0) continue;
-      if (warp_done != 0) {
+    }
+    return g;
+  }
+
+  /// A warp barrier waiting for a thread at a warp barrier with another mask.
+  struct WarpMismatch {
+    const SimThread* waiter = nullptr;
+    const SimThread* other = nullptr;
+  };
+
+  /// Releases the warp barriers of the warp [first, last) whose threads have all arrived (see
+  /// release_warps); records the first mismatch of masks in `mismatch`.
+  WarpRelease release_warp(std::size_t first, std::size_t last, WarpMismatch& mismatch) {
+    WarpRelease result = WarpRelease::None;
+    std::uint64_t examined = 0;  // lanes whose barrier's group was looked at
+    for (std::size_t i = first; i < last; ++i) {
+      const SimThread& t = threads_[i];
+      if (t.state != State::AtWarpBarrier || (i - first < 64 && ((examined >> (i - first)) & 1u))) {
+        continue;
+      }
+      const WarpGroup g = examine_group(first, last, t);
+      examined |= g.lanes;
+      if (g.other != 0) continue;
+      if (!t.warp_mask && g.done != 0) {
         record_failure(Status::LaunchFailure,
-                       fmt::format("barrier divergence in warp {} of block {}: {} threads wait at "
-                                   "{} ({}) but {} threads of the warp (first: thread {}) "
+                       fmt::format("barrier divergence in warp {} of block {}: {} threads wait "
+                                   "at {} ({}) but {} threads of the warp (first: thread {}) "
                                    "returned without reaching it",
-                                   first / grid_.warp_size, describe(block_index_), waiting,
-                                   threads_[first_waiting].barrier_name,
-                                   describe(threads_[first_waiting].site), warp_done,
-                                   describe(threads_[first_done].coords.thread_idx)));
+                                   first / grid_.warp_size, describe(block_index_), g.waiting,
+                                   t.barrier_name, describe(t.site), g.done,
+                                   describe(threads_[g.first_done].coords.thread_idx)));
         return WarpRelease::Diverged;
       }
-      for (std::size_t i = first; i < last; ++i) threads_[i].state = State::Ready;
-      released = true;
+      if (g.mismatched != nullptr) {
+        if (mismatch.waiter == nullptr) mismatch = WarpMismatch{&t, g.mismatched};
+        continue;
+      }
+      for (std::size_t k = first; k < last; ++k) {
+        SimThread& o = threads_[k];
+        if (o.state == State::AtWarpBarrier && o.warp_mask == t.warp_mask) o.state = State::Ready;
+      }
+      result = WarpRelease::Released;
     }
-    return released ? WarpRelease::Released : WarpRelease::None;
+    return result;
+  }
+
+  /// Releases every warp barrier whose threads have all arrived: a wave_barrier when the warp's
+  /// live threads all wait at it, a syncwarp when the live threads its mask names all wait at a
+  /// syncwarp with that mask. Diverged (recorded) when a wave_barrier's warp has threads that
+  /// returned, or when nothing can be released and syncwarp masks disagree (a deadlock: nothing
+  /// else runs while release_barriers is called).
+  WarpRelease release_warps() {
+    bool released = false;
+    WarpMismatch mismatch;
+    for (std::size_t first = 0; first < block_threads_; first += grid_.warp_size) {
+      const WarpRelease warp =
+          release_warp(first, std::min(block_threads_, first + grid_.warp_size), mismatch);
+      if (warp == WarpRelease::Diverged) return warp;
+      released = released || warp == WarpRelease::Released;
+    }
+    if (released) return WarpRelease::Released;
+    if (mismatch.waiter == nullptr) return WarpRelease::None;
+    record_failure(
+        Status::LaunchFailure,
+        fmt::format("deadlock in block {}: thread {} waits at {} ({}) for thread {}, "
+                    "which waits at {} ({}); the threads a syncwarp mask names must "
+                    "call syncwarp with the same mask",
+                    describe(block_index_), describe(mismatch.waiter->coords.thread_idx),
+                    describe_warp_barrier(*mismatch.waiter), describe(mismatch.waiter->site),
+                    describe(mismatch.other->coords.thread_idx),
+                    describe_warp_barrier(*mismatch.other), describe(mismatch.other->site)));
+    return WarpRelease::Diverged;
+  }
+
+  /// "syncwarp(mask 0xffff)" or "wave_barrier()".
+  static std::string describe_warp_barrier(const SimThread& t) {
+    return t.warp_mask ? fmt::format("syncwarp(mask 0x{:x})", *t.warp_mask)
+                       : std::string(t.barrier_name);
   }
 
   /// Every live thread waits at a block barrier, or some at a warp barrier that cannot complete:
@@ -752,7 +846,11 @@ void block_barrier(const char* function, const SourceSite& where) {
 }
 
 void warp_barrier(const SourceSite& where) {
-  runner_in_thread("devmem::wave_barrier").wait_at_warp_barrier(where);
+  runner_in_thread("devmem::wave_barrier").wait_at_warp_barrier(where, std::nullopt);
+}
+
+void warp_sync(std::uint64_t mask, const SourceSite& where) {
+  runner_in_thread("devmem::syncwarp").wait_at_warp_barrier(where, mask);
 }
 
 int warp_size() noexcept {

@@ -4,8 +4,10 @@
 // source gets: kernel and device-function markers, launch, thread and block indices, block-shared
 // memory (static and dynamic), per-thread local arrays, constant memory, block barriers with
 // memory fences and warp (wavefront) barriers. This is Numba's cuda.shared.array,
-// cuda.local.array, cuda.const.array_like, cuda.syncthreads and ROC's roc.shared.array,
-// roc.barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE) and roc.wavebarrier.
+// cuda.local.array, cuda.const.array_like, cuda.syncthreads, cuda.syncwarp and ROC's
+// roc.shared.array, roc.barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE) and roc.wavebarrier.
+// Random numbers (numba.cuda.random) are in <devmem/kernel_random.hpp>, reductions (cuda.reduce)
+// in <devmem/kernel_reduce.hpp>.
 //
 //   DEVMEM_KERNEL void scale(devmem::ArrayView<float, 1> x, float factor) {
 //     const std::int64_t i = devmem::global_id();

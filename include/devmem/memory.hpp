@@ -33,6 +33,12 @@ template <Element T>
                                        const Stream& stream = {}) {
   return device_array(std::move(shape), dtype_of<T>(), {}, order, stream);
 }
+/// The same in C order on `stream`: device_array<float>({n}, stream) (Numba's
+/// device_array(n, np.float32, stream=stream)); the allocation is ordered on the stream as above.
+template <Element T>
+[[nodiscard]] DeviceArray device_array(Shape shape, const Stream& stream) {
+  return device_array(std::move(shape), dtype_of<T>(), {}, Order::C, stream);
+}
 /// Same shape and dtype as `like`; its strides when it is C- or F-contiguous, otherwise dense
 /// strides in its axis order (layout::strides_like, NumPy's empty_like with order K: axes sorted
 /// by |stride|, broadcast axes innermost). Numba sorts the signed strides, so there a reversed axis

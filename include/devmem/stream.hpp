@@ -107,6 +107,12 @@ class DEVMEM_API Event {
   void record(const Stream& stream = {});
   /// Blocks until the work before the event has completed.
   void synchronize() const;
+  /// Work enqueued on `stream` (unspecified: the current device's default stream) after this
+  /// call waits until the event has completed; the caller does not wait (Numba's
+  /// event.wait(stream); the same as stream.wait(*this)). An event never recorded counts as
+  /// complete. Throws InvalidArgument when the event and the stream belong to different devices
+  /// (naming both), BackendError for a vendor failure. Thread-safe.
+  void wait(const Stream& stream = {}) const;
   /// True when all work before the event has completed (or it was never recorded).
   [[nodiscard]] bool query() const;
   /// cudaEvent_t / hipEvent_t / the host backend's event.

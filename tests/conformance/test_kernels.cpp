@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <numeric>
 #include <random>
@@ -118,6 +119,41 @@ DEVMEM_KERNEL void swap_pairs_in_warp(ArrayView<int, 1> out) {
   devmem::wave_barrier();
   out[t] = lanes[t ^ 1u];  // lane t^1 is in the same warp for every warp size >= 2
 }
+
+/// Each group of 16 lanes reverses its values through shared memory, synchronised by syncwarp
+/// with a mask of its own 16 lanes only (groups of one warp use different masks at once).
+DEVMEM_KERNEL void reverse_lane_groups(ArrayView<int, 1> out) {
+  DEVMEM_SHARED_ARRAY(values, int, 128);
+  const unsigned t = devmem::thread_idx().x;
+  const auto lane = t % static_cast<unsigned>(devmem::warp_size());
+  const std::uint64_t group_mask = std::uint64_t{0xffff} << (lane / 16u * 16u);
+  values[t] = static_cast<int>(t) * 5;
+  devmem::syncwarp(group_mask);
+  out[t] = values[(t & ~15u) | (15u - (t & 15u))];
+}
+
+#if !defined(DEVMEM_HIPCPU_CUDA) && !defined(DEVMEM_HIPCPU_ROC)
+/// The sum of each block's 32 values by a tree within the first warp, whose lanes drop out as the
+/// tree narrows: syncwarp's mask names the lanes still taking part, and lanes that returned are
+/// not waited for (CUDA's rule, which the simulator follows). Not under HIP-CPU, whose syncwarp
+/// is a block barrier that every thread must reach.
+DEVMEM_KERNEL void warp_tree_sums(ArrayView<const int, 1> in, ArrayView<int, 1> sums) {
+  DEVMEM_SHARED_ARRAY(partial, int, 32);
+  const unsigned t = devmem::thread_idx().x;
+  const unsigned block = devmem::block_idx().x;
+  partial[t] = in[std::int64_t{block} * 32 + t];
+  devmem::syncwarp(0xffffffffu);
+  for (unsigned half = 16; half >= 1; half /= 2) {
+    if (t >= 2 * half) return;
+    const std::uint64_t mask = (std::uint64_t{1} << (2 * half)) - 1;
+    const int other = t < half ? partial[t + half] : 0;
+    devmem::syncwarp(mask);  // every read of this round before any write
+    if (t < half) partial[t] += other;
+    devmem::syncwarp(mask);  // the writes before the next round's reads
+  }
+  if (t == 0) sums[block] = partial[0];
+}
+#endif
 
 DEVMEM_KERNEL void reverse_with_dynamic_shared(ArrayView<double, 1> values) {
   double* staging = devmem::dynamic_shared<double>();
@@ -445,6 +481,30 @@ TEST_CASE("kernels: wave_barrier", "[kernels]") {
   devmem::launch({1, 128}, swap_pairs_in_warp, out);
   const auto got = out.to_vector<int>();
   for (unsigned t = 0; t < 128; ++t) CHECK(got[t] == static_cast<int>(t ^ 1u) * 7);
+}
+
+TEST_CASE("kernels: syncwarp with a mask of some lanes", "[kernels]") {
+  const devmem::Stream s = devmem::stream();
+  const DeviceArray out = devmem::device_array<int>({128}, s);
+  devmem::launch({1, 128, s}, reverse_lane_groups, out);
+  const auto got = out.to_vector<int>(s);
+  for (unsigned t = 0; t < 128; ++t) {
+    CHECK(got[t] == static_cast<int>((t & ~15u) | (15u - (t & 15u))) * 5);
+  }
+#if !defined(DEVMEM_HIPCPU_CUDA) && !defined(DEVMEM_HIPCPU_ROC)
+  constexpr unsigned kBlocks = 5;
+  std::vector<int> host(kBlocks * 32);
+  std::iota(host.begin(), host.end(), -40);
+  const DeviceArray in = devmem::to_device(host, s);
+  const DeviceArray sums = devmem::device_array<int>({kBlocks}, s);
+  devmem::launch({kBlocks, 32, s}, warp_tree_sums, in, sums);
+  const auto block_sums = sums.to_vector<int>(s);
+  for (unsigned b = 0; b < kBlocks; ++b) {
+    CAPTURE(b);
+    const auto first = host.begin() + static_cast<std::ptrdiff_t>(b) * 32;
+    CHECK(block_sums[b] == std::accumulate(first, first + 32, 0));
+  }
+#endif
 }
 
 TEST_CASE("kernels: dynamic shared memory", "[kernels]") {

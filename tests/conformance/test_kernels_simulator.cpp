@@ -51,6 +51,18 @@ DEVMEM_KERNEL void block_barrier_against_warp_barrier(ArrayView<int, 1> out) {
   out[t] = 1;
 }
 
+DEVMEM_KERNEL void syncwarp_without_the_caller(ArrayView<int, 1> out) {
+  const unsigned t = devmem::thread_idx().x;
+  devmem::syncwarp(0x1);  // names lane 0 only, but every lane calls it
+  out[t] = 1;
+}
+
+DEVMEM_KERNEL void syncwarp_masks_disagree(ArrayView<int, 1> out) {
+  const unsigned t = devmem::thread_idx().x;
+  devmem::syncwarp(t == 0 ? 0x3u : 0xffffffffu);  // lane 0 waits for lane 1, which waits for all
+  out[t] = 1;
+}
+
 DEVMEM_KERNEL void lane_skips_wave_barrier(ArrayView<int, 1> out) {
   const unsigned t = devmem::thread_idx().x;
   if (t == 3) return;
@@ -262,6 +274,34 @@ TEST_CASE("kernels: the simulator reports barrier divergence", "[kernels][host-o
                            "at wave_barrier() (test_kernels_simulator.cpp:");
       CHECK_THAT(std::string(e.what()), Catch::Matchers::Contains("(first: thread (3, 0, 0))"));
     }
+  }
+  SECTION("syncwarp's mask does not name the calling thread") {
+    devmem::launch({1, 32, s}, syncwarp_without_the_caller, out);
+    try {
+      s.synchronize();
+      FAIL("synchronize did not report the mask");
+    } catch (const devmem::BackendError& e) {
+      check_launch_failure(e, "syncwarp(mask 0x1) at test_kernels_simulator.cpp:");
+      CHECK_THAT(std::string(e.what()),
+                 Catch::Matchers::Contains("the mask does not name the calling thread (1, 0, 0) "
+                                           "(lane 1 of warp 0) of block (0, 0, 0)"));
+    }
+    CHECK_NOTHROW(s.synchronize());  // reported once
+  }
+  SECTION("syncwarp masks that disagree") {
+    devmem::launch({1, 32, s}, syncwarp_masks_disagree, out);
+    try {
+      s.synchronize();
+      FAIL("synchronize did not report the deadlock");
+    } catch (const devmem::BackendError& e) {
+      check_launch_failure(e,
+                           "deadlock in block (0, 0, 0): thread (0, 0, 0) waits at syncwarp(mask "
+                           "0x3) (test_kernels_simulator.cpp:");
+      CHECK_THAT(std::string(e.what()),
+                 Catch::Matchers::Contains("for thread (1, 0, 0), which waits at syncwarp(mask "
+                                           "0xffffffff) (test_kernels_simulator.cpp:"));
+    }
+    CHECK_NOTHROW(s.synchronize());  // reported once
   }
   // The stream and the simulator keep working afterwards.
   devmem::launch({1, 64, 0, s}, fill_iota, out, 1);

@@ -245,6 +245,39 @@ TEST_CASE("Stream::wait orders two streams", "[streams][events]") {
   }
 }
 
+TEST_CASE("Event::wait(stream) orders the stream after the event (Numba's event.wait)",
+          "[streams][events]") {
+  const BusyWork busy;
+  const devmem::Stream s1 = devmem::stream();
+  const devmem::Stream s2 = devmem::stream();
+  const int64_t n = 64 * kKiB;
+  const HostArray src = devmem::pinned_array(Shape{n}, f8());
+  src.copy_from(iota_host(Shape{n}, Order::C, 7.0));
+  const HostArray dst = devmem::pinned_array(Shape{n}, f8());
+  // device_array<T>(shape, stream): C order, allocated on s1.
+  const DeviceArray d = devmem::device_array<double>({n}, s1);
+  CHECK(d.stream() == s1);
+  CHECK(d.is_c_contiguous());
+
+  busy.enqueue(s1);           // s1 is busy for a while ...
+  d.copy_to_device(src, s1);  // ... before it writes d
+  devmem::Event written;
+  written.record(s1);
+  written.wait(s2);
+  d.copy_to_host(dst, s2);  // must see the write
+  s2.synchronize();
+  CHECK(written.query());
+  CHECK(dst.to_vector<double>() == iota_vec(n, 7.0));
+
+  SECTION("an event never recorded is complete: the stream does not wait") {
+    const devmem::Event never;
+    never.wait(s2);
+    never.wait();  // the default stream
+    CHECK_NOTHROW(s2.synchronize());
+    CHECK(s2.query());
+  }
+}
+
 TEST_CASE("auto_synchronize: the stream is idle when the scope ends", "[streams]") {
   const BusyWork busy;
   const devmem::Stream s = devmem::stream();

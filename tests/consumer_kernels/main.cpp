@@ -1,6 +1,9 @@
-// Scales a device array with the consumer's own kernel (scale.cu) and checks the result.
+// Scales a device array with the consumer's own kernel (scale.cu) and checks the result; draws
+// random numbers and sums them (numba_pieces.cu) twice with one seed, which must agree.
+#include "numba_pieces.hpp"
 #include "scale.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <vector>
@@ -26,6 +29,13 @@ int main() {
   }
   if (touched.to_vector<int>()[0] != 1000) {
     std::printf("consumer_kernels: %d elements scaled, not 1000\n", touched.to_vector<int>()[0]);
+    return 1;
+  }
+  const double first = draw_and_sum(3, 42);
+  const double again = draw_and_sum(3, 42);
+  if (first != again || std::isnan(first)) {
+    std::printf("consumer_kernels: two draws with one seed summed to %.17g and %.17g\n", first,
+                again);
     return 1;
   }
   std::printf("consumer_kernels: devmem %s, kernel on backend '%s': ok\n", devmem::version(),

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 namespace devmem::detail {
@@ -62,9 +63,16 @@ struct KernelRuntime {
 inline void wave_sync() {
   __syncwarp();  // the cuda-hipcpu binding's: a block barrier
 }
+inline void warp_sync(std::uint64_t mask) {
+  __syncwarp(static_cast<unsigned>(mask));  // a block barrier there too
+}
 #else
 __device__ inline void wave_sync() {
   __syncwarp();
+}
+/// __syncwarp(mask): a warp has 32 lanes, so bits 32 to 63 are dropped.
+__device__ inline void warp_sync(std::uint64_t mask) {
+  __syncwarp(static_cast<unsigned>(mask));
 }
 #endif
 

@@ -228,5 +228,14 @@ DEVMEM_DETAIL_DEVICE inline void barrier(FenceScope scope = FenceScope::Global) 
 DEVMEM_DETAIL_DEVICE inline void wave_barrier() {
   detail::wave_sync();
 }
+/// Warp barrier among the lanes `mask` names (Numba's cuda.syncwarp(mask)): CUDA's
+/// __syncwarp(mask) (bits 32 to 63 dropped). On ROC the wavefront's active lanes run in lockstep:
+/// the wavefront barrier with its fences (wave_barrier), whatever the mask, as HIP's own
+/// __syncwarp. Under HIP-CPU (test builds) a block barrier, which every thread of the block must
+/// reach. The simulator's checks (the calling thread in the mask, matching masks) are in
+/// kernel_host.hpp.
+DEVMEM_DETAIL_DEVICE inline void syncwarp(std::uint64_t mask = ~std::uint64_t{0}) {
+  detail::warp_sync(mask);
+}
 
 }  // namespace devmem

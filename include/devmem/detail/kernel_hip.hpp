@@ -16,6 +16,7 @@
 #endif
 
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 namespace devmem::detail {
@@ -81,6 +82,9 @@ struct KernelRuntime {
 inline void wave_sync() {
   __syncthreads();
 }
+inline void warp_sync(std::uint64_t /*mask*/) {
+  __syncthreads();
+}
 #else
 /// __builtin_amdgcn_wave_barrier only keeps the compiler from moving code across it: it orders no
 /// memory. Wavefront-scope release and acquire fences around it make the lanes' earlier writes
@@ -90,6 +94,12 @@ __device__ inline void wave_sync() {
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
   __builtin_amdgcn_wave_barrier();
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+}
+/// syncwarp(mask): the active lanes of a wavefront run in lockstep, so the lanes a mask names are
+/// synchronised by the wavefront barrier (HIP's own __syncwarp checks the mask only in debug
+/// builds and then does the same).
+__device__ inline void warp_sync(std::uint64_t /*mask*/) {
+  wave_sync();
 }
 #endif
 

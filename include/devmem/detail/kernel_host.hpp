@@ -68,6 +68,9 @@ struct ThreadCoords {
 DEVMEM_API void block_barrier(const char* function, const SourceSite& where);
 /// Waits until every thread of the calling thread's warp has arrived.
 DEVMEM_API void warp_barrier(const SourceSite& where);
+/// Waits until every thread of the warp that `mask` names (bit k: lane k) and that has not
+/// returned waits at a warp_sync with the same mask (see syncwarp).
+DEVMEM_API void warp_sync(std::uint64_t mask, const SourceSite& where);
 [[nodiscard]] DEVMEM_API int warp_size() noexcept;
 /// Runs `body` once per simulated thread of the grid, enqueued on the prepared stream.
 DEVMEM_API void run_kernel(const PreparedLaunch& launch, const LaunchConfig& config,
@@ -273,6 +276,19 @@ inline void barrier(FenceScope scope = FenceScope::Global,
 inline void wave_barrier(
     const detail::sim::SourceSite& where = detail::sim::SourceSite::current()) {
   detail::sim::warp_barrier(where);
+}
+/// Warp barrier among the lanes `mask` names (Numba's cuda.syncwarp(mask), CUDA's __syncwarp):
+/// bit k is lane k of the calling thread's warp (lane: the thread's linear index in the block
+/// modulo warp_size()); bits past the warp size are ignored. Waits until every thread the mask
+/// names has called syncwarp with the same mask, or has returned (CUDA's rule); threads outside
+/// the mask are not waited for. Memory written by the named threads before it is visible to them
+/// after it. Fails the launch (LaunchFailure, from the stream's next synchronize) when the mask
+/// does not name the calling thread, or when named threads wait at syncwarp calls with other
+/// masks and nothing else can proceed (a deadlock on a GPU). `where` is the call site (left to its
+/// default).
+inline void syncwarp(std::uint64_t mask = ~std::uint64_t{0},
+                     const detail::sim::SourceSite& where = detail::sim::SourceSite::current()) {
+  detail::sim::warp_sync(mask, where);
 }
 
 }  // namespace devmem
