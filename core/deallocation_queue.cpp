@@ -223,6 +223,36 @@ void DeallocationQueue::release(const std::shared_ptr<MemoryManager>& manager, v
   if (over_limit) flush(true);
 }
 
+namespace {
+
+/// The trace's "flush" event (core/trace.hpp), recorded when the flush ends, however it ends.
+struct TraceFlush {
+  trace::Clock::time_point start;
+  std::size_t count = 0;
+  std::int64_t bytes = 0;
+  bool implicit = false;
+  ~TraceFlush() {
+    if (count == 0) return;
+    trace::complete("flush", implicit ? "flush (over the limits)" : "flush", start,
+                    {{"count", static_cast<std::int64_t>(count)}, {"bytes", bytes}});
+    trace::counter("pending deallocations",
+                   {{"count", std::int64_t{0}}, {"bytes", std::int64_t{0}}});
+  }
+};
+
+}  // namespace
+
+void DeallocationQueue::trace_free(const Pending& pending) {
+  if (!trace::active()) return;
+  const double deferred =
+      std::chrono::duration<double, std::micro>(trace::Clock::now() - pending.released_at).count();
+  trace::instant("free", pending.host ? "free host" : "free",
+                 {{"bytes", pending.bytes},
+                  {"address", static_cast<const void*>(pending.ptr)},
+                  {"manager", pending.manager->name()},
+                  {"deferred us", deferred}});
+}
+
 void DeallocationQueue::flush(bool implicit) {
   std::deque<Pending> batch;
   std::int64_t batch_bytes = 0;
@@ -232,31 +262,10 @@ void DeallocationQueue::flush(bool implicit) {
     batch.swap(queue_);
     batch_bytes = std::exchange(queue_bytes_, 0);
   }
-  const auto start = trace::start_time();
   // Recorded however the flush ends (a failed free throws or returns below).
-  const struct TraceFlush {
-    trace::Clock::time_point start;
-    std::size_t count;
-    std::int64_t bytes;
-    bool implicit;
-    ~TraceFlush() {
-      if (count == 0) return;
-      trace::complete("flush", implicit ? "flush (over the limits)" : "flush", start,
-                      {{"count", static_cast<std::int64_t>(count)}, {"bytes", bytes}});
-      trace::counter("pending deallocations",
-                     {{"count", std::int64_t{0}}, {"bytes", std::int64_t{0}}});
-    }
-  } trace_flush{start, batch.size(), batch_bytes, implicit};
+  const TraceFlush trace_flush{trace::start_time(), batch.size(), batch_bytes, implicit};
   for (auto it = batch.begin(); it != batch.end(); ++it) {
-    if (trace::active()) {
-      trace::instant("free", it->host ? "free host" : "free",
-                     {{"bytes", it->bytes},
-                      {"address", static_cast<const void*>(it->ptr)},
-                      {"manager", it->manager->name()},
-                      {"deferred us", std::chrono::duration<double, std::micro>(
-                                          trace::Clock::now() - it->released_at)
-                                          .count()}});
-    }
+    trace_free(*it);
     try {
       if (it->host) {
         it->manager->host_deallocate(it->ptr, static_cast<std::size_t>(it->bytes), it->flags);

@@ -91,6 +91,8 @@ class DeallocationQueue {
     // When the array let go of it: the trace's "deferred us" of its free. Zero when not tracing.
     std::chrono::steady_clock::time_point released_at;
   };
+  /// The trace's "free" event for `pending` (core/trace.hpp), when a trace is being written.
+  static void trace_free(const Pending& pending);
   template <class Allocate>
   void* allocate_with_retry(Allocate&& allocate, const char* operation, std::int64_t bytes,
                             const char* what);

@@ -176,7 +176,7 @@ template <std::size_t... N>
 template <std::size_t Bytes>
 struct StaticSharedArrayBytes {
   static_assert(
-      Bytes <= 48 * 1024,
+      Bytes <= std::size_t{48} * 1024,
       "devmem::shared_array: this static shared array has more bytes (the Bytes of "
       "StaticSharedArrayBytes<Bytes>) than the 48 KiB (49152 bytes) CUDA allows a "
       "kernel's static shared memory: use dynamic shared memory instead "
