@@ -257,6 +257,127 @@ py::object memory_info_type() {
   return py::reinterpret_borrow<py::object>(type);
 }
 
+// Managed memory (docs/managed-memory.md): devmem.managed_array and ManagedNDArray over these.
+py::tuple make_managed_array(const py::object& shape, const py::object& dtype,
+                             const py::object& strides, const py::object& order,
+                             const py::object& stream, bool attach_global,
+                             bool allow_oversubscription) {
+  AllocationArguments args = allocation_arguments(shape, dtype, strides, order);
+  ManagedArrayOptions options;
+  options.strides = std::move(args.strides);
+  options.order = args.order;
+  options.stream = to_stream(stream);
+  options.attach_global = attach_global;
+  options.allow_oversubscription = allow_oversubscription;
+  const ManagedArray managed =
+      without_gil([&] { return managed_array(std::move(args.shape), args.element, options); });
+  return py::make_tuple(
+      to_numpy(managed.host(), args.dtype),
+      DeviceNDArray{managed, args.dtype, py::isinstance<Stream>(stream) ? stream : py::object()});
+}
+
+/// "host", "device" (the array's device) or a device index.
+MemoryLocation prefetch_target(const DeviceNDArray& d, const py::object& to) {
+  if (!py::isinstance<py::str>(to)) return MemoryLocation::on_device(to.cast<int>());
+  const auto name = to.cast<std::string>();
+  if (name == "host") return MemoryLocation::host();
+  if (name == "device") return MemoryLocation::on_device(d.array.context()->device());
+  throw InvalidArgument(
+      fmt::format("prefetch: to must be 'device', 'host' or a device index, not '{}'", name));
+}
+
+MemoryAdvice advice_named(const std::string& advice) {
+  static const std::pair<const char*, MemoryAdvice> kAdvice[] = {
+      {"read_mostly", MemoryAdvice::ReadMostly},
+      {"unset_read_mostly", MemoryAdvice::UnsetReadMostly},
+      {"preferred_location", MemoryAdvice::PreferredLocation},
+      {"unset_preferred_location", MemoryAdvice::UnsetPreferredLocation},
+      {"accessed_by", MemoryAdvice::AccessedBy},
+      {"unset_accessed_by", MemoryAdvice::UnsetAccessedBy}};
+  const auto* found = std::find_if(std::begin(kAdvice), std::end(kAdvice),
+                                   [&](const auto& entry) { return advice == entry.first; });
+  if (found == std::end(kAdvice)) {
+    throw InvalidArgument(fmt::format(
+        "advise: unknown advice '{}' (read_mostly, unset_read_mostly, preferred_location, "
+        "unset_preferred_location, accessed_by, unset_accessed_by)",
+        advice));
+  }
+  return found->second;
+}
+
+void managed_advise(const DeviceNDArray& d, const std::string& advice, const py::object& location) {
+  const MemoryAdvice what = advice_named(advice);
+  std::optional<MemoryLocation> where;
+  if (py::isinstance<py::str>(location) && location.cast<std::string>() == "host") {
+    where = MemoryLocation::host();
+  } else if (!location.is_none()) {
+    where = MemoryLocation::on_device(location.cast<int>());
+  }
+  without_gil([&] { advise(d.array, what, where); });
+}
+
+/// summarize_trace's result as the dict devmem.summarize_trace returns.
+py::dict summary_dict(const TraceSummary& s) {
+  py::list peaks;
+  for (const auto& p : s.peaks) {
+    peaks.append(py::dict(py::arg("device") = p.device, py::arg("peak_bytes") = p.peak_bytes,
+                          py::arg("at_seconds") = p.at_seconds));
+  }
+  py::list sites;
+  for (const auto& site : s.top_sites) {
+    sites.append(py::dict(py::arg("operation") = site.operation, py::arg("manager") = site.manager,
+                          py::arg("count") = site.count, py::arg("bytes") = site.bytes));
+  }
+  py::dict transfers;
+  for (const auto& t : s.transfers) {
+    transfers[py::str(t.direction)] = py::dict(
+        py::arg("count") = t.count, py::arg("bytes") = t.bytes, py::arg("seconds") = t.seconds);
+  }
+  py::list deferred;
+  for (const auto& d : s.longest_deferred) {
+    deferred.append(py::dict(py::arg("address") = d.address, py::arg("bytes") = d.bytes,
+                             py::arg("deferred_seconds") = d.deferred_seconds));
+  }
+  return py::dict(
+      py::arg("events") = s.events, py::arg("duration_seconds") = s.duration_seconds,
+      py::arg("peaks") = peaks, py::arg("top_sites") = sites, py::arg("transfers") = transfers,
+      py::arg("synchronizations") = s.synchronizations,
+      py::arg("synchronize_seconds") = s.synchronize_seconds, py::arg("flushes") = s.flushes,
+      py::arg("longest_deferred") = deferred, py::arg("pool_hits") = s.pool_hits,
+      py::arg("pool_misses") = s.pool_misses, py::arg("launches") = s.launches);
+}
+
+void bind_managed_and_trace(py::module_& m) {
+  m.def("_managed_array", &make_managed_array);
+  m.def("_managed_prefetch",
+        [](const DeviceNDArray& d, const py::object& to, const py::object& stream) {
+          const MemoryLocation location = prefetch_target(d, to);
+          const Stream s = to_stream(stream);
+          without_gil([&] { prefetch(d.array, location, s); });
+        });
+  m.def("_managed_advise", &managed_advise);
+
+  // The memory timeline (docs/trace.md): devmem.trace(path) is the context manager over these.
+  py::class_<TraceSession>(m, "_TraceSession")
+      .def("stop", [](TraceSession& session) { without_gil([&] { session.stop(); }); })
+      .def_property_readonly("events", &TraceSession::events)
+      .def_property_readonly("path",
+                             [](const TraceSession& session) { return session.path().string(); });
+  m.def(
+      "_trace_to",
+      [](const std::string& path) { return std::make_unique<TraceSession>(trace_to(path)); },
+      py::arg("path"));
+  m.def("tracing", &tracing,
+        "Whether a memory timeline (devmem.trace, DEVMEM_TRACE) is written now.");
+  m.def(
+      "summarize_trace",
+      [](const std::string& path) {
+        return summary_dict(without_gil([&] { return summarize_trace(path); }));
+      },
+      py::arg("path"),
+      "Reads a trace devmem wrote and summarizes it (what `devmem trace summarize` prints).");
+}
+
 }  // namespace
 
 void bind_runtime(py::module_& m) {
@@ -541,116 +662,7 @@ void bind_runtime(py::module_& m) {
     return py::make_tuple(to_numpy(host, args.dtype), DeviceNDArray{host.device(), args.dtype});
   });
 
-  // Managed memory (docs/managed-memory.md): devmem.managed_array and ManagedNDArray over these.
-  m.def("_managed_array", [](const py::object& shape, const py::object& dtype,
-                             const py::object& strides, const py::object& order,
-                             const py::object& stream, bool attach_global,
-                             bool allow_oversubscription) {
-    AllocationArguments args = allocation_arguments(shape, dtype, strides, order);
-    ManagedArrayOptions options;
-    options.strides = std::move(args.strides);
-    options.order = args.order;
-    options.stream = to_stream(stream);
-    options.attach_global = attach_global;
-    options.allow_oversubscription = allow_oversubscription;
-    const ManagedArray managed =
-        without_gil([&] { return managed_array(std::move(args.shape), args.element, options); });
-    return py::make_tuple(
-        to_numpy(managed.host(), args.dtype),
-        DeviceNDArray{managed, args.dtype, py::isinstance<Stream>(stream) ? stream : py::object()});
-  });
-  m.def("_managed_prefetch",
-        [](const DeviceNDArray& d, const py::object& to, const py::object& stream) {
-          // "host", "device" (the array's device) or a device index.
-          MemoryLocation location = MemoryLocation::on_device(d.array.context()->device());
-          if (py::isinstance<py::str>(to)) {
-            const auto name = to.cast<std::string>();
-            if (name == "host") {
-              location = MemoryLocation::host();
-            } else if (name != "device") {
-              throw InvalidArgument(fmt::format(
-                  "prefetch: to must be 'device', 'host' or a device index, not '{}'", name));
-            }
-          } else {
-            location = MemoryLocation::on_device(to.cast<int>());
-          }
-          const Stream s = to_stream(stream);
-          without_gil([&] { prefetch(d.array, location, s); });
-        });
-  m.def("_managed_advise", [](const DeviceNDArray& d, const std::string& advice,
-                              const py::object& location) {
-    static const std::pair<const char*, MemoryAdvice> kAdvice[] = {
-        {"read_mostly", MemoryAdvice::ReadMostly},
-        {"unset_read_mostly", MemoryAdvice::UnsetReadMostly},
-        {"preferred_location", MemoryAdvice::PreferredLocation},
-        {"unset_preferred_location", MemoryAdvice::UnsetPreferredLocation},
-        {"accessed_by", MemoryAdvice::AccessedBy},
-        {"unset_accessed_by", MemoryAdvice::UnsetAccessedBy}};
-    const auto* found = std::find_if(std::begin(kAdvice), std::end(kAdvice),
-                                     [&](const auto& entry) { return advice == entry.first; });
-    if (found == std::end(kAdvice)) {
-      throw InvalidArgument(fmt::format(
-          "advise: unknown advice '{}' (read_mostly, unset_read_mostly, preferred_location, "
-          "unset_preferred_location, accessed_by, unset_accessed_by)",
-          advice));
-    }
-    std::optional<MemoryLocation> where;
-    if (py::isinstance<py::str>(location) && location.cast<std::string>() == "host") {
-      where = MemoryLocation::host();
-    } else if (!location.is_none()) {
-      where = MemoryLocation::on_device(location.cast<int>());
-    }
-    without_gil([&] { advise(d.array, found->second, where); });
-  });
-
-  // The memory timeline (docs/trace.md): devmem.trace(path) is the context manager over these.
-  py::class_<TraceSession>(m, "_TraceSession")
-      .def("stop", [](TraceSession& session) { without_gil([&] { session.stop(); }); })
-      .def_property_readonly("events", &TraceSession::events)
-      .def_property_readonly("path",
-                             [](const TraceSession& session) { return session.path().string(); });
-  m.def(
-      "_trace_to",
-      [](const std::string& path) { return std::make_unique<TraceSession>(trace_to(path)); },
-      py::arg("path"));
-  m.def("tracing", &tracing,
-        "Whether a memory timeline (devmem.trace, DEVMEM_TRACE) is written now.");
-  m.def(
-      "summarize_trace",
-      [](const std::string& path) {
-        const TraceSummary s = without_gil([&] { return summarize_trace(path); });
-        py::list peaks;
-        for (const auto& p : s.peaks) {
-          peaks.append(py::dict(py::arg("device") = p.device, py::arg("peak_bytes") = p.peak_bytes,
-                                py::arg("at_seconds") = p.at_seconds));
-        }
-        py::list sites;
-        for (const auto& site : s.top_sites) {
-          sites.append(py::dict(py::arg("operation") = site.operation,
-                                py::arg("manager") = site.manager, py::arg("count") = site.count,
-                                py::arg("bytes") = site.bytes));
-        }
-        py::dict transfers;
-        for (const auto& t : s.transfers) {
-          transfers[py::str(t.direction)] =
-              py::dict(py::arg("count") = t.count, py::arg("bytes") = t.bytes,
-                       py::arg("seconds") = t.seconds);
-        }
-        py::list deferred;
-        for (const auto& d : s.longest_deferred) {
-          deferred.append(py::dict(py::arg("address") = d.address, py::arg("bytes") = d.bytes,
-                                   py::arg("deferred_seconds") = d.deferred_seconds));
-        }
-        return py::dict(
-            py::arg("events") = s.events, py::arg("duration_seconds") = s.duration_seconds,
-            py::arg("peaks") = peaks, py::arg("top_sites") = sites,
-            py::arg("transfers") = transfers, py::arg("synchronizations") = s.synchronizations,
-            py::arg("synchronize_seconds") = s.synchronize_seconds, py::arg("flushes") = s.flushes,
-            py::arg("longest_deferred") = deferred, py::arg("pool_hits") = s.pool_hits,
-            py::arg("pool_misses") = s.pool_misses, py::arg("launches") = s.launches);
-      },
-      py::arg("path"),
-      "Reads a trace devmem wrote and summarizes it (what `devmem trace summarize` prints).");
+  bind_managed_and_trace(m);
 }
 
 }  // namespace devmem::python
