@@ -211,7 +211,10 @@ void ContextState::release(const std::shared_ptr<MemoryManager>& manager, void* 
                            std::int64_t bytes, bool host, HostAllocFlags flags,
                            const std::weak_ptr<StreamState>& stream) noexcept {
   (host ? host_counters : device_counters).remove(bytes);
-  if (!host) trace::device_memory(device(), device_counters.snapshot().current_bytes);
+  // Guarded here: the snapshot (six atomic loads) is not taken on every free when not tracing.
+  if (!host && trace::active()) {
+    trace::device_memory(device(), device_counters.snapshot().current_bytes);
+  }
   deallocations.release(manager, ptr, bytes, host, flags, stream);
 }
 
