@@ -37,12 +37,17 @@ struct Capture {
   StreamState* origin = nullptr;
 };
 
+struct EventRecord {
+  bool completed = false;
+  double time_ms = 0.0;
+};
+
 struct Op {
   std::function<void()> run;
   bool under_lock = false;     // trivial bookkeeping (event records, pool returns): run locked
   bool host_function = false;  // runs on the runtime's host-function thread, like CUDA's
   std::vector<std::pair<std::shared_ptr<StreamState>, std::uint64_t>> stream_deps;
-  std::vector<std::pair<std::shared_ptr<EventState>, std::uint64_t>> event_deps;
+  std::vector<std::shared_ptr<const EventRecord>> event_deps;
 };
 
 struct StreamState {
@@ -58,10 +63,12 @@ struct StreamState {
 struct EventState {
   int device = 0;
   bool timing = true;
-  std::uint64_t recorded = 0;
-  std::uint64_t completed = 0;
+  // The record that is current (null: never recorded). Each record has its own completion, as in
+  // CUDA: a wait or synchronize waits for the record current when it was called, even when the
+  // event is recorded again later on another stream and that record completes first (devmem's
+  // event pool re-records recycled events while their earlier records may still be pending).
+  std::shared_ptr<EventRecord> latest;
   std::shared_ptr<Capture> captured;
-  double time_ms = 0.0;
 };
 
 namespace {
@@ -289,8 +296,8 @@ struct Runtime {
     for (const auto& [s, n] : op.stream_deps) {
       if (s->completed < n) return false;
     }
-    for (const auto& [e, g] : op.event_deps) {
-      if (e->completed < g) return false;
+    for (const auto& record : op.event_deps) {
+      if (!record->completed) return false;
     }
     return true;
   }
@@ -847,7 +854,7 @@ S StrictFakeApi::streamWaitEvent(Stream stream, Event event, unsigned) {
   Op op;
   op.run = [] {};
   op.under_lock = true;
-  if (e->recorded > e->completed) op.event_deps.emplace_back(e, e->recorded);
+  if (e->latest && !e->latest->completed) op.event_deps.push_back(e->latest);
   enqueue(r, lock, s, std::move(op));
   return {kOk, kFn};
 }
@@ -929,12 +936,13 @@ S StrictFakeApi::eventRecord(Event event, Stream stream) {
     return {kOk, kFn};
   }
   e->captured.reset();
-  const std::uint64_t generation = ++e->recorded;
+  auto record = std::make_shared<EventRecord>();
+  e->latest = record;
   Op op;
   op.under_lock = true;
-  op.run = [&r, e, generation] {
-    e->completed = std::max(e->completed, generation);
-    e->time_ms =
+  op.run = [&r, record] {
+    record->completed = true;
+    record->time_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r.start)
             .count();
   };
@@ -952,8 +960,8 @@ S StrictFakeApi::eventSynchronize(Event event) {
     r.invalidate(e->captured);
     return fail(kStreamCaptureUnsupported, kFn);
   }
-  const std::uint64_t target = e->recorded;
-  r.run_until(lock, [&] { return e->completed >= target; });
+  const std::shared_ptr<const EventRecord> target = e->latest;
+  r.run_until(lock, [&] { return !target || target->completed; });
   return after_work(kFn, {kOk, kFn});
 }
 S StrictFakeApi::eventQuery(Event event) {
@@ -966,12 +974,10 @@ S StrictFakeApi::eventQuery(Event event) {
     r.invalidate(e->captured);
     return fail(kStreamCaptureUnsupported, kFn);
   }
-  const std::uint64_t target = e->recorded;
-  if (r.rng() % 2 == 0) {
-    r.run_until(
-        lock, [&] { return e->completed >= target; }, /*block=*/false);
-  }
-  return after_work(kFn, e->completed >= target ? S{kOk, kFn} : S{kNotReady, kFn});
+  const std::shared_ptr<const EventRecord> target = e->latest;
+  const auto done = [&] { return !target || target->completed; };
+  if (r.rng() % 2 == 0) r.run_until(lock, done, /*block=*/false);
+  return after_work(kFn, done() ? S{kOk, kFn} : S{kNotReady, kFn});
 }
 S StrictFakeApi::eventElapsedTime(float* ms, Event start, Event end) {
   STRICT_FAKE_PROLOGUE("strictFakeEventElapsedTime");
@@ -985,9 +991,9 @@ S StrictFakeApi::eventElapsedTime(float* ms, Event start, Event end) {
   if (a->device != b->device || !a->timing || !b->timing) {
     return fail(kInvalidResourceHandle, kFn);
   }
-  if (a->recorded == 0 || b->recorded == 0) return fail(kInvalidResourceHandle, kFn);
-  if (a->completed < a->recorded || b->completed < b->recorded) return fail(kNotReady, kFn);
-  *ms = static_cast<float>(b->time_ms - a->time_ms);
+  if (!a->latest || !b->latest) return fail(kInvalidResourceHandle, kFn);
+  if (!a->latest->completed || !b->latest->completed) return fail(kNotReady, kFn);
+  *ms = static_cast<float>(b->latest->time_ms - a->latest->time_ms);
   return {kOk, kFn};
 }
 S StrictFakeApi::launch_host_function(Stream stream, void (*fn)(void*), void* user) {

@@ -156,7 +156,11 @@ TEST_CASE("strict fake: deferred work runs out of order across streams unless an
   // The producer writes 1s into device memory; the consumer copies it back. Without a wait the
   // consumer may run first and read the 0s from before (a real GPU may do that too); with the
   // producer's event waited for it always reads the 1s.
-  const auto round = [&](bool ordered) {
+  // `rerecorded`: the event is recorded again on an idle third stream, which is synchronized,
+  // before the consumer's copy: as in CUDA the consumer still waits for the record it waited on
+  // (devmem's event pool re-records recycled events whose earlier records may be pending).
+  const devmem::NativeStream other = b.create_stream(0);
+  const auto round = [&](bool ordered, bool rerecorded = false) {
     b.memset(0, device, 0, kBytes, nullptr);
     b.synchronize_stream(0, nullptr);
     std::memset(result, 7, kBytes);
@@ -164,6 +168,10 @@ TEST_CASE("strict fake: deferred work runs out of order across streams unless an
     if (ordered) {
       b.record_event(0, produced, producer);
       b.stream_wait_event(0, consumer, produced);
+    }
+    if (rerecorded) {
+      b.record_event(0, produced, other);
+      b.synchronize_stream(0, other);
     }
     b.copy(0, result, device, kBytes, CopyKind::DeviceToHost, consumer);
     b.synchronize_stream(0, consumer);
@@ -179,6 +187,11 @@ TEST_CASE("strict fake: deferred work runs out of order across streams unless an
   int ordered_wrong = 0;
   for (int i = 0; i < 40; ++i) ordered_wrong += round(/*ordered=*/true) ? 0 : 1;
   CHECK(ordered_wrong == 0);
+  int rerecorded_wrong = 0;
+  for (int i = 0; i < 40; ++i) {
+    rerecorded_wrong += round(/*ordered=*/true, /*rerecorded=*/true) ? 0 : 1;
+  }
+  CHECK(rerecorded_wrong == 0);
 
   // Nothing runs before a synchronisation point: work queued on a stream is not done yet.
   b.memset(0, device, 3, kBytes, producer);
@@ -188,6 +201,7 @@ TEST_CASE("strict fake: deferred work runs out of order across streams unless an
   CHECK(result[0] == 3);
 
   b.destroy_event(0, produced);
+  b.destroy_stream(0, other);
   b.destroy_stream(0, producer);
   b.destroy_stream(0, consumer);
   b.host_deallocate(0, source);
