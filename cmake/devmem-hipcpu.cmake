@@ -32,6 +32,9 @@ function(devmem_hipcpu_kernel_sources target backend runtime_target)
          "// Generated: ${source} with the ${backend} kernel layer on HIP-CPU.\n#define ${definition} 1\n#include \"${path}\"\n"
          @ONLY)
     target_sources(${target} PRIVATE "${wrapper}")
+    # Its #define must come first: no precompiled header of the target goes in front of it.
+    set_source_files_properties("${wrapper}" TARGET_DIRECTORY ${target}
+                                PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
   endforeach()
   target_link_libraries(${target} PRIVATE ${runtime_target})
 endfunction()

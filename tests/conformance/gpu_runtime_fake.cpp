@@ -10,7 +10,6 @@
 // The tests are split by topic: this file holds devices, errors, flags, streams, events, host
 // functions and the later single-call checks; gpu_runtime_fake_copies.cpp the copies (strided,
 // bounded, staged); gpu_runtime_fake_failures.cpp every vendor call's failure and releases at exit.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include "gpu_runtime_fake.hpp"

@@ -3,8 +3,7 @@
 // when DEVMEM_CONFORMANCE_MIN_DEVICES asks for more devices than the backend has: the CTest
 // entries of the multi-device group set it to 2, so that on one device they are reported skipped
 // rather than passing without having run.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "../common/catch_runtime.hpp"
 
 #include <devmem/devmem.hpp>
 
@@ -13,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <string_view>
 
 namespace {
@@ -44,34 +44,32 @@ int main(int argc, char* argv[]) {
     }
     return conformance::ipc_child_main(argc - 2, argv + 2);
   }
-  Catch::Session session;
-  if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
-  const Catch::ConfigData& config = session.configData();
-  const bool listing =
-      config.listTests || config.listTestNamesOnly || config.listTags || config.listReporters;
-  try {
-    devmem::select_backend(DEVMEM_CONFORMANCE_BACKEND);
-    if (!listing && devmem::device_count() == 0) {
-      std::printf("conformance_%s: skipped: backend '%s' has no device: %s\n",
-                  DEVMEM_CONFORMANCE_BACKEND, DEVMEM_CONFORMANCE_BACKEND,
-                  devmem::active_backend().no_device_reason().c_str());
+  return devmem_tests::run_catch_session(argc, argv, [](bool listing) -> std::optional<int> {
+    try {
+      devmem::select_backend(DEVMEM_CONFORMANCE_BACKEND);
+      if (!listing && devmem::device_count() == 0) {
+        std::printf("conformance_%s: skipped: backend '%s' has no device: %s\n",
+                    DEVMEM_CONFORMANCE_BACKEND, DEVMEM_CONFORMANCE_BACKEND,
+                    devmem::active_backend().no_device_reason().c_str());
+        return DEVMEM_SKIP_RETURN_CODE;
+      }
+      const int wanted = min_devices();
+      if (wanted < 0) {
+        std::printf(
+            "conformance_%s: DEVMEM_CONFORMANCE_MIN_DEVICES must be a non-negative integer\n",
+            DEVMEM_CONFORMANCE_BACKEND);
+        return 2;
+      }
+      if (!listing && devmem::device_count() < wanted) {
+        std::printf("conformance_%s: skipped: these tests need %d devices, backend '%s' has %d\n",
+                    DEVMEM_CONFORMANCE_BACKEND, wanted, DEVMEM_CONFORMANCE_BACKEND,
+                    devmem::device_count());
+        return DEVMEM_SKIP_RETURN_CODE;
+      }
+    } catch (const std::exception& e) {
+      std::printf("conformance_%s: skipped: %s\n", DEVMEM_CONFORMANCE_BACKEND, e.what());
       return DEVMEM_SKIP_RETURN_CODE;
     }
-    const int wanted = min_devices();
-    if (wanted < 0) {
-      std::printf("conformance_%s: DEVMEM_CONFORMANCE_MIN_DEVICES must be a non-negative integer\n",
-                  DEVMEM_CONFORMANCE_BACKEND);
-      return 2;
-    }
-    if (!listing && devmem::device_count() < wanted) {
-      std::printf("conformance_%s: skipped: these tests need %d devices, backend '%s' has %d\n",
-                  DEVMEM_CONFORMANCE_BACKEND, wanted, DEVMEM_CONFORMANCE_BACKEND,
-                  devmem::device_count());
-      return DEVMEM_SKIP_RETURN_CODE;
-    }
-  } catch (const std::exception& e) {
-    std::printf("conformance_%s: skipped: %s\n", DEVMEM_CONFORMANCE_BACKEND, e.what());
-    return DEVMEM_SKIP_RETURN_CODE;
-  }
-  return session.run();
+    return std::nullopt;
+  });
 }

@@ -1,7 +1,6 @@
 // roc_api_test: how the ROC call table (backends/roc/hip_api.hpp) reads the HIP runtime's answers
 // that differ between ROCm versions, checked against both answers whatever HIP it is compiled
 // against (Debian's HIP 5.2 in the `roc` preset, HIP-CPU in `roc-hipcpu`). No device needed.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include "backends/roc/hip_api.hpp"

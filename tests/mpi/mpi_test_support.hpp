@@ -1,8 +1,10 @@
 // What devmem::mpi's Catch2 programs share: the rank and size of MPI_COMM_WORLD, a scope that
 // restores the transport settings, and main()'s body (MPI initialised, devmem::mpi::initialize()
 // when DEVMEM_MPI_TESTS_INITIALIZE=1, Catch2 run on every rank, one verdict for all ranks).
-// Include after <catch2/catch.hpp> in a file that defines CATCH_CONFIG_RUNNER.
+// Include after <catch2/catch.hpp> (the programs link devmem_catch_runtime and define main).
 #pragma once
+
+#include "../common/catch_runtime.hpp"
 
 #include <devmem/mpi.hpp>
 
@@ -56,7 +58,7 @@ inline int run_catch(int argc, char** argv, const char* program) {
     MPI_Finalize();
     return 2;
   }
-  const int result = Catch::Session().run(argc, argv);
+  const int result = devmem_tests::run_catch_session(argc, argv);
   int worst = 0;
   MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Finalize();

@@ -1,7 +1,6 @@
 // devmem::mpi under mpirun -np 2 and -np 4 (host backend). Every rank runs every test case in the
 // same order: each case is collective. Each transport is tested: staged (the host backend's
 // default) and device_direct (the host backend's device memory is host memory).
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <devmem/devmem.hpp>

@@ -4,7 +4,6 @@
 // plain MPI on host buffers. Modes: staged in 16-byte chunks (several chunks, both slots), staged
 // in one chunk, device_direct with MPI_I* (the host backend's choice) and device_direct with
 // MPI's blocking collectives (the GPU backends' choice, forced by DEVMEM_MPI_DIRECT_COLLECTIVES).
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <devmem/devmem.hpp>

@@ -4,7 +4,6 @@
 // persistent requests, wait_any and friends, the eager fast path (every kind of array on either
 // side, hundreds in flight, threads, default-stream ordering). Ranks pair up as (0, 1), (2, 3),
 // ...; every case is collective (every rank runs every case in the same order).
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <devmem/devmem.hpp>
