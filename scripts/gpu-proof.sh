@@ -34,8 +34,9 @@ readonly STEPS=(
   "examples|1|10|gated|matmul, the README example and a consumer's kernel, results checked"
   "memcheck|1|70|gated|compute-sanitizer memcheck with leak check: kernel and transfer tests first"
   "racecheck|1|35|gated|compute-sanitizer racecheck over the kernel tests"
-  "synccheck|1|15|gated|compute-sanitizer synccheck over the kernel tests"
-  "initcheck|1|20|gated|compute-sanitizer initcheck over the kernel tests"
+  "synccheck|1|10|gated|compute-sanitizer synccheck over the kernel tests"
+  "initcheck|1|10|gated|compute-sanitizer initcheck over the kernel tests"
+  "managed|1|15|gated|managed memory under memcheck: prefetch both ways, a kernel on it, oversubscription refused"
   "fault|1|15|reported|an out-of-bounds kernel: BackendError at the next synchronize, clean exit"
   "capture|1|15|reported|stream capture of each copy kind, a pool allocation and a launch"
   "overlap|1|15|reported|two streams under the async manager; time per allocation"
@@ -416,6 +417,22 @@ step_racecheck() { sanitizer racecheck '[kernels]'; }
 step_synccheck() { sanitizer synccheck '[kernels]'; }
 step_initcheck() { sanitizer initcheck '[kernels]'; }
 
+# Managed memory (cudaMallocManaged, cudaMemPrefetchAsync, cudaMemAdvise with CUDA 13's
+# cudaMemLocation): the conformance suite's [managed] tests (host and kernel writes seen on both
+# sides, prefetch to the device and back, advice, the managed memory manager, the refusal of more
+# than the free device memory unless allowed) under memcheck, apart from the memcheck step so that
+# its verdict does not depend on how far that step's cap lets the rest of the suite run.
+step_managed() {
+  local rc=0
+  has_device || ((dry_run)) || return 77
+  sanitizer memcheck '[managed]~[host-only]' -r junit -o "$work/managed.xml" || rc=$?
+  note managed "exit $rc; $(junit_summary "$work/managed.xml"); $(grep -E '^========= ERROR SUMMARY' "$logs/managed.log" | tr '\n' ';')"
+  if [[ -s $work/managed.xml ]]; then
+    note managed "$(awk '/<testcase/ { match($0, /name="[^"]*"/); n = substr($0, RSTART + 6, RLENGTH - 7) } /<failure/ { print "FAILED: " n }' "$work/managed.xml" | sort -u | head -n 20)"
+  fi
+  return "$rc"
+}
+
 step_fault() {
   local rc=0 err lines
   capped proof_fault 2>"$work/fault.stderr" || rc=$?
@@ -510,6 +527,7 @@ run_step memcheck step_memcheck
 run_step racecheck step_racecheck
 run_step synccheck step_synccheck
 run_step initcheck step_initcheck
+run_step managed step_managed
 run_step fault step_fault
 run_step capture step_capture
 run_step overlap step_overlap
