@@ -19,9 +19,10 @@ void trace_usage(std::FILE* out) {
              "usage: devmem trace summarize FILE\n"
              "  FILE: a trace written by a devmem program run with DEVMEM_TRACE=FILE (or by\n"
              "  devmem::trace_to / devmem.trace): peak device memory and when, the allocations\n"
-             "  by operation and manager, transfer totals by direction, time spent\n"
-             "  synchronizing, the frees deferred longest. Open FILE itself in\n"
-             "  https://ui.perfetto.dev or chrome://tracing for the timeline.\n");
+             "  by operation and manager (and call site, DEVMEM_TRACE_CALL_SITES=1), transfer\n"
+             "  totals by direction, time spent synchronizing, the frees deferred longest.\n"
+             "  Open FILE itself in"
+             " https://ui.perfetto.dev or chrome://tracing for the timeline.\n");
 }
 
 void print_summary(const std::string& file, const TraceSummary& s) {
@@ -34,8 +35,8 @@ void print_summary(const std::string& file, const TraceSummary& s) {
   if (!s.top_sites.empty()) {
     fmt::print("allocations by operation and manager (largest first):\n");
     for (const auto& site : s.top_sites) {
-      fmt::print("  {:<24} {:<10} {:>8} x  {:>12}\n", site.operation, site.manager, site.count,
-                 format_bytes(site.bytes));
+      fmt::print("  {:<24} {:<10} {:>8} x  {:>12}{}{}\n", site.operation, site.manager, site.count,
+                 format_bytes(site.bytes), site.call_site.empty() ? "" : "  from ", site.call_site);
     }
   }
   if (!s.transfers.empty()) {

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <exception>
 #include <iterator>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -159,13 +160,15 @@ std::shared_ptr<DeviceMemory> ContextState::allocate_device(
   device_counters.add(bytes);
   track_device_memory(memory);
   if (trace::active()) {
+    const std::string site = trace::call_sites() ? trace::call_site() : std::string();
     trace::instant("alloc", "allocate",
                    {{"bytes", bytes},
                     {"operation", std::string_view(operation)},
                     {"manager", memory->manager->name()},
                     {"device", std::int64_t{device()}},
                     {"stream", static_cast<const void*>(stream->handle)},
-                    {"address", static_cast<const void*>(memory->ptr)}});
+                    {"address", static_cast<const void*>(memory->ptr)},
+                    {"site", std::string_view(site)}});
     trace::device_memory(device(), device_counters.snapshot().current_bytes);
   }
   return memory;
@@ -187,14 +190,18 @@ std::shared_ptr<HostMemory> ContextState::allocate_host(std::int64_t bytes, Host
   memory->owned = true;
   memory->manager = std::move(allocation.manager);
   host_counters.add(bytes);
-  trace::instant(
-      "alloc", "allocate host",
-      {{"bytes", bytes},
-       {"operation", std::string_view(operation)},
-       {"manager", memory->manager->name()},
-       {"device", std::int64_t{device()}},
-       {"kind", std::string_view(memory->kind == HostMemoryKind::Mapped ? "mapped" : "pinned")},
-       {"address", static_cast<const void*>(ptr)}});
+  if (trace::active()) {
+    const std::string site = trace::call_sites() ? trace::call_site() : std::string();
+    trace::instant(
+        "alloc", "allocate host",
+        {{"bytes", bytes},
+         {"operation", std::string_view(operation)},
+         {"manager", memory->manager->name()},
+         {"device", std::int64_t{device()}},
+         {"kind", std::string_view(memory->kind == HostMemoryKind::Mapped ? "mapped" : "pinned")},
+         {"address", static_cast<const void*>(ptr)},
+         {"site", std::string_view(site)}});
+  }
   // Page-locked memory from the vendor (or a pool) is not guaranteed to be zeroed; devmem's host
   // arrays are. Write-combined memory is left alone: reading it back would be very slow and the
   // caller asked for memory to write.

@@ -9,6 +9,9 @@
 
 #include <fmt/format.h>
 
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <execinfo.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -26,6 +30,8 @@ namespace devmem::detail::trace {
 std::atomic<bool> g_active{false};
 
 namespace {
+
+std::atomic<bool> g_call_sites{false};
 
 struct Recorder {
   std::mutex mutex;
@@ -176,7 +182,7 @@ void write_event(std::string_view category, std::string_view name, std::string_v
 }
 
 // Opens the file and writes its head; the caller holds the recorder's mutex.
-void open_locked(Recorder& r, const std::filesystem::path& path) {
+void open_locked(Recorder& r, const std::filesystem::path& path, bool call_sites) {
   std::FILE* const file = std::fopen(path.c_str(), "w");
   if (file == nullptr) {
     throw Error(fmt::format("trace: cannot create '{}': {}", path.string(), std::strerror(errno)));
@@ -201,6 +207,7 @@ void open_locked(Recorder& r, const std::filesystem::path& path) {
   append_escaped(head, program);
   head += "}},\n";
   std::fwrite(head.data(), 1, head.size(), file);
+  g_call_sites.store(call_sites, std::memory_order_relaxed);
   g_active.store(true, std::memory_order_release);
 }
 
@@ -231,6 +238,49 @@ void finish_at_exit() noexcept {
 }
 
 }  // namespace
+
+bool call_sites() noexcept {
+  return g_call_sites.load(std::memory_order_relaxed);
+}
+
+std::string call_site() noexcept {
+  try {
+    void* frames[48];
+    const int count = ::backtrace(frames, 48);
+    Dl_info own{};
+    if (::dladdr(reinterpret_cast<void*>(&call_sites), &own) == 0) return {};
+    // Two frames: the first outside devmem's libraries is often one of devmem's inline templates
+    // (to_device<T> of memory.hpp), compiled into the caller; its caller is the user's line.
+    std::string site;
+    int found = 0;
+    for (int i = 1; i < count && found < 2; ++i) {
+      Dl_info info{};
+      if (::dladdr(frames[i], &info) == 0 || info.dli_fname == nullptr) continue;
+      const std::string_view path(info.dli_fname);
+      const std::string_view object = path.substr(path.find_last_of('/') + 1);
+      // libdevmem itself, and devmem's other libraries (libdevmem_mpi) that call into it.
+      if (info.dli_fbase == own.dli_fbase || object.starts_with("libdevmem")) continue;
+      // A return address: one byte back lands inside the call, which addr2line then names.
+      const auto offset = reinterpret_cast<std::uintptr_t>(frames[i]) - 1 -
+                          reinterpret_cast<std::uintptr_t>(info.dli_fbase);
+      std::string function = "?";
+      if (info.dli_sname != nullptr) {
+        int status = 0;
+        const std::unique_ptr<char, decltype(&std::free)> demangled(
+            abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status), &std::free);
+        function = status == 0 && demangled ? demangled.get() : info.dli_sname;
+        if (function.size() > 160) function = function.substr(0, 157) + "...";
+      }
+      fmt::format_to(std::back_inserter(site), "{}{} ({}+0x{:x})", found == 0 ? "" : " from ",
+                     function, object, offset);
+      ++found;
+    }
+    return site;
+  } catch (...) {
+    // Out of memory while naming the site: the event goes without it.
+  }
+  return {};
+}
 
 void instant(std::string_view category, std::string_view name,
              std::initializer_list<Arg> args) noexcept {
@@ -266,8 +316,17 @@ void start_from_environment() noexcept {
   Recorder& r = recorder();
   const std::lock_guard lock(r.mutex);
   if (r.file != nullptr) return;
+  const std::string_view sites = std::getenv("DEVMEM_TRACE_CALL_SITES") != nullptr
+                                     ? std::getenv("DEVMEM_TRACE_CALL_SITES")
+                                     : "";
+  if (!sites.empty() && sites != "0" && sites != "1") {
+    std::fprintf(stderr,
+                 "devmem: warning: DEVMEM_TRACE_CALL_SITES='%.*s' is neither 0 nor 1; call sites "
+                 "are not recorded\n",
+                 static_cast<int>(sites.size()), sites.data());
+  }
   try {
-    open_locked(r, path);
+    open_locked(r, path, sites == "1");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "devmem: warning: DEVMEM_TRACE: %s; no trace is written\n", e.what());
     return;
@@ -282,6 +341,10 @@ namespace devmem {
 namespace trace = detail::trace;
 
 TraceSession trace_to(const std::filesystem::path& path) {
+  return trace_to(path, TraceOptions{});
+}
+
+TraceSession trace_to(const std::filesystem::path& path, const TraceOptions& options) {
   auto& r = trace::recorder();
   const std::lock_guard lock(r.mutex);
   if (r.file != nullptr) {
@@ -290,7 +353,7 @@ TraceSession trace_to(const std::filesystem::path& path) {
                     "another TraceSession); stop it first",
                     path.string(), r.path.string()));
   }
-  trace::open_locked(r, path);
+  trace::open_locked(r, path, options.call_sites);
   return TraceSession(path);
 }
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <string_view>
 #include <variant>
 
@@ -34,6 +35,14 @@ void complete(std::string_view category, std::string_view name, Clock::time_poin
               std::initializer_list<Arg> args) noexcept;
 /// A counter's values now ("ph": "C"): each argument one series of the counter `name`.
 void counter(std::string_view name, std::initializer_list<Arg> args) noexcept;
+
+/// Whether allocations record their call site (TraceOptions::call_sites, or
+/// DEVMEM_TRACE_CALL_SITES=1 beside DEVMEM_TRACE).
+[[nodiscard]] bool call_sites() noexcept;
+/// The first two callers outside devmem's own libraries, "function (object+0xoffset) from
+/// function (object+0xoffset)" (the function is "?" where the object does not export it:
+/// `addr2line -e object 0xoffset` names it); empty when the stack cannot be read.
+[[nodiscard]] std::string call_site() noexcept;
 
 /// The counter "device N memory": `in_use` bytes of device memory that devmem's arrays hold.
 void device_memory(int device, std::int64_t in_use) noexcept;

@@ -13,6 +13,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <variant>
 
 namespace devmem {
@@ -127,10 +128,10 @@ class LineParser {
   std::size_t pos_ = 0;
 };
 
-void add_event(TraceSummary& summary, const Event& e,
-               std::map<int, TraceSummary::DevicePeak>& peaks,
-               std::map<std::pair<std::string, std::string>, TraceSummary::Site>& sites,
-               std::map<std::string, TraceSummary::Transfers>& transfers) {
+void add_event(
+    TraceSummary& summary, const Event& e, std::map<int, TraceSummary::DevicePeak>& peaks,
+    std::map<std::tuple<std::string, std::string, std::string>, TraceSummary::Site>& sites,
+    std::map<std::string, TraceSummary::Transfers>& transfers) {
   const std::string category = e.text("cat");
   const std::string name = e.text("name");
   const double ts = e.number("ts");
@@ -146,9 +147,11 @@ void add_event(TraceSummary& summary, const Event& e,
       }
     }
   } else if (category == "alloc") {
-    auto& site = sites[{e.text("operation", true), e.text("manager", true)}];
+    // Files written before call sites existed have no "site": the empty site, as when not asked.
+    auto& site = sites[{e.text("operation", true), e.text("manager", true), e.text("site", true)}];
     site.operation = e.text("operation", true);
     site.manager = e.text("manager", true);
+    site.call_site = e.text("site", true);
     ++site.count;
     site.bytes += static_cast<std::int64_t>(e.number("bytes", true));
   } else if (category == "copy") {
@@ -183,7 +186,7 @@ TraceSummary summarize_trace(const std::filesystem::path& path) {
   if (!in) throw Error(fmt::format("summarize_trace: cannot open '{}'", path.string()));
   TraceSummary summary;
   std::map<int, TraceSummary::DevicePeak> peaks;
-  std::map<std::pair<std::string, std::string>, TraceSummary::Site> sites;
+  std::map<std::tuple<std::string, std::string, std::string>, TraceSummary::Site> sites;
   std::map<std::string, TraceSummary::Transfers> transfers;
   double first = -1;
   double last = 0;

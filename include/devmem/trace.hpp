@@ -20,11 +20,26 @@ namespace devmem {
 
 class TraceSession;
 
+/// What a trace records beyond its default events.
+struct TraceOptions {
+  /// Each allocation event gets a "site" argument: the first two callers outside devmem's
+  /// libraries (the first is often one of devmem's inline templates, compiled into the caller), as
+  /// "function (object+0xoffset) from function (object+0xoffset)" (function "?" where the object
+  /// does not export it, as in an executable linked without -rdynamic: `addr2line -f -C -e object
+  /// 0xoffset` names it), and `devmem trace summarize` groups allocations by it. Costs a stack walk
+  /// per allocation (a few microseconds). In Python programs the site is devmem's extension module.
+  /// For DEVMEM_TRACE, DEVMEM_TRACE_CALL_SITES=1 turns it on.
+  bool call_sites = false;
+};
+
 /// Starts writing a trace to `path` (created or truncated) and returns its session. Returns at
 /// once; nothing waits for device work. Throws InvalidArgument when another trace is being written
 /// (DEVMEM_TRACE's or another session's, naming its path), Error naming the path when the file
 /// cannot be created.
 [[nodiscard]] DEVMEM_API TraceSession trace_to(const std::filesystem::path& path);
+/// The same, with `options`.
+[[nodiscard]] DEVMEM_API TraceSession trace_to(const std::filesystem::path& path,
+                                               const TraceOptions& options);
 
 /// One trace being written. Movable, not copyable; the file is complete (valid JSON) when the
 /// session ends: at stop(), at destruction, or at the process's exit for DEVMEM_TRACE. At most one
@@ -50,7 +65,7 @@ class DEVMEM_API TraceSession {
   [[nodiscard]] std::int64_t events() const noexcept;
 
  private:
-  friend TraceSession trace_to(const std::filesystem::path& path);
+  friend TraceSession trace_to(const std::filesystem::path& path, const TraceOptions& options);
   explicit TraceSession(std::filesystem::path path) : path_(std::move(path)), active_(true) {}
   std::filesystem::path path_;
   bool active_ = false;
@@ -69,6 +84,7 @@ struct TraceSummary {
   struct Site {
     std::string operation;  ///< the API call that allocated (to_device, device_array, ...)
     std::string manager;    ///< the memory manager that served it
+    std::string call_site;  ///< where it was called from (TraceOptions::call_sites), else empty
     std::int64_t count = 0;
     std::int64_t bytes = 0;
   };

@@ -224,19 +224,22 @@ class trace:
     trace-event file that https://ui.perfetto.dev opens (allocations, frees, copies, launches,
     synchronizations and counters; docs/trace.md). One trace at a time: entering while another is
     written (including DEVMEM_TRACE's) raises InvalidArgument naming both paths. The file is
-    complete when the block ends; ``events`` counts what was recorded."""
+    complete when the block ends; ``events`` counts what was recorded. ``call_sites=True`` adds
+    each allocation's call site (TraceOptions::call_sites): in Python that is devmem's extension
+    module, so it mostly serves C++ code that a Python program calls."""
 
-    def __init__(self, path):
+    def __init__(self, path, call_sites=False):
         import os
 
         self.path = os.fspath(path)
+        self.call_sites = bool(call_sites)
         self._session = None
         self.events = 0
 
     def __enter__(self):
         if self._session is not None:
             raise RuntimeError("devmem.trace: this trace is already being written")
-        self._session = _devmem._trace_to(self.path)
+        self._session = _devmem._trace_to(self.path, self.call_sites)
         return self
 
     def __exit__(self, *exc_info):

@@ -326,7 +326,8 @@ py::dict summary_dict(const TraceSummary& s) {
   py::list sites;
   for (const auto& site : s.top_sites) {
     sites.append(py::dict(py::arg("operation") = site.operation, py::arg("manager") = site.manager,
-                          py::arg("count") = site.count, py::arg("bytes") = site.bytes));
+                          py::arg("count") = site.count, py::arg("bytes") = site.bytes,
+                          py::arg("call_site") = site.call_site));
   }
   py::dict transfers;
   for (const auto& t : s.transfers) {
@@ -365,8 +366,11 @@ void bind_managed_and_trace(py::module_& m) {
                              [](const TraceSession& session) { return session.path().string(); });
   m.def(
       "_trace_to",
-      [](const std::string& path) { return std::make_unique<TraceSession>(trace_to(path)); },
-      py::arg("path"));
+      [](const std::string& path, bool call_sites) {
+        return std::make_unique<TraceSession>(
+            trace_to(path, TraceOptions{.call_sites = call_sites}));
+      },
+      py::arg("path"), py::arg("call_sites") = false);
   m.def("tracing", &tracing,
         "Whether a memory timeline (devmem.trace, DEVMEM_TRACE) is written now.");
   m.def(

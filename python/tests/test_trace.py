@@ -54,6 +54,25 @@ def test_trace_block_records_allocations_copies_syncs_and_frees(tmp_path):
     assert summary["longest_deferred"][0]["bytes"] == host.nbytes
 
 
+def test_call_sites_name_the_extension_module_only_when_asked(tmp_path):
+    plain, with_sites = tmp_path / "plain.json", tmp_path / "sites.json"
+    with devmem.trace(plain):
+        d = devmem.device_array(100)
+        del d
+    with devmem.trace(with_sites, call_sites=True) as t:
+        assert t.call_sites
+        d = devmem.device_array(100)
+        del d
+    (alloc,) = [e for e in _events(plain) if e.get("cat") == "alloc"]
+    assert alloc["args"]["site"] == ""
+    (alloc,) = [e for e in _events(with_sites) if e.get("cat") == "alloc"]
+    # The first caller outside libdevmem is devmem's extension module (docs/trace.md).
+    assert "_devmem" in alloc["args"]["site"] and "+0x" in alloc["args"]["site"]
+    (site,) = devmem.summarize_trace(str(with_sites))["top_sites"]
+    assert site["call_site"] == alloc["args"]["site"]
+    devmem.flush_deallocations()
+
+
 def test_one_trace_at_a_time_and_bad_paths(tmp_path):
     first = tmp_path / "a.json"
     with devmem.trace(first):

@@ -169,3 +169,46 @@ TEST_CASE("trace: summarize_trace refuses what devmem did not write, naming the 
   std::filesystem::remove(path);
   CHECK_THROWS_WITH(devmem::summarize_trace(path), Contains("cannot open '" + path.string() + "'"));
 }
+
+namespace {
+
+// Allocates from a function of this program (not inline: its own frame is the call site).
+[[gnu::noinline]] devmem::DeviceArray allocate_for_call_site_test() {
+  return devmem::device_array(Shape{1000}, f8());
+}
+
+}  // namespace
+
+TEST_CASE("trace: with call sites, each allocation names the first caller outside devmem",
+          "[trace]") {
+  MemoryStateGuard guard;
+  const std::filesystem::path plain = temporary_trace_path();
+  const std::filesystem::path with_sites = temporary_trace_path();
+  {
+    devmem::TraceSession session = devmem::trace_to(plain);
+    { const devmem::DeviceArray a = allocate_for_call_site_test(); }
+  }
+  {
+    devmem::TraceSession session =
+        devmem::trace_to(with_sites, devmem::TraceOptions{.call_sites = true});
+    { const devmem::DeviceArray a = allocate_for_call_site_test(); }
+    { const devmem::HostArray p = devmem::pinned_array(Shape{100}, f8()); }
+  }
+  // Without the option the site is empty; with it, the conformance program itself (its functions
+  // are not exported: "?" and the offset that addr2line resolves).
+  CHECK(count_lines_with(read_file(plain), "\"site\":\"\"") == 1);
+  const std::string program = std::filesystem::read_symlink("/proc/self/exe").filename().string();
+  const std::string text = read_file(with_sites);
+  INFO(text);
+  CHECK(count_lines_with(text, "\"cat\":\"alloc\"") == 2);
+  // Two frames each: the test's function and its caller (Catch2's, also in this program).
+  CHECK(count_lines_with(text, "(" + program + "+0x") == 4);
+  CHECK(count_lines_with(text, "\"site\":\"\"") == 0);
+
+  const devmem::TraceSummary summary = devmem::summarize_trace(with_sites);
+  REQUIRE(summary.top_sites.size() == 2);
+  for (const auto& site : summary.top_sites) CHECK_THAT(site.call_site, Contains(program + "+0x"));
+  CHECK(devmem::summarize_trace(plain).top_sites.at(0).call_site.empty());
+  std::filesystem::remove(plain);
+  std::filesystem::remove(with_sites);
+}
