@@ -59,8 +59,9 @@ int delete_comm_info(MPI_Comm /*comm*/, int /*keyval*/, void* value, void* /*ext
 
 // The last communicator this thread asked about, and its facts: MPI_Comm_get_attr is a hash-table
 // lookup that cost a small message's devmem work a tenth of its total.
+// Constant-initialised (MPI_COMM_NULL's cast is not a constant expression): no guard per access.
 struct LastCommInfo {
-  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm comm{};
   const CommInfo* info = nullptr;
   std::uint64_t deletions = 0;
 };
@@ -168,7 +169,12 @@ constexpr std::size_t kMaxPooledEagerBuffers = 256;
 // thread_local objects are destroyed still find it (closed by then: they go to the shared pool).
 constexpr std::size_t kThreadEagerBuffers = 128;  // two windows of 64 messages in flight
 struct ThreadEagerBuffers {
-  std::array<HostArray*, kThreadEagerBuffers> free{};  // owned
+  // Each buffer with its address: HostArray::data() is a call into libdevmem per message.
+  struct Slot {
+    HostArray* storage = nullptr;  // owned
+    std::byte* data = nullptr;
+  };
+  std::array<Slot, kThreadEagerBuffers> free{};
   std::size_t count = 0;
   bool closed = false;
 };
@@ -184,7 +190,7 @@ struct ThreadEagerCloser {
   ~ThreadEagerCloser() {
     t_eager.closed = true;
     while (t_eager.count > 0) {
-      std::unique_ptr<HostArray> buffer(t_eager.free.at(--t_eager.count));
+      std::unique_ptr<HostArray> buffer(t_eager.free.at(--t_eager.count).storage);
       try {
         const std::lock_guard lock(g_eager_mutex);
         if (g_eager_pool.size() < kMaxPooledEagerBuffers) g_eager_pool.push_back(std::move(buffer));
@@ -241,7 +247,46 @@ int payload_tag(const Channel& channel, std::int64_t seq) {
   return acknowledgement_tag(channel, seq) + 1;
 }
 
+namespace {
+
+// The last envelope this thread passed, per direction: a program sends to the same peers with the
+// same tags again and again, and the checks with the communicator's facts cost a small message
+// about a twentieth of its instructions. The verdict depends only on the envelope, the
+// communicator's facts (fixed while it lives: a freed one's facts are deleted, which the count
+// tells) and whether initialize() ran.
+// Constant-initialised (no MPI_COMM_NULL, whose cast is not a constant expression): a
+// thread_local with a dynamic initialiser costs a guard and a second TLS lookup per access.
+struct PassedEnvelope {
+  bool valid = false;
+  MPI_Comm comm{};
+  int peer = 0;
+  int tag = 0;
+  bool initialized = false;
+  std::uint64_t deletions = 0;
+};
+thread_local std::array<PassedEnvelope, 2> t_passed_envelope;  // [receiving]
+
+void check_envelope_uncached(const char* operation, MPI_Comm comm, int peer, int tag,
+                             bool receiving, bool private_traffic);
+
+}  // namespace
+
 void check_envelope(const char* operation, MPI_Comm comm, int peer, int tag, bool receiving) {
+  PassedEnvelope& passed = t_passed_envelope.at(receiving ? 1 : 0);
+  const std::uint64_t deletions = g_comm_info_deletions.load(std::memory_order_acquire);
+  const bool initialized = g_initialized.load(std::memory_order_acquire);
+  if (passed.valid && passed.comm == comm && passed.peer == peer && passed.tag == tag &&
+      passed.initialized == initialized && passed.deletions == deletions) {
+    return;
+  }
+  check_envelope_uncached(operation, comm, peer, tag, receiving, initialized);
+  passed = PassedEnvelope{true, comm, peer, tag, initialized, deletions};
+}
+
+namespace {
+
+void check_envelope_uncached(const char* operation, MPI_Comm comm, int peer, int tag,
+                             bool receiving, bool private_traffic) {
   if (comm == MPI_COMM_NULL) {
     throw InvalidArgument(fmt::format("{}: the communicator is MPI_COMM_NULL", operation));
   }
@@ -257,7 +302,6 @@ void check_envelope(const char* operation, MPI_Comm comm, int peer, int tag, boo
     throw InvalidArgument(fmt::format("{}: rank {} is not in the communicator (size {})", operation,
                                       peer, info.size));
   }
-  const bool private_traffic = g_initialized.load(std::memory_order_acquire);
   if (tag == MPI_ANY_TAG && receiving) {
     if (private_traffic) return;
     throw InvalidArgument(fmt::format(
@@ -275,11 +319,14 @@ void check_envelope(const char* operation, MPI_Comm comm, int peer, int tag, boo
   }
 }
 
+}  // namespace
+
 // ---- eager buffers ------------------------------------------------------------------------------
 
 EagerBuffer EagerBuffer::take() {
   if (ThreadEagerBuffers& local = t_eager; local.count > 0) {
-    return EagerBuffer(std::unique_ptr<HostArray>(local.free.at(--local.count)));
+    const ThreadEagerBuffers::Slot slot = local.free.at(--local.count);
+    return EagerBuffer(std::unique_ptr<HostArray>(slot.storage), slot.data);
   }
   {
     const std::lock_guard lock(g_eager_mutex);
@@ -309,7 +356,7 @@ EagerBuffer::~EagerBuffer() {
       thread_local const ThreadEagerCloser closer;
       static_cast<void>(closer);
     }
-    local.free.at(local.count++) = storage_.release();
+    local.free.at(local.count++) = {storage_.release(), data_};
     return;
   }
   try {

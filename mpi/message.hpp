@@ -110,6 +110,9 @@ class EagerBuffer {
   // The pool moves pointers, not arrays (a HostArray's move touches its shape, strides and owner).
   explicit EagerBuffer(std::unique_ptr<HostArray> storage)
       : data_(static_cast<std::byte*>(storage->data())), storage_(std::move(storage)) {}
+  // A pooled buffer whose address `data` was kept with it.
+  EagerBuffer(std::unique_ptr<HostArray> storage, std::byte* data) noexcept
+      : data_(data), storage_(std::move(storage)) {}
   std::byte* data_ = nullptr;
   std::unique_ptr<HostArray> storage_;
 };

@@ -69,6 +69,12 @@ class BlockPool {
       ::operator delete(block);
       return;
     }
+    if (list.head == nullptr) {
+      // Registered before the list keeps its first block, and touched only then: a thread_local
+      // with a destructor costs a TLS lookup and a guard on every access.
+      thread_local const BlockListCloser closer(list);
+      static_cast<void>(closer);
+    }
     list.head = ::new (block) BlockList::Node{list.head};
     ++list.count;
   }
@@ -76,8 +82,6 @@ class BlockPool {
  private:
   static BlockList& free_list() noexcept {
     thread_local BlockList list;
-    thread_local const BlockListCloser closer(list);
-    static_cast<void>(closer);
     return list;
   }
 };
