@@ -344,9 +344,10 @@ def test_ten_thousand_cycles_leak_nothing(restore_manager):
     assert plugin.live == {}
     assert devmem._devmem._python_memory_manager_live_blocks() == 0
     assert devmem.pending_deallocations() == 0
-    # Python memory still allocated after the loop: a leaked object per cycle would be >= 10^4
-    # of them (hundreds of KiB).
-    assert after - before < 32 * 1024, f"{after - before} bytes of Python memory grew"
+    # Python memory still allocated after the loop: one leaked object per cycle would be 10^4 of
+    # them, at least 160 KiB (16 bytes each); one-time growth (dict resizes, free lists) measured
+    # 15-33 KiB, the same after 10^5 cycles.
+    assert after - before < 64 * 1024, f"{after - before} bytes of Python memory grew"
 
 
 def test_threads_allocate_and_free_through_the_plugin(restore_manager):
