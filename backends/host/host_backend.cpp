@@ -43,6 +43,20 @@ constexpr std::size_t kPageSize = 4096;
 // aligned, the size rounded up to pages), so that exporting an allocation to another process can
 // remap exactly its pages (host_ipc.cpp) without touching a neighbour's bytes.
 constexpr std::size_t kDeviceAlignment = kDevicePageBytes;
+// Below this, operator new serves blocks from the heap without page faults: not cached.
+constexpr std::size_t kCachedBlockMinBytes = std::size_t{64} << 10;
+constexpr std::size_t kCachedBytesLimit = std::size_t{64} << 20;
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kCacheBlocks = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kCacheBlocks = false;
+#else
+constexpr bool kCacheBlocks = true;
+#endif
+#else
+constexpr bool kCacheBlocks = true;
+#endif
 
 std::atomic<HostBackend*> g_live_instance{nullptr};
 
@@ -175,6 +189,9 @@ HostBackend::~HostBackend() {
     for (const auto& [address, bytes] : memory.allocations) {
       ::operator delete(reinterpret_cast<void*>(address), std::align_val_t{kDeviceAlignment});
     }
+  }
+  for (const auto& [bytes, ptr] : cached_blocks_) {
+    ::operator delete(ptr, std::align_val_t{kDeviceAlignment});
   }
   for (const auto& [address, range] : host_allocations_) {
     ::operator delete(reinterpret_cast<void*>(address), std::align_val_t{kPageSize});
@@ -543,9 +560,14 @@ void* HostBackend::allocate(int device, std::size_t bytes) {
     throw out_of_memory(fmt::format("free {} of {}", format_bytes(free), format_bytes(capacity)));
   }
   const std::size_t reserved = device_pages(bytes);
-  void* const ptr =
-      reserved == 0 ? nullptr
-                    : ::operator new(reserved, std::align_val_t{kDeviceAlignment}, std::nothrow);
+  void* ptr = nullptr;
+  if (const auto cached = cached_blocks_.find(reserved); cached != cached_blocks_.end()) {
+    ptr = cached->second;
+    cached_blocks_.erase(cached);
+    cached_bytes_ -= reserved;
+  } else if (reserved != 0) {
+    ptr = ::operator new(reserved, std::align_val_t{kDeviceAlignment}, std::nothrow);
+  }
   if (ptr == nullptr) throw out_of_memory("the process is out of memory");
   memory.allocations.emplace(address_of(ptr), bytes);
   memory.used += static_cast<std::int64_t>(bytes);
@@ -571,15 +593,38 @@ void HostBackend::release_allocation(const char* function, int device, void* ptr
       fail(function, Status::InvalidValue, "{}",
            describe_device_pointer_locked(device, address_of(ptr)));
     }
-    memory.used -= static_cast<std::int64_t>(it->second);
+    const std::size_t bytes = it->second;
+    memory.used -= static_cast<std::int64_t>(bytes);
     memory.allocations.erase(it);
     g_allocations_freed.fetch_add(1, std::memory_order_acq_rel);  // every thread's hit is stale
     if (const auto exported = exports_.find(address_of(ptr)); exported != exports_.end()) {
       unshare(ptr, exported->second);
       exports_.erase(exported);
     }
+    const std::size_t reserved = device_pages(bytes);
+    if (kCacheBlocks && reserved >= kCachedBlockMinBytes &&
+        cached_bytes_ + reserved <= kCachedBytesLimit) {
+      try {
+        cached_blocks_.emplace(reserved, ptr);
+        cached_bytes_ += reserved;
+        return;
+      } catch (const std::bad_alloc&) {  // no room for the node: freed below instead
+      }
+    }
   }
   ::operator delete(ptr, std::align_val_t{kDeviceAlignment});
+}
+
+void HostBackend::release_idle_buffers() noexcept {
+  std::multimap<std::size_t, void*> blocks;
+  {
+    const std::lock_guard lock(memory_mutex_);
+    blocks.swap(cached_blocks_);
+    cached_bytes_ = 0;
+  }
+  for (const auto& [bytes, ptr] : blocks) {
+    ::operator delete(ptr, std::align_val_t{kDeviceAlignment});
+  }
 }
 
 // The simulator's memory is usable at once, so a stream-ordered allocation is an ordinary one;

@@ -59,7 +59,6 @@ from ._devmem import (  # noqa: F401  (re-exported)
     pinned_array,
     pool_statistics,
     select_device,
-    set_memory_manager,
     stream,
     summarize_trace,
     synchronize,
@@ -83,6 +82,25 @@ from ._numba_names import (  # noqa: F401  (re-exported)
     pinned_array_like,
 )
 from . import _numba_names
+
+def set_memory_manager(manager):
+    """Selects the current context's memory manager, for allocations made from now on.
+
+    ``manager`` is the name of one of devmem's managers ("direct", "pool", "async", "managed",
+    or a composition such as "statistics:pool"), or a memory manager written in Python in the
+    shape of Numba's External Memory Management plugins (a ``numba.cuda.HostOnlyCUDAMemoryManager``
+    subclass, or any class with ``memalloc``, ``get_memory_info``, ``initialize`` and
+    ``interface_version`` 1): a class is instantiated with ``context=`` as Numba does, an instance
+    is used as it is. Device memory then comes from the plugin's ``memalloc`` and goes back when
+    devmem drops the returned MemoryPointer (docs/python.md#python-memory-manager). Returns the
+    plugin (None for a name)."""
+    if isinstance(manager, str):
+        _devmem.set_memory_manager(manager)
+        return None
+    from . import _emm
+
+    return _emm.install(manager)
+
 
 #: Numba's name for is_device_array (True for devmem's arrays on every backend, and for any
 #: object with __cuda_array_interface__).

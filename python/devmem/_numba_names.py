@@ -67,7 +67,14 @@ class Context:
     def __init__(self, device_id):
         self._device_id = device_id
         self.deallocations = _PendingDeallocations()
-        self.memory_manager = _MemoryManager()
+        self._devmem_manager = _MemoryManager()
+
+    @property
+    def memory_manager(self):
+        """The plugin given to set_memory_manager (a Python object, as in Numba), or a view of
+        devmem's own manager."""
+        adapter = _devmem._python_memory_manager()
+        return self._devmem_manager if adapter is None else adapter.plugin
 
     @property
     def device(self):
@@ -78,9 +85,13 @@ class Context:
         return _devmem.memory_info()
 
     def reset(self):
-        """Numba's ctx.reset(): flushes the deferred frees and empties the pool's cache.
-        Unlike Numba it never frees memory that live arrays still use."""
-        self.memory_manager.reset()
+        """Numba's ctx.reset(): flushes the deferred frees and empties the pool's cache (with a
+        Python plugin: flushes them into it, then calls its reset()). Unlike Numba it never frees
+        memory that live arrays still use (a plugin's reset may: that is the plugin's rule)."""
+        self._devmem_manager.reset()
+        manager = self.memory_manager
+        if manager is not self._devmem_manager:
+            manager.reset()
 
     def synchronize(self):
         _devmem.synchronize()

@@ -12,5 +12,7 @@ void bind_runtime(pybind11::module_& module);
 void bind_device_ndarray(pybind11::module_& module);
 /// DLPack, the CUDA Array Interface and IPC (interop.cpp).
 void bind_interop(pybind11::module_& module);
+/// Memory managers written in Python (python_memory_manager.cpp).
+void bind_python_memory_manager(pybind11::module_& module);
 
 }  // namespace devmem::python

@@ -129,6 +129,23 @@ class GilRelease {
   PyThreadState* state_;
 };
 
+/// Takes the GIL for its lifetime on any thread (PyGILState_Ensure), for devmem's calls into Python
+/// code (a memory manager written in Python) from threads that may not hold it. Where CPython
+/// ends the thread inside (a daemon thread while the interpreter finalises) the thread is parked,
+/// as in GilRelease's destructor, instead of unwinding through devmem's noexcept frees.
+class GilAcquire {
+ public:
+  GilAcquire() noexcept;
+  GilAcquire(const GilAcquire&) = delete;
+  GilAcquire& operator=(const GilAcquire&) = delete;
+  GilAcquire(GilAcquire&&) = delete;
+  GilAcquire& operator=(GilAcquire&&) = delete;
+  ~GilAcquire() { PyGILState_Release(state_); }
+
+ private:
+  PyGILState_STATE state_{};
+};
+
 /// Runs `fn` with the GIL released: every devmem call that may wait for a stream goes through
 /// here, so that other Python threads, and keep-alives dropped on other threads, never stall.
 template <class Fn>

@@ -1,5 +1,7 @@
 #include "errors.hpp"
 
+#include "conversions.hpp"
+
 #include <devmem/error.hpp>
 
 #include <exception>
@@ -31,6 +33,13 @@ void raise(PyObject* type, const std::exception& error) {
 
 }  // namespace
 
+PythonException::PythonException(const py::handle& exception, const std::string& message)
+    : Error(message), exception_(keep_python_object(exception)) {}
+
+py::handle PythonException::exception() const noexcept {
+  return {static_cast<PyObject*>(const_cast<void*>(exception_.get()))};
+}
+
 void bind_errors(py::module_& module) {
   error_type = define(module, "Error", py::make_tuple(py::handle(PyExc_RuntimeError)),
                       "Base class of every devmem error.");
@@ -55,6 +64,9 @@ void bind_errors(py::module_& module) {
     if (!pointer) return;
     try {
       std::rethrow_exception(pointer);
+    } catch (const PythonException& error) {
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.exception().ptr())),
+                      error.exception().ptr());
     } catch (const InvalidArgument& error) {
       raise(invalid_argument_type, error);
     } catch (const OutOfMemory& error) {

@@ -1,5 +1,5 @@
-// GilRelease's destructor (conversions.hpp says why it exists), compiled into both extension
-// modules (_devmem and _mpi), which release the GIL the same way.
+// GilRelease's destructor and GilAcquire's constructor (conversions.hpp says why they exist),
+// compiled into both extension modules (_devmem and _mpi), which release the GIL the same way.
 #include "conversions.hpp"
 
 #include <unistd.h>
@@ -31,6 +31,18 @@ GilRelease::~GilRelease() {
   }
 #else
   PyEval_RestoreThread(state_);
+#endif
+}
+
+GilAcquire::GilAcquire() noexcept {
+#if defined(__GLIBCXX__)
+  try {
+    state_ = PyGILState_Ensure();
+  } catch (abi::__forced_unwind&) {
+    park_thread_until_exit();
+  }
+#else
+  state_ = PyGILState_Ensure();
 #endif
 }
 

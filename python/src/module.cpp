@@ -32,6 +32,7 @@ PYBIND11_MODULE(_devmem, m) {
   devmem::python::bind_runtime(m);
   devmem::python::bind_device_ndarray(m);
   devmem::python::bind_interop(m);
+  devmem::python::bind_python_memory_manager(m);
   m.def("_release_queued_python_objects", &devmem::python::release_queued_python_objects,
         "Drops the Python references that devmem released on threads without the GIL.");
 }
