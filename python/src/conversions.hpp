@@ -1,4 +1,8 @@
 #pragma once
+
+#if defined(__GLIBCXX__)
+#include <cxxabi.h>
+#endif
 // Conversions between Python objects and devmem's C++ types, shared by every binding file: NumPy
 // dtypes, shapes and strides, Numba's `stream=0` convention, host arrays viewing NumPy memory, and
 // the keep-alive that lets devmem hold a Python object from any thread.
@@ -128,6 +132,28 @@ class GilRelease {
  private:
   PyThreadState* state_;
 };
+
+/// A thread that CPython ends at its exit (GilRelease, GilAcquire, run_python) waits here until
+/// the process is gone.
+[[noreturn]] void park_thread_until_exit() noexcept;
+
+/// Runs `fn`, Python code called with the GIL held from devmem's C++ (a memory manager written in
+/// Python). A daemon thread running Python while the interpreter finalises is ended by CPython at
+/// its next GIL switch (pthread_exit: a forced unwind); unwinding through devmem's frames, whose
+/// noexcept frees and catch-alls cannot let it pass, would end the whole process ("terminate
+/// called without an active exception", seen 1 run in 150). The thread is parked instead.
+template <class Fn>
+decltype(auto) run_python(Fn&& fn) {
+#if defined(__GLIBCXX__)
+  try {
+    return fn();
+  } catch (abi::__forced_unwind&) {
+    park_thread_until_exit();
+  }
+#else
+  return fn();
+#endif
+}
 
 /// Takes the GIL for its lifetime on any thread (PyGILState_Ensure), for devmem's calls into Python
 /// code (a memory manager written in Python) from threads that may not hold it. Where CPython

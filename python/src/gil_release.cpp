@@ -10,14 +10,9 @@
 
 namespace devmem::python {
 
-namespace {
-
-/// A thread that CPython ends at its exit (GilRelease) waits here until the process is gone.
-[[noreturn]] void park_thread_until_exit() noexcept {
+void park_thread_until_exit() noexcept {
   for (;;) pause();
 }
-
-}  // namespace
 
 GilRelease::~GilRelease() {
 #if defined(__GLIBCXX__)

@@ -36,6 +36,39 @@ bool python_callable_here() {
 #endif
 }
 
+// The calls into the plugin below hold only raw references while Python code may run. CPython
+// ends a daemon thread that runs Python while the interpreter finalises with a forced unwind
+// (pthread_exit at its next GIL switch); run_python (conversions.hpp) parks the thread where the
+// unwind reaches it, but every C++ destructor between the two still runs, without the GIL: a
+// pybind11 argument tuple's decref segfaulted (1 run in 300), a decref inside a pybind11 object's
+// noexcept destructor ended the process (1 in 150).
+
+/// `adapter.allocate(bytes)`; throws error_already_set when it raises.
+py::object call_allocate(const py::object& adapter, std::size_t bytes) {
+  PyObject* const result = run_python([&] {
+    // NOLINTNEXTLINE(cppcoreguidelines-pro-type-vararg): CPython's call API
+    return PyObject_CallMethod(adapter.ptr(), "allocate", "n", static_cast<Py_ssize_t>(bytes));
+  });
+  if (result == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(result);
+}
+
+/// `adapter.memory_info()`; throws error_already_set when it raises.
+py::object call_memory_info(const py::object& adapter) {
+  PyObject* const result = run_python([&] {
+    // NOLINTNEXTLINE(cppcoreguidelines-pro-type-vararg): CPython's call API
+    return PyObject_CallMethod(adapter.ptr(), "memory_info", nullptr);
+  });
+  if (result == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(result);
+}
+
+/// Drops `reference` (the GIL held), which may run Python code: a plugin's finalizer.
+void drop(py::object& reference) {
+  PyObject* const raw = reference.release().ptr();
+  run_python([raw] { Py_XDECREF(raw); });
+}
+
 class PythonMemoryManager;
 
 /// Every manager made here, for the exit hook; read and written with the GIL held only.
@@ -69,8 +102,9 @@ class PythonMemoryManager final : public MemoryManager {
     if (python_callable_here()) {
       const GilAcquire gil;
       const py::error_scope pending;
+      for (auto& entry : live_) drop(entry.second);
       live_.clear();
-      adapter_ = py::object();
+      drop(adapter_);
       return;
     }
     // Without Python the references cannot be dropped: left to the process's end.
@@ -97,7 +131,7 @@ class PythonMemoryManager final : public MemoryManager {
     }
     std::uintptr_t address = 0;
     try {
-      const auto answer = adapter_.attr("allocate")(bytes).cast<py::tuple>();
+      const auto answer = call_allocate(adapter_, bytes).cast<py::tuple>();
       address = answer[0].cast<std::uintptr_t>();
       py::object keep = answer[1];
       // A second block at a live address would mean the plugin handed the same memory out
@@ -130,7 +164,7 @@ class PythonMemoryManager final : public MemoryManager {
     // call devmem and so reach this manager again.
     py::object keep = std::move(it->second);
     live_.erase(it);
-    keep = py::object();  // a finalizer's own exception is printed by Python (weakref.finalize)
+    drop(keep);  // a finalizer's own exception is printed by Python (weakref.finalize)
   }
 
   [[nodiscard]] void* host_allocate(std::size_t bytes, HostAllocFlags flags) override {
@@ -147,7 +181,7 @@ class PythonMemoryManager final : public MemoryManager {
       const py::error_scope pending;
       if (!detached_) {
         try {
-          const py::object answer = adapter_.attr("memory_info")();
+          const py::object answer = call_memory_info(adapter_);
           if (!answer.is_none()) {
             const auto pair = answer.cast<py::tuple>();
             return {pair[0].cast<std::int64_t>(), pair[1].cast<std::int64_t>()};
