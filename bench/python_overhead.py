@@ -317,7 +317,7 @@ def fmt_ratio(value):
 
 
 def issue_goal(key, dm, dm_np, dm_sim):
-    """Issue 33's goal for the row, and whether it holds (None: not measured)."""
+    """The overhead goal for the row, and whether it holds (None: not measured)."""
     if key == "to_device_1mib":
         return f"<= {ONE_MIB_GOAL:g}x np.copy", None if dm_np is None else dm_np <= ONE_MIB_GOAL
     if key == "scalar_read":
@@ -377,7 +377,7 @@ def print_report(facts, table, pool_stats):
     print()
     print(
         "| operation | devmem us | Numba simulator us | NumPy us (baseline) | devmem/NumPy "
-        "| devmem/simulator | issue 33 goal | met |"
+        "| devmem/simulator | goal | met |"
     )
     print("|---|---:|---:|---:|---:|---:|---|:-:|")
     for row in table:
