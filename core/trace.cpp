@@ -316,9 +316,8 @@ void start_from_environment() noexcept {
   Recorder& r = recorder();
   const std::lock_guard lock(r.mutex);
   if (r.file != nullptr) return;
-  const std::string_view sites = std::getenv("DEVMEM_TRACE_CALL_SITES") != nullptr
-                                     ? std::getenv("DEVMEM_TRACE_CALL_SITES")
-                                     : "";
+  const char* const sites_value = std::getenv("DEVMEM_TRACE_CALL_SITES");
+  const std::string_view sites = sites_value != nullptr ? sites_value : "";
   if (!sites.empty() && sites != "0" && sites != "1") {
     std::fprintf(stderr,
                  "devmem: warning: DEVMEM_TRACE_CALL_SITES='%.*s' is neither 0 nor 1; call sites "
