@@ -17,6 +17,10 @@ call and faster than the simulator. Each number is the median over timeit repeat
 call, in microseconds, after a warm-up. Every measured call is also run once and its result checked
 (values round-trip, slices are views, copies are copies) before it is timed.
 
+On a machine with an NVIDIA GPU, `--only devmem --only numba-cuda --only cupy` measures Numba's own
+CUDA target and CuPy (asarray, get, empty, d[5].item()) beside devmem: what a user of those pays
+per call today. Neither is measured by default.
+
 The simulator needs NUMBA_ENABLE_CUDASIM=1 before Numba is imported, so it runs in a child process
 of this script (the devmem and NumPy measurements stay in this process, which never imports Numba).
 
@@ -42,6 +46,9 @@ import timeit
 import numpy as np
 
 IMPLEMENTATIONS = ("devmem", "simulator", "numpy")
+# Measured only when asked for (--only numba-cuda): Numba's own CUDA target on a real GPU, the
+# per-call cost a numba-cuda user has today, in a child process like the simulator's.
+GPU_IMPLEMENTATIONS = ("numba-cuda", "cupy")
 
 # Keys, row titles and the NumPy call each device call is compared with.
 OPERATIONS = (
@@ -71,6 +78,17 @@ DEVICE_STATEMENTS = {
 }
 
 NUMPY_STATEMENTS = {key: baseline for key, _, baseline in OPERATIONS}
+
+# CuPy's spelling of the same calls (measured only with --only cupy, on a GPU).
+CUPY_STATEMENTS = {
+    "to_device": "api.asarray(h)",
+    "copy_to_host_out": "d.get(out=out)",
+    "copy_to_host_new": "d.get()",
+    "slice_2d": "d2[1:-1, ::2]",
+    "device_array": "api.empty(128)",
+    "scalar_read": "d[5].item()",
+    "to_device_1mib": "api.asarray(h1)",
+}
 
 RATIO_GOAL = 3.0  # devmem / NumPy per call, and devmem / simulator per call
 
@@ -115,6 +133,27 @@ class DeviceKit:
     @staticmethod
     def returns_out():
         return True
+
+
+class CupyKit(DeviceKit):
+    """CuPy's arrays under the namespace names of DeviceKit."""
+
+    def namespace(self):
+        ns = NumpyKit().namespace()
+        ns.update(api=self.api, d=self.api.asarray(ns["h"]), d2=self.api.asarray(ns["a"]))
+        return ns
+
+    @staticmethod
+    def to_host(x):
+        return x.get()
+
+    @staticmethod
+    def fill(x, values):
+        x.set(values)
+
+    @staticmethod
+    def returns_out():
+        return False
 
 
 class NumpyKit:
@@ -228,38 +267,58 @@ def measure(kit, statements, repeat, min_time, keys=None):
     return results, ns
 
 
-def run_simulator_child(args):
-    """Measures the simulator in this (child) process; NUMBA_ENABLE_CUDASIM is already set."""
+def run_numba_child(args):
+    """Measures Numba's CUDA API in this (child) process: its simulator when NUMBA_ENABLE_CUDASIM
+    is set (--child-simulator), else its real CUDA target (--child-numba-cuda)."""
+    simulator = args.child_simulator
+    what = "its simulator" if simulator else "its CUDA target"
     try:
         from numba import config, cuda
         import numba
-    except ImportError as error:
-        print(f"python_overhead: cannot import Numba for its simulator ({error})", file=sys.stderr)
+    except Exception as error:  # pylint: disable=broad-except
+        # Not only ImportError: numba-cuda 0.x under NumPy 2.4 fails inside its own import with
+        # AttributeError (np.row_stack is gone), which is "cannot be run" too.
+        print(f"python_overhead: cannot import Numba for {what} ({error})", file=sys.stderr)
         return 2
 
-    if not config.ENABLE_CUDASIM or "simulator" not in type(cuda.device_array(1)).__module__:
+    if simulator and (not config.ENABLE_CUDASIM
+                      or "simulator" not in type(cuda.device_array(1)).__module__):
         print("python_overhead: Numba's CUDA simulator is not active", file=sys.stderr)
         return 2
     try:
+        if not simulator and (config.ENABLE_CUDASIM or not cuda.is_available()):
+            print("python_overhead: Numba's CUDA target has no GPU here (or the simulator is on)",
+                  file=sys.stderr)
+            return 2
         results, _ = measure(DeviceKit(cuda), DEVICE_STATEMENTS, args.repeat, args.min_time)
     except WrongResult as error:
-        print(f"python_overhead: wrong result in Numba's simulator: {error}", file=sys.stderr)
+        print(f"python_overhead: wrong result in Numba's {what}: {error}", file=sys.stderr)
         return 1
+    except Exception as error:  # pylint: disable=broad-except
+        # numba-cuda imports most of itself lazily, at the first device array: the same NumPy
+        # incompatibility can surface here.
+        print(f"python_overhead: Numba's {what} cannot be run here: "
+              f"{type(error).__name__}: {error}", file=sys.stderr)
+        return 2
     # One line, last on stdout: whatever Numba may print before it does not break the parent.
     print(json.dumps({"numba_version": numba.__version__, "results": results}))
     return 0
 
 
 class ChildFailed(Exception):
-    """The simulator's child process failed; its exit status is the argument."""
+    """A Numba child process failed; its exit status is the argument."""
 
 
-def simulator_results(args):
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+def numba_results(args, simulator=True):
+    env = dict(os.environ)
+    if simulator:
+        env["NUMBA_ENABLE_CUDASIM"] = "1"
+    else:
+        env.pop("NUMBA_ENABLE_CUDASIM", None)
     command = [
         sys.executable,
         os.path.abspath(__file__),
-        "--child-simulator",
+        "--child-simulator" if simulator else "--child-numba-cuda",
         "--repeat",
         str(args.repeat),
         "--min-time",
@@ -273,7 +332,7 @@ def simulator_results(args):
     try:
         return json.loads(lines[-1])
     except (IndexError, ValueError) as error:
-        sys.stderr.write(f"python_overhead: no result from the simulator's process ({error}):\n"
+        sys.stderr.write(f"python_overhead: no result from Numba's process ({error}):\n"
                          f"{child.stdout}{child.stderr}")
         raise ChildFailed(2) from error
 
@@ -333,6 +392,8 @@ def rows(results):
         dm = results.get("devmem", {}).get(key, {}).get("median_us")
         sim = results.get("simulator", {}).get(key, {}).get("median_us")
         npy = results.get("numpy", {}).get(key, {}).get("median_us")
+        gpu = results.get("numba-cuda", {}).get(key, {}).get("median_us")
+        cupy_us = results.get("cupy", {}).get(key, {}).get("median_us")
         dm_np = dm / npy if dm is not None and npy is not None else None
         sim_dm = sim / dm if dm is not None and sim is not None else None
         dm_sim = dm / sim if dm is not None and sim is not None else None
@@ -350,6 +411,10 @@ def rows(results):
                 "within_3x_of_numpy": None if dm_np is None else dm_np <= RATIO_GOAL,
                 "faster_than_simulator": None if sim_dm is None else sim_dm > 1.0,
                 "devmem_over_simulator": dm_sim,
+                "numba_cuda_us": gpu,
+                "devmem_over_numba_cuda": dm / gpu if dm is not None and gpu is not None else None,
+                "cupy_us": cupy_us,
+                "devmem_over_cupy": dm / cupy_us if dm is not None and cupy_us is not None else None,
                 "goal": goal,
                 "goal_met": met,
             }
@@ -375,17 +440,26 @@ def print_report(facts, table, pool_stats):
     if "devmem_module" in facts:
         print(f"devmem {facts['devmem_version']} from {facts['devmem_module']}")
     print()
+    gpu = any(row["numba_cuda_us"] is not None for row in table)
+    cupy = any(row["cupy_us"] is not None for row in table)
     print(
         "| operation | devmem us | Numba simulator us | NumPy us (baseline) | devmem/NumPy "
-        "| devmem/simulator | goal | met |"
+        "| devmem/simulator | "
+        + ("numba-cuda us | devmem/numba-cuda | " if gpu else "")
+        + ("CuPy us | devmem/CuPy | " if cupy else "") + "goal | met |"
     )
-    print("|---|---:|---:|---:|---:|---:|---|:-:|")
+    print("|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if gpu else "")
+          + ("---:|---:|" if cupy else "") + "---|:-:|")
     for row in table:
+        numba_cuda = (f"| {fmt_us(row['numba_cuda_us'])} "
+                      f"| {fmt_ratio(row['devmem_over_numba_cuda'])} " if gpu else "")
+        if cupy:
+            numba_cuda += f"| {fmt_us(row['cupy_us'])} | {fmt_ratio(row['devmem_over_cupy'])} "
         print(
             f"| {row['title']} | {fmt_us(row['devmem_us'])} | {fmt_us(row['simulator_us'])} "
             f"| {fmt_us(row['numpy_us'])} (`{row['baseline']}`) "
             f"| {fmt_ratio(row['devmem_over_numpy'])} | {fmt_ratio(row['devmem_over_simulator'])} "
-            f"| {row['goal']} | {yes_no(row['goal_met'])} |"
+            f"{numba_cuda}| {row['goal']} | {yes_no(row['goal_met'])} |"
         )
     print("\nus = microseconds per call, median of the timeit repeats after a warm-up.")
     if pool_stats is not None:
@@ -449,14 +523,17 @@ def parse_args(argv):
     parser.add_argument("--quick", action="store_true",
                         help="few short repeats (a smoke test: results are still checked)")
     parser.add_argument("--json", metavar="FILE", help="also write the raw numbers to FILE")
-    parser.add_argument("--only", metavar="IMPL", action="append", choices=IMPLEMENTATIONS,
-                        help="measure only this implementation (repeatable); default: all three")
+    parser.add_argument("--only", metavar="IMPL", action="append",
+                        choices=IMPLEMENTATIONS + GPU_IMPLEMENTATIONS,
+                        help="measure only this implementation (repeatable); default: devmem, "
+                             "simulator and numpy; numba-cuda (Numba on a real GPU) only when named")
     parser.add_argument("--repeat", type=int, help="timeit repeats per call (default 7, quick 3)")
     parser.add_argument("--min-time", type=float,
                         help="seconds per repeat (default 0.2, quick 0.005)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="interleaved rounds of every implementation (default 1)")
     parser.add_argument("--child-simulator", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child-numba-cuda", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.repeat is None:
         args.repeat = 3 if args.quick else 7
@@ -469,8 +546,8 @@ def parse_args(argv):
 
 def main(argv):
     args = parse_args(argv)
-    if args.child_simulator:
-        return run_simulator_child(args)
+    if args.child_simulator or args.child_numba_cuda:
+        return run_numba_child(args)
     selected = tuple(args.only) if args.only else IMPLEMENTATIONS
 
     devmem = None
@@ -492,12 +569,30 @@ def main(argv):
         # machine's load during the run reaches all of them; the report takes the median round.
         for _ in range(args.rounds):
             if "simulator" in selected:
-                child = simulator_results(args)
+                child = numba_results(args, simulator=True)
                 rounds["simulator"].append(child["results"])
                 facts["numba"] = child["numba_version"]
+            if "numba-cuda" in selected and "numba_cuda_error" not in facts:
+                try:
+                    child = numba_results(args, simulator=False)
+                except ChildFailed as error:
+                    if error.args[0] == 1:
+                        raise  # a wrong result is a failure of the benchmark
+                    # Numba's CUDA target cannot run here: the other columns still mean something.
+                    facts["numba_cuda_error"] = "numba-cuda could not be run (see stderr)"
+                    print("python_overhead: numba-cuda left out: it could not be run here",
+                          file=sys.stderr)
+                else:
+                    rounds["numba-cuda"].append(child["results"])
+                    facts["numba"] = child["numba_version"]
             if "numpy" in selected:
                 rounds["numpy"].append(
                     measure(NumpyKit(), NUMPY_STATEMENTS, args.repeat, args.min_time)[0])
+            if "cupy" in selected:
+                import cupy  # pylint: disable=import-outside-toplevel
+                rounds["cupy"].append(
+                    measure(CupyKit(cupy), CUPY_STATEMENTS, args.repeat, args.min_time)[0])
+                facts["cupy"] = cupy.__version__
             if devmem is not None:
                 devmem.set_memory_manager(default_manager)
                 measured, pool_stats = run_devmem(args, devmem)

@@ -32,7 +32,7 @@ readonly STEPS=(
   "conformance|1|45|gated|the conformance suite on the cuda backend (JUnit)"
   "fake-runtime|1|10|gated|the shared GPU layer against the fake runtime; the device check"
   "examples|1|10|gated|matmul, the README example and a consumer's kernel, results checked"
-  "memcheck|1|70|gated|compute-sanitizer memcheck with leak check: kernel and transfer tests first"
+  "memcheck|1|55|gated|compute-sanitizer memcheck with leak check: kernel and transfer tests first"
   "racecheck|1|35|gated|compute-sanitizer racecheck over the kernel tests"
   "synccheck|1|10|gated|compute-sanitizer synccheck over the kernel tests"
   "initcheck|1|10|gated|compute-sanitizer initcheck over the kernel tests"
@@ -42,7 +42,7 @@ readonly STEPS=(
   "overlap|1|15|reported|two streams under the async manager; time per allocation"
   "multi-device|1|10|gated|peer copies and launches on two devices (skipped with one GPU)"
   "bench|1|20|gated|devmem bench --quick --json"
-  "pytest|2|30|gated|the Python package's pytest suite on the cuda backend"
+  "pytest|2|45|gated|the Python package's pytest suite on the cuda backend"
   "interop|2|20|gated|CuPy, PyTorch (CAI and DLPack, both ways, strided) and Numba"
 )
 
@@ -501,8 +501,12 @@ step_pytest() {
   capped "$python" -c 'import devmem, sys; sys.exit(0 if devmem.device_count() > 0 else 77)' ||
     rc=$?
   ((rc == 0)) || { note pytest "no device for the Python package (exit $rc)"; return "$rc"; }
-  capped "$python" -m pytest -q -p no:cacheprovider "$bundle/python/tests" || rc=$?
+  # -v: a time-out leaves the name of the test it stopped in; --durations: where the time went.
+  capped "$python" -m pytest -v --durations=8 -p no:cacheprovider "$bundle/python/tests" || rc=$?
   note pytest "$(grep -E '[0-9]+ (passed|failed)' "$logs/pytest.log" | tail -n1)"
+  if ((rc == 124 || rc == 137)); then
+    note pytest "stopped in: $(grep -E '::' "$logs/pytest.log" | tail -n1)"
+  fi
   return "$rc"
 }
 
