@@ -409,7 +409,7 @@ TEST_CASE("deallocation: an allocation out of memory flushes the queue and retri
 }
 
 TEST_CASE("deallocation: out of device memory: the retry waits for what a stream's work holds",
-          "[deallocation][oom][host-only]") {
+          "[deallocation][oom][streams][host-only]") {
   // keep_alive.hpp: a stream's last operations share a completion event recorded late, so an
   // array dropped after a copy on a stream is held until the stream is synchronized; the retry
   // after a failed allocation waits for that work and frees it.

@@ -181,7 +181,7 @@ TEST_CASE("IPC: the handle keeps the exported memory alive after the arrays are 
   }
 }
 
-TEST_CASE("IPC: a thread that never used the device exports an array", "[ipc]") {
+TEST_CASE("IPC: a thread that never used the device exports an array", "[ipc][thread]") {
   // Review 2, N10: on CUDA, the driver call behind the export needs the device's context bound to
   // the calling thread, which cudaGetDevice alone does not do.
   IPC_OR_RETURN();

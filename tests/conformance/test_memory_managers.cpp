@@ -643,7 +643,7 @@ TEST_CASE("pool: a released block is reused for the same size class", "[memory-m
 }
 
 TEST_CASE("pool: record_use keeps a block from reuse until the stream's work is done",
-          "[memory-manager][pool]") {
+          "[memory-manager][pool][streams]") {
   const MemoryStateGuard mem;
   const auto& ctx = mem.context();
   const auto pool = use_pool_manager();
@@ -918,7 +918,8 @@ TEST_CASE("memory manager: DEVMEM_MEMORY_MANAGER chooses the manager of new cont
 // ---- async
 // ---------------------------------------------------------------------------------------
 
-TEST_CASE("async: the stream-ordered allocator where the device has one", "[memory-manager]") {
+TEST_CASE("async: the stream-ordered allocator where the device has one",
+          "[memory-manager][async]") {
   const MemoryStateGuard mem;
   const auto& ctx = mem.context();
   if (!ctx->backend().supports_async_allocation(ctx->device())) {
