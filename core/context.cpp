@@ -243,6 +243,10 @@ Context::~Context() = default;
 DeviceProperties Context::properties() const {
   return state_->properties();
 }
+
+const DeviceProperties& Context::device_properties() const {
+  return state_->properties();
+}
 // The manager's answer, as Numba's Context.get_memory_info (an EMM plugin's numbers; the pool's
 // cached blocks count as free).
 MemoryInfo Context::memory_info() const {
