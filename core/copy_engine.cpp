@@ -1,7 +1,12 @@
-// The one strided-copy path behind every transfer (H2D, D2H, D2D, H2H), and the memory objects
-// it moves bytes between.
+// The one strided-copy path behind every transfer (H2D, D2H, D2D, H2H), and the new arrays and
+// fills that transfers and shape changes are built from (core/copy_engine.hpp).
+#include "core/copy_engine.hpp"
+
 #include "core/array_access.hpp"
-#include "core/internal.hpp"
+#include "core/array_memory.hpp"
+#include "core/context_state.hpp"
+#include "core/host_registration.hpp"
+#include "core/stream_state.hpp"
 #include "core/trace.hpp"
 
 #include <devmem/error.hpp>
@@ -14,23 +19,6 @@
 #include <optional>
 
 namespace devmem::detail {
-
-DeviceMemory::~DeviceMemory() {
-  untrack_device_memory(*this);
-  if (owned && ptr != nullptr) {
-    detail::ContextState::of(*context).release(manager, ptr, bytes, false, HostAllocFlags::None,
-                                               stream);
-  }
-}
-
-HostMemory::~HostMemory() {
-  if (!owned || ptr == nullptr) return;
-  if (kind == HostMemoryKind::Pageable) {
-    std::free(ptr);  // NOLINT(cppcoreguidelines-no-malloc): paired with calloc in make_host_array
-  } else {
-    detail::ContextState::of(*context).release(manager, ptr, bytes, true, alloc_flags, {});
-  }
-}
 
 CopyEndpoint endpoint(const DeviceArray& array) {
   const auto& mem = detail::ArrayAccess::memory(array);

@@ -1,6 +1,9 @@
 // DeviceArray: transfers, shape changes that may copy, element access and fills.
 #include "core/array_access.hpp"
-#include "core/internal.hpp"
+#include "core/array_memory.hpp"
+#include "core/context_state.hpp"
+#include "core/copy_engine.hpp"
+#include "core/stream_state.hpp"
 
 #include <devmem/error.hpp>
 

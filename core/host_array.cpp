@@ -1,6 +1,9 @@
 // HostArray and MappedArray.
 #include "core/array_access.hpp"
+#include "core/array_memory.hpp"
+#include "core/copy_engine.hpp"
 #include "core/internal.hpp"
+#include "core/stream_state.hpp"
 
 #include <devmem/error.hpp>
 
