@@ -226,30 +226,6 @@ Order resolve_copy_order(const Layout& source, Order order, const char* operatio
                                     static_cast<char>(order)));
 }
 
-ReshapeCopy plan_reshape_copy(const Layout& source, const Shape& new_shape, Order order,
-                              const char* operation) {
-  const Order o = resolve_copy_order(source, order, operation);
-  ReshapeCopy out;
-  out.target = layout::make_layout(new_shape, source.itemsize, {}, o, operation);
-  // A dense array in order `o` can always be viewed with any shape of the same size in order `o`.
-  auto as_source = layout::reshape_view(out.target, source.shape, o);
-  if (!as_source) {
-    throw Error(fmt::format("{}: internal error: dense layout {} could not be viewed as {}",
-                            operation, layout::format_tuple(new_shape),
-                            layout::format_tuple(source.shape)));
-  }
-  out.target_as_source = std::move(*as_source);
-  return out;
-}
-
-ReshapeCopy plan_ravel_copy(const Layout& source, Order order) {
-  ReshapeCopy out;
-  out.target = layout::make_layout(Shape{source.size()}, source.itemsize, {}, Order::C, "ravel");
-  out.target_as_source = layout::make_layout(
-      source.shape, source.itemsize, layout::ravel_strides(source, order), Order::C, "ravel");
-  return out;
-}
-
 void fill_pattern(std::byte* dst, std::int64_t count, const void* value,
                   std::int64_t itemsize) noexcept {
   if (count <= 0) return;

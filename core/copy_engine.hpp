@@ -66,18 +66,6 @@ void release_idle_peer_staging() noexcept;
 /// Forgets that devmem enabled `device`'s access to `peer` (Context::disable_peer_access).
 void forget_peer_access(const Backend& backend, int device, int peer) noexcept;
 
-/// The layouts of a reshape/ravel that has to copy: `target` is the new array (dense in `order`),
-/// `target_as_source` is the same memory viewed with the source's shape, so that copying the
-/// source into it puts the elements in `order`.
-struct ReshapeCopy {
-  Layout target;
-  Layout target_as_source;
-};
-ReshapeCopy plan_reshape_copy(const Layout& source, const Shape& new_shape, Order order,
-                              const char* operation);
-/// The layouts of a ravel that has to copy: a dense 1-d target holding the elements in the order
-/// NumPy's ravel(`order`) reads them (layout::ravel_strides), for any order C, F, A or K.
-ReshapeCopy plan_ravel_copy(const Layout& source, Order order);
 /// C or F for a copy made under NumPy's `order` rules (A: F when F- and not C-contiguous).
 Order resolve_copy_order(const Layout& source, Order order, const char* operation);
 

@@ -1,7 +1,7 @@
 // Checks shared by a few core sources that have no other header in common: the memory managers'
 // (an adaptor's upstream, allocation during graph capture) and the arrays' (stride alignment). What
 // is left of the header that once declared all of core's internals; those now have headers named
-// for them (array_memory, stream_state, context_state, copy_engine, host_registration,
+// for them (array_memory, stream_state, context_state, copy_engine, host_registration, reshape,
 // report_error). Not installed; only core/ includes it.
 #pragma once
 
