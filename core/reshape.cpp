@@ -12,7 +12,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <utility>
 
 namespace devmem::detail {
@@ -45,7 +47,8 @@ ReshapeCopy plan_ravel_copy(const Layout& source, Order order) {
 
 }  // namespace
 
-ReshapePlan plan_reshape(const Layout& source, const Shape& new_shape, Order order) {
+ReshapePlan plan_reshape(const Layout& source, std::span<const std::int64_t> new_shape,
+                         Order order) {
   const Shape resolved = layout::resolve_reshape(source.size(), new_shape);
   if (order == Order::K) throw InvalidArgument("reshape: order must be 'C', 'F' or 'A', got 'K'");
   ReshapePlan plan;

@@ -9,7 +9,9 @@
 #include <devmem/layout.hpp>
 #include <devmem/stream.hpp>
 
+#include <cstdint>
 #include <optional>
+#include <span>
 
 namespace devmem::detail {
 
@@ -31,7 +33,8 @@ struct ReshapePlan {
 /// NumPy reshape of `source` to `new_shape` (one dimension may be -1) in `order`. Errors, in this
 /// order: those of layout::resolve_reshape, InvalidArgument for order K, then for another order
 /// than C, F or A.
-ReshapePlan plan_reshape(const Layout& source, const Shape& new_shape, Order order);
+ReshapePlan plan_reshape(const Layout& source, std::span<const std::int64_t> new_shape,
+                         Order order);
 /// NumPy ravel of `source` in `order` (C, F, A or K): a view exactly when the elements already lie
 /// contiguously in that order, otherwise a copy into a dense 1-d array in the order NumPy's ravel
 /// reads them (layout::ravel_strides). InvalidArgument for another order.
