@@ -2,7 +2,11 @@
 // their parts), the public Context, and the table of the current device's contexts. The parts of
 // a context with their own files: the deallocation queue (deallocation_queue.hpp), the keep-alives
 // of asynchronous work (keep_alive.hpp), and streams and events (stream.cpp).
-#include "core/internal.hpp"
+#include "core/array_memory.hpp"
+#include "core/context_state.hpp"
+#include "core/copy_engine.hpp"
+#include "core/report_error.hpp"
+#include "core/stream_state.hpp"
 #include "core/trace.hpp"
 
 #include <devmem/byte_size.hpp>
@@ -243,6 +247,11 @@ Context::~Context() = default;
 DeviceProperties Context::properties() const {
   return state_->properties();
 }
+
+const DeviceProperties& Context::device_properties() const {
+  return state_->properties();
+}
+
 // The manager's answer, as Numba's Context.get_memory_info (an EMM plugin's numbers; the pool's
 // cached blocks count as free).
 MemoryInfo Context::memory_info() const {

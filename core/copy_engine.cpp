@@ -1,7 +1,12 @@
-// The one strided-copy path behind every transfer (H2D, D2H, D2D, H2H), and the memory objects
-// it moves bytes between.
+// The one strided-copy path behind every transfer (H2D, D2H, D2D, H2H), and the new arrays and
+// fills that transfers and shape changes are built from (core/copy_engine.hpp).
+#include "core/copy_engine.hpp"
+
 #include "core/array_access.hpp"
-#include "core/internal.hpp"
+#include "core/array_memory.hpp"
+#include "core/context_state.hpp"
+#include "core/host_registration.hpp"
+#include "core/stream_state.hpp"
 #include "core/trace.hpp"
 
 #include <devmem/error.hpp>
@@ -14,23 +19,6 @@
 #include <optional>
 
 namespace devmem::detail {
-
-DeviceMemory::~DeviceMemory() {
-  untrack_device_memory(*this);
-  if (owned && ptr != nullptr) {
-    detail::ContextState::of(*context).release(manager, ptr, bytes, false, HostAllocFlags::None,
-                                               stream);
-  }
-}
-
-HostMemory::~HostMemory() {
-  if (!owned || ptr == nullptr) return;
-  if (kind == HostMemoryKind::Pageable) {
-    std::free(ptr);  // NOLINT(cppcoreguidelines-no-malloc): paired with calloc in make_host_array
-  } else {
-    detail::ContextState::of(*context).release(manager, ptr, bytes, true, alloc_flags, {});
-  }
-}
 
 CopyEndpoint endpoint(const DeviceArray& array) {
   const auto& mem = detail::ArrayAccess::memory(array);
@@ -236,30 +224,6 @@ Order resolve_copy_order(const Layout& source, Order order, const char* operatio
   }
   throw InvalidArgument(fmt::format("{}: order must be 'C', 'F' or 'A', got '{}'", operation,
                                     static_cast<char>(order)));
-}
-
-ReshapeCopy plan_reshape_copy(const Layout& source, const Shape& new_shape, Order order,
-                              const char* operation) {
-  const Order o = resolve_copy_order(source, order, operation);
-  ReshapeCopy out;
-  out.target = layout::make_layout(new_shape, source.itemsize, {}, o, operation);
-  // A dense array in order `o` can always be viewed with any shape of the same size in order `o`.
-  auto as_source = layout::reshape_view(out.target, source.shape, o);
-  if (!as_source) {
-    throw Error(fmt::format("{}: internal error: dense layout {} could not be viewed as {}",
-                            operation, layout::format_tuple(new_shape),
-                            layout::format_tuple(source.shape)));
-  }
-  out.target_as_source = std::move(*as_source);
-  return out;
-}
-
-ReshapeCopy plan_ravel_copy(const Layout& source, Order order) {
-  ReshapeCopy out;
-  out.target = layout::make_layout(Shape{source.size()}, source.itemsize, {}, Order::C, "ravel");
-  out.target_as_source = layout::make_layout(
-      source.shape, source.itemsize, layout::ravel_strides(source, order), Order::C, "ravel");
-  return out;
 }
 
 void fill_pattern(std::byte* dst, std::int64_t count, const void* value,

@@ -4,7 +4,10 @@
 // here.
 #include "core/deallocation_queue.hpp"
 
-#include "core/internal.hpp"
+#include "core/context_state.hpp"
+#include "core/copy_engine.hpp"
+#include "core/report_error.hpp"
+#include "core/stream_state.hpp"
 #include "core/trace.hpp"
 
 #include <devmem/byte_size.hpp>

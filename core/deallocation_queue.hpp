@@ -1,7 +1,7 @@
 // The deallocation queue of a context (ContextState::deallocations): the context's memory manager,
 // the memory whose last user is gone, and Numba's rules for when it is freed (a count and a byte
 // limit, out of memory, defer_cleanup). Not installed; only core/ includes it (through
-// core/internal.hpp).
+// core/context_state.hpp).
 #pragma once
 
 #include <devmem/memory_manager.hpp>

@@ -1,6 +1,10 @@
 // DeviceArray: transfers, shape changes that may copy, element access and fills.
 #include "core/array_access.hpp"
-#include "core/internal.hpp"
+#include "core/array_memory.hpp"
+#include "core/context_state.hpp"
+#include "core/copy_engine.hpp"
+#include "core/reshape.hpp"
+#include "core/stream_state.hpp"
 
 #include <devmem/error.hpp>
 
@@ -106,36 +110,14 @@ void DeviceArray::copy_to_device(const DeviceArray& source, const Stream& stream
 }
 
 DeviceArray DeviceArray::reshape(Shape new_shape, Order order, const Stream& stream) const {
-  const Shape resolved = layout::resolve_reshape(size(), new_shape);
-  if (order == Order::K) throw InvalidArgument("reshape: order must be 'C', 'F' or 'A', got 'K'");
-  if (auto v = layout::reshape_view(layout_, resolved, order)) return with_layout(*v, dtype_);
-  // NumPy copies here; a view would reorder the elements (docs/numba.md#reshape-never-reorders).
-  const detail::ReshapeCopy plan = detail::plan_reshape_copy(layout_, resolved, order, "reshape");
-  const auto ctx_holder = context_of(*this);
-  Context& ctx = *ctx_holder;
-  const Stream use = resolve(stream);
-  detail::StreamState& s = detail::resolve_stream(use, Stream{}, ctx, "reshape");
-  DeviceArray out = detail::make_device_array(ctx, plan.target, dtype_, use, "reshape");
-  const DeviceArray target_view(out.memory_, plan.target_as_source, dtype_, use);
-  detail::copy_elements("reshape", ctx, s, detail::endpoint(target_view), detail::endpoint(*this));
-  return out;
+  // A view keeps this array's stream; a copy is made on (and gets) the stream asked for.
+  return detail::reshaped(*this, detail::plan_reshape(layout_, new_shape, order), stream_,
+                          resolve(stream), "reshape");
 }
 
 DeviceArray DeviceArray::ravel(Order order, const Stream& stream) const {
   const Stream use = resolve(stream);
-  if (auto v = layout::ravel_view(layout_, order)) {
-    return DeviceArray(memory_, std::move(*v), dtype_, use);
-  }
-  // NumPy's ravel is always contiguous: a strided 1-d view (what reshape({size}) may give) would
-  // not be, so the elements are copied into a new dense array in the order ravel reads them.
-  const detail::ReshapeCopy plan = detail::plan_ravel_copy(layout_, order);
-  const auto ctx_holder = context_of(*this);
-  Context& ctx = *ctx_holder;
-  detail::StreamState& s = detail::resolve_stream(use, Stream{}, ctx, "ravel");
-  DeviceArray out = detail::make_device_array(ctx, plan.target, dtype_, use, "ravel");
-  const DeviceArray target_view(out.memory_, plan.target_as_source, dtype_, use);
-  detail::copy_elements("ravel", ctx, s, detail::endpoint(target_view), detail::endpoint(*this));
-  return out;
+  return detail::reshaped(*this, detail::plan_ravel(layout_, order), use, use, "ravel");
 }
 
 std::vector<DeviceArray> DeviceArray::split(std::int64_t section, const Stream& stream) const {

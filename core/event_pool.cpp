@@ -2,7 +2,9 @@
 // core/event_pool.hpp for why and for why reusing an event is safe.
 #include "core/event_pool.hpp"
 
-#include "core/internal.hpp"
+#include "core/report_error.hpp"
+
+#include <devmem/context.hpp>
 
 #include <fmt/format.h>
 

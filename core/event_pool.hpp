@@ -3,7 +3,7 @@
 // stream. cudaEventCreate and cudaEventDestroy cost microseconds each (with the device switch every
 // backend call makes), which made the async manager's allocate several times dearer than
 // cudaMallocAsync itself on an H100 (bench/results/gpu-proof-h100-2026-11-27.md). Not installed;
-// only core/ includes it (through core/internal.hpp).
+// only core/ includes it (through core/context_state.hpp).
 //
 // Reusing an event is safe because every pooled event is recorded again as soon as it is taken
 // (its earlier record is replaced), and a stream that waited on it waits for the record that was

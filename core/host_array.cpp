@@ -1,6 +1,10 @@
 // HostArray and MappedArray.
 #include "core/array_access.hpp"
+#include "core/array_memory.hpp"
+#include "core/copy_engine.hpp"
 #include "core/internal.hpp"
+#include "core/reshape.hpp"
+#include "core/stream_state.hpp"
 
 #include <devmem/error.hpp>
 
@@ -228,25 +232,11 @@ HostArray HostArray::copy(Order order) const {
 }
 
 HostArray HostArray::reshape(Shape new_shape, Order order) const {
-  const Shape resolved = layout::resolve_reshape(size(), new_shape);
-  if (order == Order::K) {
-    throw InvalidArgument("reshape: order must be 'C', 'F' or 'A', got 'K'");
-  }
-  if (auto v = layout::reshape_view(layout_, resolved, order)) return with_layout(*v, dtype_);
-  const detail::ReshapeCopy plan = detail::plan_reshape_copy(layout_, resolved, order, "reshape");
-  HostArray out = detail::make_host_array(plan.target, dtype_);
-  HostArray(out.memory_, plan.target_as_source, dtype_).copy_from(*this);
-  return out;
+  return detail::reshaped(*this, detail::plan_reshape(layout_, new_shape, order));
 }
 
 HostArray HostArray::ravel(Order order) const {
-  if (auto v = layout::ravel_view(layout_, order)) return with_layout(*v, dtype_);
-  // NumPy's ravel is always contiguous: a strided 1-d view (what reshape({size}) may give) would
-  // not be, so the elements are copied into a new dense array in the order ravel reads them.
-  const detail::ReshapeCopy plan = detail::plan_ravel_copy(layout_, order);
-  HostArray out = detail::make_host_array(plan.target, dtype_);
-  HostArray(out.memory_, plan.target_as_source, dtype_).copy_from(*this);
-  return out;
+  return detail::reshaped(*this, detail::plan_ravel(layout_, order));
 }
 
 DeviceArray HostArray::device_view(const Stream& stream) const {

@@ -3,8 +3,11 @@
 #include <devmem/interop.hpp>
 
 #include "core/array_access.hpp"
+#include "core/array_memory.hpp"
+#include "core/context_state.hpp"
 #include "core/format.hpp"
 #include "core/internal.hpp"
+#include "core/stream_state.hpp"
 
 #include <devmem/context.hpp>
 #include <devmem/error.hpp>

@@ -4,9 +4,11 @@
 #include <devmem/ipc.hpp>
 
 #include "core/array_access.hpp"
+#include "core/array_memory.hpp"
 #include "core/format.hpp"
 #include "core/internal.hpp"
 #include "core/ipc_format.hpp"
+#include "core/report_error.hpp"
 
 #include <devmem/context.hpp>
 

@@ -3,7 +3,9 @@
 // released on a user thread; scopes wait here until no operation still uses their host memory.
 #include "core/keep_alive.hpp"
 
-#include "core/internal.hpp"
+#include "core/context_state.hpp"
+#include "core/report_error.hpp"
+#include "core/stream_state.hpp"
 
 #include <fmt/format.h>
 

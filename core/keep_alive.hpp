@@ -1,6 +1,7 @@
 // The part of a context that follows the streams' progress (ContextState::in_flight): what an
-// operation enqueued on a stream uses is held until a completion event after it has been reached.
-// Not installed; only core/ includes it (through core/internal.hpp).
+// operation enqueued on a stream uses is held until a completion event after it has been reached
+// (finish_enqueued, which every enqueued operation ends with). Not installed; only core/ includes
+// it.
 #pragma once
 
 #include <devmem/backend.hpp>
@@ -176,6 +177,11 @@ class InFlightWork {
   bool query_failure_reported_ = false;
   std::atomic<std::size_t> pending_count_{0};
 };
+
+/// Completes an operation enqueued on `stream`: on the default stream waits for it (the API
+/// promises completion); on another stream keeps `keep_alive` until the work is done.
+void finish_enqueued(StreamState& stream, std::vector<std::shared_ptr<const void>> keep_alive,
+                     std::vector<HostSpan> host_spans = {});
 
 }  // namespace detail
 }  // namespace devmem

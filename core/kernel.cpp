@@ -2,7 +2,9 @@
 // before a kernel is enqueued, so that a bad launch is the same clear InvalidArgument everywhere
 // (the vendors report some of these only as an asynchronous "invalid configuration").
 #include "core/architectures.hpp"
-#include "core/internal.hpp"
+#include "core/array_memory.hpp"
+#include "core/context_state.hpp"
+#include "core/stream_state.hpp"
 #include "core/trace.hpp"
 
 #include <devmem/context.hpp>

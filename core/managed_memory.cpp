@@ -4,7 +4,10 @@
 // here is the oversubscription rule, the checks of sizes and locations, and the array's stream
 // handling.
 #include "core/array_access.hpp"
+#include "core/array_memory.hpp"
+#include "core/context_state.hpp"
 #include "core/internal.hpp"
+#include "core/stream_state.hpp"
 
 #include <devmem/byte_size.hpp>
 #include <devmem/error.hpp>

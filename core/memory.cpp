@@ -1,6 +1,11 @@
 // Free functions of memory.hpp: allocation, to_device, pinned and mapped memory, scopes.
 #include "core/array_access.hpp"
-#include "core/internal.hpp"
+#include "core/array_memory.hpp"
+#include "core/context_state.hpp"
+#include "core/copy_engine.hpp"
+#include "core/host_registration.hpp"
+#include "core/report_error.hpp"
+#include "core/stream_state.hpp"
 
 #include <devmem/error.hpp>
 #include <devmem/memory.hpp>

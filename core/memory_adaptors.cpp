@@ -2,6 +2,7 @@
 // with the pool.
 #include "core/internal.hpp"
 #include "core/memory_counter.hpp"
+#include "core/report_error.hpp"
 
 #include <devmem/context.hpp>
 #include <devmem/error.hpp>

@@ -1,6 +1,8 @@
 // The built-in memory managers (direct, pool), the name registry behind DEVMEM_MEMORY_MANAGER,
 // and the defer_cleanup scope.
+#include "core/context_state.hpp"
 #include "core/internal.hpp"
+#include "core/report_error.hpp"
 #include "core/trace.hpp"
 
 #include <devmem/byte_size.hpp>

@@ -2,7 +2,9 @@
 // copyable value (it must be, to be a kernel argument on a GPU), so it cannot own the memory it
 // points into; devmem::launch instead looks up each view's address here and keeps that memory
 // alive until the kernel has run, as it does for a DeviceArray argument.
-#include "core/internal.hpp"
+#include "core/array_memory.hpp"
+
+#include <devmem/device_array.hpp>
 
 #include <cstdint>
 #include <iterator>

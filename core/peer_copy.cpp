@@ -3,7 +3,11 @@
 // otherwise staged through page-locked host memory in chunks. Strided sides go through a dense
 // temporary on their own device, so that only dense bytes cross between devices.
 #include "core/array_access.hpp"
-#include "core/internal.hpp"
+#include "core/array_memory.hpp"
+#include "core/context_state.hpp"
+#include "core/copy_engine.hpp"
+#include "core/report_error.hpp"
+#include "core/stream_state.hpp"
 
 #include <devmem/error.hpp>
 

@@ -1,7 +1,9 @@
 // Streams and events: the public Stream, Event and AutoSynchronize, and the destruction and
 // resolution of their shared states. A file of its own beside context.cpp, which holds the
 // contexts (and their deallocation queue and keep-alive retirement) that streams belong to.
-#include "core/internal.hpp"
+#include "core/context_state.hpp"
+#include "core/report_error.hpp"
+#include "core/stream_state.hpp"
 #include "core/trace.hpp"
 
 #include <devmem/error.hpp>

@@ -38,7 +38,6 @@
 // failure like an asynchronous device error (stored on the stream, thrown by its next synchronize).
 #include "backends/host/host_kernel.hpp"
 #include "backends/host/host_backend.hpp"
-#include "core/internal.hpp"
 
 #include <devmem/context.hpp>
 #include <devmem/error.hpp>
@@ -872,7 +871,7 @@ void run_kernel(const PreparedLaunch& launch, const LaunchConfig& config,
         fmt::format("devmem::launch: the host simulation cannot run on the '{}' backend",
                     context->backend_name()));
   }
-  const DeviceProperties& props = detail::ContextState::of(*context).properties();
+  const DeviceProperties& props = context->device_properties();
   // Like a GPU launch through devmem: more dynamic shared memory than the default limit opts the
   // kernel in to the larger one.
   const std::int64_t shared_limit =

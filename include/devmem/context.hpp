@@ -38,6 +38,14 @@ class DEVMEM_API Context {
   [[nodiscard]] std::string_view backend_name() const noexcept { return backend_->name(); }
   /// The device's properties, read once (Numba's Device attributes).
   [[nodiscard]] DeviceProperties properties() const;
+  /// The same properties as properties(), without the copy: a reference to the context's own
+  /// record, for code that reads a field or two on every call (a kernel launch reads the shared
+  /// memory limits and the warp size). Lifetime: valid as long as the context, that is until the
+  /// process exits (contexts are never destroyed before). Thread safety: the first call of either
+  /// accessor reads the properties from the backend once (other threads wait for it, and its
+  /// errors are thrown to each caller until a read succeeds); afterwards the record never changes,
+  /// so any number of threads may read it at once.
+  [[nodiscard]] const DeviceProperties& device_properties() const;
   /// Free and total device memory in bytes, as the context's memory manager reports them (Numba's
   /// Context.get_memory_info: a plugin's own numbers; the pool counts its cached blocks as free).
   /// Backend::memory_info(device) has the device's raw numbers.
