@@ -405,9 +405,12 @@ template <auto Kernel>
 [[nodiscard]] std::string_view kernel_name_of() {
   return kernel_name_in_signature(__PRETTY_FUNCTION__);
 }
-/// The name of the function at `kernel` from the dynamic symbol table (demangled), for kernels
-/// launched through a pointer; "kernel" when the symbol is not exported (a function of an
-/// executable linked without -rdynamic).
+/// The name of the function at `kernel` (demangled, without parameters or unnamed namespaces:
+/// "saxpy", "scale<float>"), for kernels launched through a pointer: from the dynamic symbol
+/// table, else from the static symbol table (.symtab) of the executable or library that holds it,
+/// so that neither -rdynamic nor external linkage is needed. "kernel" when neither has it (a
+/// stripped binary) or `kernel` is not the start of a function. Looked up once per address (the
+/// file is mapped and read once), then cached; thread-safe; throws nothing but std::bad_alloc.
 [[nodiscard]] DEVMEM_API std::string kernel_symbol_name(const void* kernel);
 /// InvalidArgument unless every array passed to a launch is on the launch's device.
 DEVMEM_API void launch_check_array(const PreparedLaunch& launch, const DeviceArray& array,
@@ -809,7 +812,7 @@ void launch_named(std::string_view name, const LaunchConfig& config, void (*kern
 /// bad configuration or argument (a grid or block past the device's limits, named with the
 /// values; an array on another device; a wrong view dtype or rank; a view, given directly or
 /// listed by a struct argument's devmem_views(), of an array that has been freed), BackendError
-/// when the vendor rejects the launch.
+/// when the vendor rejects the launch. Messages name the kernel by its symbol (kernel_symbol_name).
 template <class... Params, class... Args>
 void launch(const LaunchConfig& config, void (*kernel)(Params...), Args&&... args) {
   detail::launch_named({}, config, kernel, std::forward<Args>(args)...);
@@ -817,8 +820,9 @@ void launch(const LaunchConfig& config, void (*kernel)(Params...), Args&&... arg
 
 /// The same for the kernel given as a template argument, Numba's `saxpy[grid, block](x, y)` as
 /// `devmem::launch<saxpy>({grid, block}, x, y)`: the same checks and errors, and every message
-/// (launch errors, and on the host backend bounds-check and barrier failures) names the kernel,
-/// which the pointer form can only do for kernels in the dynamic symbol table.
+/// (launch errors, and on the host backend bounds-check and barrier failures) names the kernel
+/// as the compiler spells it; the pointer form finds the name in the binary's symbol tables (see
+/// kernel_symbol_name), which a stripped binary does not have.
 template <auto Kernel, class... Args>
   requires std::is_pointer_v<decltype(Kernel)> &&
            std::is_function_v<std::remove_pointer_t<decltype(Kernel)>>
