@@ -232,6 +232,48 @@ std::optional<LoadedObject> object_holding(const void* address) {
   return search.found;
 }
 
+/// The function symbol whose value is `offset` in the symbol table `table` (names in `names`) of
+/// the ELF image `bytes` of `size` bytes; empty when there is none. Every offset is checked
+/// against the image, so that a corrupt file cannot make it read past the end.
+std::string function_symbol_in_table(const unsigned char* bytes, std::size_t size,
+                                     const ElfW(Shdr) & table, const ElfW(Shdr) & names,
+                                     std::uintptr_t offset) {
+  if (table.sh_offset + table.sh_size > size || names.sh_offset + names.sh_size > size) return {};
+  const auto* symbols = reinterpret_cast<const ElfW(Sym)*>(bytes + table.sh_offset);
+  const std::size_t count = table.sh_size / sizeof(ElfW(Sym));
+  for (std::size_t k = 0; k != count; ++k) {
+    const ElfW(Sym)& sym = symbols[k];
+    if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_value != offset ||
+        sym.st_name >= names.sh_size) {
+      continue;
+    }
+    const char* name = reinterpret_cast<const char*>(bytes + names.sh_offset + sym.st_name);
+    if (std::memchr(name, '\0', names.sh_size - sym.st_name) != nullptr) return name;
+  }
+  return {};
+}
+
+/// The function symbol whose value is `offset` in the static symbol tables (SHT_SYMTAB) of the
+/// ELF image `bytes` of `size` bytes; empty when it has none (a stripped file) or none matches.
+std::string function_symbol_in(const unsigned char* bytes, std::size_t size,
+                               std::uintptr_t offset) {
+  const auto* header = reinterpret_cast<const ElfW(Ehdr)*>(bytes);
+  const bool valid = std::equal(header->e_ident, header->e_ident + SELFMAG, ELFMAG) &&
+                     header->e_ident[EI_CLASS] == ELFCLASS64 &&
+                     header->e_shentsize == sizeof(ElfW(Shdr)) &&
+                     header->e_shoff + std::size_t{header->e_shnum} * sizeof(ElfW(Shdr)) <= size;
+  if (!valid) return {};
+  const auto* sections = reinterpret_cast<const ElfW(Shdr)*>(bytes + header->e_shoff);
+  for (std::size_t i = 0; i != header->e_shnum; ++i) {
+    const ElfW(Shdr)& table = sections[i];
+    if (table.sh_type != SHT_SYMTAB || table.sh_link >= header->e_shnum) continue;
+    std::string name =
+        function_symbol_in_table(bytes, size, table, sections[table.sh_link], offset);
+    if (!name.empty()) return name;
+  }
+  return {};
+}
+
 /// The symbol of the function starting at `offset` (a value relative to the load bias) in the
 /// static symbol table (.symtab) of the ELF file at `path`; empty when the file has none (it was
 /// stripped) or no function starts there. The file is mapped, not read, and unmapped again.
@@ -246,37 +288,7 @@ std::string static_symbol_at(const std::string& path, std::uintptr_t offset) {
   ::close(fd);
   if (map == MAP_FAILED) return {};
   const auto size = static_cast<std::size_t>(st.st_size);
-  const auto* bytes = static_cast<const unsigned char*>(map);
-  std::string found;
-  const auto* header = reinterpret_cast<const ElfW(Ehdr)*>(bytes);
-  const bool valid = std::equal(header->e_ident, header->e_ident + SELFMAG, ELFMAG) &&
-                     header->e_ident[EI_CLASS] == ELFCLASS64 &&
-                     header->e_shentsize == sizeof(ElfW(Shdr)) &&
-                     header->e_shoff + std::size_t{header->e_shnum} * sizeof(ElfW(Shdr)) <= size;
-  if (valid) {
-    const auto* sections = reinterpret_cast<const ElfW(Shdr)*>(bytes + header->e_shoff);
-    for (std::size_t i = 0; i != header->e_shnum && found.empty(); ++i) {
-      const ElfW(Shdr)& table = sections[i];
-      if (table.sh_type != SHT_SYMTAB || table.sh_link >= header->e_shnum) continue;
-      const ElfW(Shdr)& names = sections[table.sh_link];
-      if (table.sh_offset + table.sh_size > size || names.sh_offset + names.sh_size > size)
-        continue;
-      const auto* symbols = reinterpret_cast<const ElfW(Sym)*>(bytes + table.sh_offset);
-      const std::size_t count = table.sh_size / sizeof(ElfW(Sym));
-      for (std::size_t k = 0; k != count; ++k) {
-        const ElfW(Sym)& sym = symbols[k];
-        if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_value != offset ||
-            sym.st_name >= names.sh_size) {
-          continue;
-        }
-        const char* name = reinterpret_cast<const char*>(bytes + names.sh_offset + sym.st_name);
-        // The name must end inside the table (a corrupt file must not make us read past it).
-        if (std::memchr(name, '\0', names.sh_size - sym.st_name) == nullptr) continue;
-        found = name;
-        break;
-      }
-    }
-  }
+  std::string found = function_symbol_in(static_cast<const unsigned char*>(map), size, offset);
   ::munmap(map, size);
   return found;
 }
@@ -384,10 +396,13 @@ void check_constant_shape(const char* operation, std::span<const std::size_t> ex
       std::equal(extents.begin(), extents.end(), shape.begin(),
                  [](std::size_t extent, std::int64_t n) { return std::cmp_equal(extent, n); });
   if (!same) {
-    // fmt::join of a span of size_t and of the vector give "4, 8" alike.
-    throw InvalidArgument(fmt::format(
-        "{}: the host array's shape ({}) is not the constant array's shape ({}) (they must match)",
-        operation, fmt::join(shape, ", "), fmt::join(extents, ", ")));
+    // As Python writes a shape, "(15,)" for one axis, like the other messages of the kernel layer.
+    const std::string given = shape.size() == 1 ? fmt::format("({},)", shape[0])
+                                                : fmt::format("({})", fmt::join(shape, ", "));
+    throw InvalidArgument(
+        fmt::format("{}: the host array's shape {} is not the constant array's shape ({}) (they "
+                    "must match)",
+                    operation, given, fmt::join(extents, ", ")));
   }
 }
 

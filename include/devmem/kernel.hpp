@@ -207,7 +207,7 @@ template <class T, class... Extent>
   constexpr std::size_t rank = sizeof...(Extent);
   const std::int64_t shape[rank] = {static_cast<std::int64_t>(extents)...};
   std::int64_t strides[rank] = {};
-  std::int64_t stride = static_cast<std::int64_t>(sizeof(T));
+  auto stride = static_cast<std::int64_t>(sizeof(T));
   for (std::size_t d = rank; d-- > 0;) {
     strides[d] = stride;
     stride *= shape[d];

@@ -128,7 +128,7 @@ TEST_CASE("kernels: a 2-d constant array", "[kernels]") {
                                "constant array's shape (3, 5) (they must match)"));
   CHECK_THROWS_MATCHES(devmem::const_array_like(conformance_lut_2d, devmem::HostArray::view(table)),
                        devmem::InvalidArgument,
-                       Catch::Matchers::Message("const_array_like: the host array's shape (15) is "
+                       Catch::Matchers::Message("const_array_like: the host array's shape (15,) is "
                                                 "not the constant array's shape (3, 5) (they must "
                                                 "match)"));
   CHECK_THROWS_MATCHES(
@@ -165,12 +165,13 @@ TEST_CASE("kernels: launch errors are clear and enqueue nothing", "[kernels]") {
                         std::to_string(props.max_shared_memory_per_block) + " without it)"));
   }
   SECTION("an empty grid or block") {
-    CHECK_THROWS_MATCHES(
-        devmem::launch({0, 64, 0, s}, fill_iota, ints, 0), devmem::InvalidArgument,
-        Catch::Matchers::Message("devmem::launch(fill_iota): grid (0, 1, 1) has an empty dimension"));
-    CHECK_THROWS_MATCHES(
-        devmem::launch({1, Dim3(8, 0), 0, s}, fill_iota, ints, 0), devmem::InvalidArgument,
-        Catch::Matchers::Message("devmem::launch(fill_iota): block (8, 0, 1) has an empty dimension"));
+    CHECK_THROWS_MATCHES(devmem::launch({0, 64, 0, s}, fill_iota, ints, 0), devmem::InvalidArgument,
+                         Catch::Matchers::Message(
+                             "devmem::launch(fill_iota): grid (0, 1, 1) has an empty dimension"));
+    CHECK_THROWS_MATCHES(devmem::launch({1, Dim3(8, 0), 0, s}, fill_iota, ints, 0),
+                         devmem::InvalidArgument,
+                         Catch::Matchers::Message(
+                             "devmem::launch(fill_iota): block (8, 0, 1) has an empty dimension"));
   }
   SECTION("an array of the wrong dtype or rank") {
     const DeviceArray floats = devmem::device_array<float>({64}, Order::C, s);
@@ -315,8 +316,8 @@ TEST_CASE("kernels: launch configurations in Numba's order and from any integer 
     const std::int64_t y = props.max_grid_dim[1] + 1;
     CHECK_THROWS_MATCHES(devmem::launch({Dim3(1, y), 1, s}, fill_iota, ints, 0),
                          devmem::InvalidArgument,
-                         MessageContains("devmem::launch(fill_iota): grid (1, " + std::to_string(y) +
-                                         ", 1) exceeds the limit of device 0"));
+                         MessageContains("devmem::launch(fill_iota): grid (1, " +
+                                         std::to_string(y) + ", 1) exceeds the limit of device 0"));
   }
 }
 

@@ -584,9 +584,10 @@ TEST_CASE("kernels: the simulator reports out-of-bounds array accesses", "[kerne
       devmem::launch({1, 2}, local_array_overrun, y, 5);
       FAIL("launch did not report the index");
     } catch (const devmem::BackendError& e) {
-      check_launch_failure(e,
-                           "host launch: LaunchFailure (719): local_array_overrun: local_array: index (4,) is "
-                           "out of bounds for shape (4,) in thread (0, 0, 0) of block (0, 0, 0)");
+      check_launch_failure(
+          e,
+          "host launch: LaunchFailure (719): local_array_overrun: local_array: index (4,) is "
+          "out of bounds for shape (4,) in thread (0, 0, 0) of block (0, 0, 0)");
     }
   }
   SECTION("a constant array") {
