@@ -13,15 +13,27 @@
 
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <link.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <utility>
 
 namespace devmem::detail {
 namespace {
@@ -150,21 +162,170 @@ void throw_argument_error(const PreparedLaunch& launch, std::size_t index, std::
       fmt::format("devmem::launch({}): argument {}: {}", launch.kernel_name, index, what));
 }
 
-std::string kernel_symbol_name(const void* kernel) {
-  Dl_info info{};
-  if (::dladdr(kernel, &info) == 0 || info.dli_sname == nullptr || info.dli_saddr != kernel) {
-    return "kernel";
+namespace {
+
+/// The function name in a demangled symbol: "saxpy" from "saxpy(long, float)", "ns::k<float>" from
+/// "void ns::k<float>(float*)" (templates carry their return type); unnamed namespaces dropped, as
+/// kernel_name_in_signature drops them.
+std::string function_name(std::string name) {
+  for (const std::string_view unnamed :
+       {std::string_view("(anonymous namespace)::"), std::string_view("{anonymous}::")}) {
+    for (std::size_t at = name.find(unnamed); at != std::string::npos; at = name.find(unnamed)) {
+      name.erase(at, unnamed.size());
+    }
   }
+  // nvcc names an unnamed namespace per file: "_GLOBAL__N__<hash>_<length>_<file>_<hash>::".
+  for (std::size_t at = name.find("_GLOBAL__N__"); at != std::string::npos;
+       at = name.find("_GLOBAL__N__")) {
+    const std::size_t end = name.find("::", at);
+    if (end == std::string::npos) break;
+    name.erase(at, end + 2 - at);
+  }
+  int depth = 0;  // inside <...>, where spaces and parentheses belong to the name
+  std::size_t start = 0;
+  for (std::size_t i = 0; i != name.size(); ++i) {
+    const char c = name[i];
+    if (c == '<') ++depth;
+    if (c == '>') --depth;
+    if (depth != 0) continue;
+    if (c == ' ') start = i + 1;  // after a return type
+    if (c == '(') return name.substr(start, i - start);
+  }
+  return name.substr(start);
+}
+
+std::string demangled_function_name(const char* symbol) {
   int status = -1;
   const std::unique_ptr<char, decltype(&std::free)> demangled(
-      abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status), &std::free);
-  std::string name = status == 0 && demangled ? demangled.get() : info.dli_sname;
-  // "saxpy(long, float, devmem::ArrayView<float, 1ul>)": the parameters are in the launch's
-  // signature already; keep the name.
-  if (const std::size_t open = name.find('('); open != std::string::npos && open > 0) {
-    name.resize(open);
+      abi::__cxa_demangle(symbol, nullptr, nullptr, &status), &std::free);
+  return function_name(status == 0 && demangled ? demangled.get() : symbol);
+}
+
+#if defined(__linux__) && defined(__LP64__)
+/// The loaded object that holds `address`: its file and load bias (what its symbols' values are
+/// relative to; 0 for a non-PIE executable).
+struct LoadedObject {
+  std::string path;
+  std::uintptr_t bias = 0;
+};
+std::optional<LoadedObject> object_holding(const void* address) {
+  struct Search {
+    std::uintptr_t address;
+    std::optional<LoadedObject> found;
+  } search{reinterpret_cast<std::uintptr_t>(address), std::nullopt};
+  ::dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* data) {
+        auto* s = static_cast<Search*>(data);
+        for (int i = 0; i != info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD) continue;
+          const std::uintptr_t begin = info->dlpi_addr + ph.p_vaddr;
+          if (s->address >= begin && s->address < begin + ph.p_memsz) {
+            // The main program has an empty name here: its file is /proc/self/exe.
+            const bool main_program = info->dlpi_name == nullptr || info->dlpi_name[0] == '\0';
+            s->found =
+                LoadedObject{main_program ? "/proc/self/exe" : info->dlpi_name, info->dlpi_addr};
+            return 1;
+          }
+        }
+        return 0;
+      },
+      &search);
+  return search.found;
+}
+
+/// The function symbol whose value is `offset` in the symbol table `table` (names in `names`) of
+/// the ELF image `bytes` of `size` bytes; empty when there is none. Every offset is checked
+/// against the image, so that a corrupt file cannot make it read past the end.
+std::string function_symbol_in_table(const unsigned char* bytes, std::size_t size,
+                                     const ElfW(Shdr) & table, const ElfW(Shdr) & names,
+                                     std::uintptr_t offset) {
+  if (table.sh_offset + table.sh_size > size || names.sh_offset + names.sh_size > size) return {};
+  const auto* symbols = reinterpret_cast<const ElfW(Sym)*>(bytes + table.sh_offset);
+  const std::size_t count = table.sh_size / sizeof(ElfW(Sym));
+  for (std::size_t k = 0; k != count; ++k) {
+    const ElfW(Sym)& sym = symbols[k];
+    if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_value != offset ||
+        sym.st_name >= names.sh_size) {
+      continue;
+    }
+    const char* name = reinterpret_cast<const char*>(bytes + names.sh_offset + sym.st_name);
+    if (std::memchr(name, '\0', names.sh_size - sym.st_name) != nullptr) return name;
   }
-  return name;
+  return {};
+}
+
+/// The function symbol whose value is `offset` in the static symbol tables (SHT_SYMTAB) of the
+/// ELF image `bytes` of `size` bytes; empty when it has none (a stripped file) or none matches.
+std::string function_symbol_in(const unsigned char* bytes, std::size_t size,
+                               std::uintptr_t offset) {
+  const auto* header = reinterpret_cast<const ElfW(Ehdr)*>(bytes);
+  const bool valid = std::equal(header->e_ident, header->e_ident + SELFMAG, ELFMAG) &&
+                     header->e_ident[EI_CLASS] == ELFCLASS64 &&
+                     header->e_shentsize == sizeof(ElfW(Shdr)) &&
+                     header->e_shoff + std::size_t{header->e_shnum} * sizeof(ElfW(Shdr)) <= size;
+  if (!valid) return {};
+  const auto* sections = reinterpret_cast<const ElfW(Shdr)*>(bytes + header->e_shoff);
+  for (std::size_t i = 0; i != header->e_shnum; ++i) {
+    const ElfW(Shdr)& table = sections[i];
+    if (table.sh_type != SHT_SYMTAB || table.sh_link >= header->e_shnum) continue;
+    std::string name =
+        function_symbol_in_table(bytes, size, table, sections[table.sh_link], offset);
+    if (!name.empty()) return name;
+  }
+  return {};
+}
+
+/// The symbol of the function starting at `offset` (a value relative to the load bias) in the
+/// static symbol table (.symtab) of the ELF file at `path`; empty when the file has none (it was
+/// stripped) or no function starts there. The file is mapped, not read, and unmapped again.
+std::string static_symbol_at(const std::string& path, std::uintptr_t offset) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  struct stat st {};
+  void* map = MAP_FAILED;
+  if (::fstat(fd, &st) == 0 && st.st_size > static_cast<off_t>(sizeof(ElfW(Ehdr)))) {
+    map = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+  }
+  ::close(fd);
+  if (map == MAP_FAILED) return {};
+  const auto size = static_cast<std::size_t>(st.st_size);
+  std::string found = function_symbol_in(static_cast<const unsigned char*>(map), size, offset);
+  ::munmap(map, size);
+  return found;
+}
+#endif
+
+}  // namespace
+
+std::string kernel_symbol_name(const void* kernel) {
+  // Read once per kernel: the static symbol table is read from the file, and a program launches
+  // the same kernels through pointers again and again.
+  static std::mutex mutex;
+  static std::unordered_map<const void*, std::string> names;
+  {
+    const std::lock_guard lock(mutex);
+    if (const auto it = names.find(kernel); it != names.end()) return it->second;
+  }
+  std::string name;
+  Dl_info info{};
+  if (::dladdr(kernel, &info) != 0 && info.dli_sname != nullptr && info.dli_saddr == kernel) {
+    name = demangled_function_name(info.dli_sname);
+  }
+#if defined(__linux__) && defined(__LP64__)
+  // Not exported (an executable linked without -rdynamic, a function with internal linkage): the
+  // static symbol table, which every binary that is not stripped keeps.
+  if (name.empty()) {
+    if (const auto object = object_holding(kernel)) {
+      const std::string symbol =
+          static_symbol_at(object->path, reinterpret_cast<std::uintptr_t>(kernel) - object->bias);
+      if (!symbol.empty()) name = demangled_function_name(symbol.c_str());
+    }
+  }
+#endif
+  if (name.empty()) name = "kernel";
+  const std::lock_guard lock(mutex);
+  return names.emplace(kernel, std::move(name)).first->second;
 }
 
 int constant_memory_device(const Stream& stream) {
@@ -227,6 +388,23 @@ void check_constant_size(const char* operation, std::size_t capacity, std::size_
     throw InvalidArgument(fmt::format(
         "{}: the constant array holds {} elements but {} values were given (they must match)",
         operation, capacity, count));
+  }
+}
+
+void check_constant_shape(const char* operation, std::span<const std::size_t> extents,
+                          const Shape& shape) {
+  const bool same =
+      shape.size() == extents.size() &&
+      std::equal(extents.begin(), extents.end(), shape.begin(),
+                 [](std::size_t extent, std::int64_t n) { return std::cmp_equal(extent, n); });
+  if (!same) {
+    // As Python writes a shape, "(15,)" for one axis, like the other messages of the kernel layer.
+    const std::string given = shape.size() == 1 ? fmt::format("({},)", shape[0])
+                                                : fmt::format("({})", fmt::join(shape, ", "));
+    throw InvalidArgument(
+        fmt::format("{}: the host array's shape {} is not the constant array's shape ({}) (they "
+                    "must match)",
+                    operation, given, fmt::join(extents, ", ")));
   }
 }
 

@@ -67,6 +67,8 @@ using host::HostBackend;
 using host::Status;
 
 constexpr std::size_t kSharedAlignment = 64;
+// CUDA's limit of a kernel's static __shared__ memory (all its arrays together).
+constexpr std::size_t kStaticSharedLimit = std::size_t{48} * 1024;
 constexpr unsigned char kUninitialisedShared = 0xA5;  // shared memory starts as garbage on a GPU
 
 /// Thrown into a suspended simulated thread to unwind it when its block is aborted. Not a
@@ -189,7 +191,8 @@ class BlockRunner {
 
   void* shared_storage(const void* key, std::size_t element_size,
                        std::span<const std::size_t> shape, std::size_t alignment,
-                       const SourceSite* untagged_site) {
+                       const SourceSite& site, bool untagged) {
+    const SourceSite* const untagged_site = untagged ? &site : nullptr;
     std::size_t count = 1;
     for (const std::size_t n : shape) count *= n;
     const std::size_t bytes = element_size * count;
@@ -211,6 +214,7 @@ class BlockRunner {
       }
       return static_base() + a.offset;
     }
+    check_static_shared_total(bytes, shape, element_size, site);
     const std::size_t offset = (shared_end_ + alignment - 1) / alignment * alignment;
     if (offset + bytes > grid_.shared_limit) {
       fail_in_thread(Status::LaunchOutOfResources,
@@ -222,14 +226,22 @@ class BlockRunner {
                                  grid_.dynamic_shared_bytes, grid_.shared_limit));
     }
     shared_arrays_.push_back(
-        SharedArrayPlace{key, offset, untagged_site != nullptr,
-                         untagged_site != nullptr ? *untagged_site : SourceSite{}});
+        SharedArrayPlace{key, offset, bytes, untagged, site, describe_shape(shape), element_size});
     shared_end_ = offset + bytes;
     std::memset(static_base() + offset, kUninitialisedShared, bytes);
     return static_base() + offset;
   }
 
-  void* dynamic_shared(std::size_t alignment) {
+  void* dynamic_shared(std::size_t alignment, std::size_t view_bytes) {
+    if (view_bytes > grid_.dynamic_shared_bytes) {
+      fail_in_thread(
+          Status::LaunchFailure,
+          fmt::format("dynamic_shared_array: the shape needs {} bytes, more than the {} "
+                      "bytes of dynamic shared memory the launch gives (LaunchConfig's "
+                      "shared_bytes), in thread {} of block {}",
+                      view_bytes, grid_.dynamic_shared_bytes,
+                      describe(threads_[current_].coords.thread_idx), describe(block_index_)));
+    }
     if (alignment > kSharedAlignment) {
       fail_in_thread(Status::LaunchFailure,
                      fmt::format("dynamic_shared: alignment {} is larger than the {} bytes the "
@@ -295,9 +307,37 @@ class BlockRunner {
   struct SharedArrayPlace {
     const void* key;
     std::size_t offset;
+    std::size_t bytes;
     bool untagged;    // asked for by an untagged shared_array call
-    SourceSite site;  // that call's site (untagged only)
+    SourceSite site;  // the call's site (the first one reached, for a tagged array)
+    std::string shape;
+    std::size_t element_size;
   };
+
+  /// A kernel's static shared arrays together may not exceed 48 KiB, which nvcc and hipcc refuse
+  /// to build (each one alone is a compile error past it, detail::StaticSharedArrayBytes). The
+  /// simulator cannot add a kernel's declarations up at compile time, so it fails the launch when
+  /// a block reaches the array that crosses the limit, naming each array reached so far, also
+  /// when dynamic shared memory opted the kernel in to more: the opt-in is for dynamic memory.
+  void check_static_shared_total(std::size_t bytes, std::span<const std::size_t> shape,
+                                 std::size_t element_size, const SourceSite& site) {
+    std::size_t total = bytes;
+    for (const auto& a : shared_arrays_) total += a.bytes;
+    if (total <= kStaticSharedLimit) return;
+    std::string arrays;
+    for (const auto& a : shared_arrays_) {
+      arrays += fmt::format("{} bytes (shape {} of {}-byte elements) at {}, ", a.bytes, a.shape,
+                            a.element_size, describe(a.site));
+    }
+    arrays += fmt::format("{} bytes (shape {} of {}-byte elements) at {}", bytes,
+                          describe_shape(shape), element_size, describe(site));
+    fail_in_thread(Status::LaunchOutOfResources,
+                   fmt::format("block {}: the kernel's static shared arrays need {} bytes, more "
+                               "than the 48 KiB ({} bytes) CUDA allows a kernel's static shared "
+                               "memory (nvcc refuses to build it): {}; use dynamic shared memory "
+                               "for some of them",
+                               describe(block_index_), total, kStaticSharedLimit, arrays));
+  }
 
   [[nodiscard]] std::byte* dynamic_base() const noexcept { return shared_base_ + kRedZone; }
   [[nodiscard]] std::byte* static_base() const noexcept { return shared_base_ + 2 * kRedZone; }
@@ -831,13 +871,13 @@ const ThreadCoords& current_thread(const char* function) {
 }
 
 void* shared_storage(const void* key, std::size_t element_size, std::span<const std::size_t> shape,
-                     std::size_t alignment, const SourceSite* untagged_site) {
+                     std::size_t alignment, const SourceSite& site, bool untagged) {
   return runner_in_thread("devmem::shared_array")
-      .shared_storage(key, element_size, shape, alignment, untagged_site);
+      .shared_storage(key, element_size, shape, alignment, site, untagged);
 }
 
-void* dynamic_shared_storage(std::size_t alignment) {
-  return runner_in_thread("devmem::dynamic_shared").dynamic_shared(alignment);
+void* dynamic_shared_storage(std::size_t alignment, std::size_t view_bytes) {
+  return runner_in_thread("devmem::dynamic_shared").dynamic_shared(alignment, view_bytes);
 }
 
 void block_barrier(const char* function, const SourceSite& where) {

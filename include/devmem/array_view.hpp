@@ -164,6 +164,29 @@ class ArrayView {
     return *address(i);
   }
 
+  /// Row i of a view of two or more dimensions (Numba's `a[i]`): the view of Rank - 1 dimensions
+  /// of the elements whose first index is i, over the same memory (it carries this view's
+  /// allocation generation and launch mark). i is bounds-checked by the host simulator like an
+  /// element index ("ArrayView row: index (i,) is out of bounds for shape (n,)"); unchecked on a
+  /// GPU.
+  template <class Index>
+    requires(Rank >= 2 && std::is_integral_v<Index>)
+  [[nodiscard]] DEVMEM_HOST_DEVICE auto row(Index i) const {
+    const auto index = static_cast<std::int64_t>(i);
+#ifdef DEVMEM_DETAIL_SIM_BOUNDS_CHECK
+    if (detail::sim::out_of_bounds(index, shape_[0])) [[unlikely]] {
+      detail::sim::index_out_of_bounds("ArrayView row", &index, 1, shape_, 1);
+    }
+#endif
+    using Byte = std::conditional_t<std::is_const_v<T>, const unsigned char, unsigned char>;
+    ArrayView<T, Rank - 1> result(
+        reinterpret_cast<T*>(reinterpret_cast<Byte*>(data_) + index * strides_[0]), shape_ + 1,
+        strides_ + 1);
+    result.generation_ = generation_;
+    result.unlaunched_ = unlaunched_;
+    return result;
+  }
+
   /// Address of element (0, ..., 0).
   [[nodiscard]] DEVMEM_HOST_DEVICE T* data() const { return data_; }
   /// Length of dimension `dim` < Rank (Numba's `arr.shape[dim]`).

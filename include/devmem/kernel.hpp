@@ -41,6 +41,10 @@
 //
 // Thread safety: launch may be called from several threads; kernels on one stream run in launch
 // order, kernels on different streams may run concurrently.
+//
+// Over 800 lines because the launch-time argument checks, the shared and local arrays and constant
+// memory are one interface that every kernel source includes; the backend-specific parts are in
+// detail/kernel_{host,gpu,cuda,hip}.hpp already.
 #pragma once
 
 #include <devmem/array_view.hpp>
@@ -54,6 +58,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -185,6 +190,32 @@ struct StaticSharedArrayBytes {
 };
 }  // namespace detail
 
+template <class T, std::size_t... N>
+class SharedArray;
+
+namespace detail {
+/// The type of a row of SharedArray<T, First, Rest...>: the same elements, shape Rest...
+template <class T, std::size_t First, std::size_t... Rest>
+struct SharedArrayRow {
+  using type = SharedArray<T, Rest...>;
+};
+
+/// A C-order view of `extents` elements of T at `data`: what dynamic_shared_array returns.
+template <class T, class... Extent>
+[[nodiscard]] DEVMEM_HOST_DEVICE ArrayView<T, sizeof...(Extent)> c_order_view(T* data,
+                                                                              Extent... extents) {
+  constexpr std::size_t rank = sizeof...(Extent);
+  const std::int64_t shape[rank] = {static_cast<std::int64_t>(extents)...};
+  std::int64_t strides[rank] = {};
+  auto stride = static_cast<std::int64_t>(sizeof(T));
+  for (std::size_t d = rank; d-- > 0;) {
+    strides[d] = stride;
+    stride *= shape[d];
+  }
+  return ArrayView<T, rank>(data, shape, strides);
+}
+}  // namespace detail
+
 /// A block-shared array of constant shape N... (C order), as returned by shared_array.
 /// Thread safety: every thread of the block sees the same elements; order accesses from several
 /// threads with syncthreads() / barrier() as on a GPU.
@@ -218,6 +249,21 @@ class SharedArray {
     detail::sim::check_flat_index<N...>("shared_array", i);
 #endif
     return data_[i];
+  }
+  /// Row i of an array of two or more dimensions (Numba's `tile[i]`): a SharedArray of shape
+  /// N1, N2, ... over the same block memory, so writes through it are writes to this array, and it
+  /// takes indexing and the atomics (atomic_add(tile.row(i), j, v)) as any shared array. An i
+  /// outside [0, N0) fails the launch in the simulator (LaunchFailure, "shared_array row: index
+  /// (i,) is out of bounds for shape (N0,)"); unchecked on a GPU.
+  template <class Index>
+    requires(rank >= 2 && std::is_integral_v<Index>)
+  [[nodiscard]] DEVMEM_HOST_DEVICE auto row(Index i) const {
+    constexpr std::size_t rows = detail::static_extent<N...>(0);
+#ifdef DEVMEM_DETAIL_SIM_BOUNDS_CHECK
+    detail::sim::check_indices<rows>("shared_array row", i);
+#endif
+    return typename detail::SharedArrayRow<T, N...>::type(data_ + static_cast<std::size_t>(i) *
+                                                                      (extent_count / rows));
   }
   /// The first element's address in shared memory.
   [[nodiscard]] DEVMEM_HOST_DEVICE T* data() const { return data_; }
@@ -359,9 +405,12 @@ template <auto Kernel>
 [[nodiscard]] std::string_view kernel_name_of() {
   return kernel_name_in_signature(__PRETTY_FUNCTION__);
 }
-/// The name of the function at `kernel` from the dynamic symbol table (demangled), for kernels
-/// launched through a pointer; "kernel" when the symbol is not exported (a function of an
-/// executable linked without -rdynamic).
+/// The name of the function at `kernel` (demangled, without parameters or unnamed namespaces:
+/// "saxpy", "scale<float>"), for kernels launched through a pointer: from the dynamic symbol
+/// table, else from the static symbol table (.symtab) of the executable or library that holds it,
+/// so that neither -rdynamic nor external linkage is needed. "kernel" when neither has it (a
+/// stripped binary) or `kernel` is not the start of a function. Looked up once per address (the
+/// file is mapped and read once), then cached; thread-safe; throws nothing but std::bad_alloc.
 [[nodiscard]] DEVMEM_API std::string kernel_symbol_name(const void* kernel);
 /// InvalidArgument unless every array passed to a launch is on the launch's device.
 DEVMEM_API void launch_check_array(const PreparedLaunch& launch, const DeviceArray& array,
@@ -392,6 +441,21 @@ DEVMEM_API void keep_alive_until_complete(const Stream& stream,
                                           std::vector<std::shared_ptr<const void>> objects);
 /// InvalidArgument unless `count` values fill a constant array of `capacity` elements exactly.
 DEVMEM_API void check_constant_size(const char* operation, std::size_t capacity, std::size_t count);
+/// InvalidArgument naming both shapes unless a host array of `shape` fills a 2-d constant array of
+/// shape `extents` exactly.
+DEVMEM_API void check_constant_shape(const char* operation, std::span<const std::size_t> extents,
+                                     const Shape& shape);
+
+/// The C array type of a constant array of shape N... (T[N0][N1]...), what DEVMEM_CONSTANT_ARRAY
+/// declares on the GPU backends.
+template <class T, std::size_t First, std::size_t... Rest>
+struct ConstantArrayType {
+  using type = typename ConstantArrayType<T, Rest...>::type[First];
+};
+template <class T, std::size_t N>
+struct ConstantArrayType<T, N> {
+  using type = T[N];
+};
 /// BackendError for a failed vendor launch call.
 [[noreturn]] DEVMEM_API void throw_launch_error(std::string_view backend, std::string_view function,
                                                 int code, std::string_view code_name,
@@ -748,7 +812,7 @@ void launch_named(std::string_view name, const LaunchConfig& config, void (*kern
 /// bad configuration or argument (a grid or block past the device's limits, named with the
 /// values; an array on another device; a wrong view dtype or rank; a view, given directly or
 /// listed by a struct argument's devmem_views(), of an array that has been freed), BackendError
-/// when the vendor rejects the launch.
+/// when the vendor rejects the launch. Messages name the kernel by its symbol (kernel_symbol_name).
 template <class... Params, class... Args>
 void launch(const LaunchConfig& config, void (*kernel)(Params...), Args&&... args) {
   detail::launch_named({}, config, kernel, std::forward<Args>(args)...);
@@ -756,8 +820,9 @@ void launch(const LaunchConfig& config, void (*kernel)(Params...), Args&&... arg
 
 /// The same for the kernel given as a template argument, Numba's `saxpy[grid, block](x, y)` as
 /// `devmem::launch<saxpy>({grid, block}, x, y)`: the same checks and errors, and every message
-/// (launch errors, and on the host backend bounds-check and barrier failures) names the kernel,
-/// which the pointer form can only do for kernels in the dynamic symbol table.
+/// (launch errors, and on the host backend bounds-check and barrier failures) names the kernel
+/// as the compiler spells it; the pointer form finds the name in the binary's symbol tables (see
+/// kernel_symbol_name), which a stripped binary does not have.
 template <auto Kernel, class... Args>
   requires std::is_pointer_v<decltype(Kernel)> &&
            std::is_function_v<std::remove_pointer_t<decltype(Kernel)>>
@@ -766,33 +831,49 @@ void launch(const LaunchConfig& config, Args&&... args) {
                        std::forward<Args>(args)...);
 }
 
-/// Fills the constant array `symbol` (declared with DEVMEM_CONSTANT_ARRAY) with `values`, which
-/// must have exactly N elements (InvalidArgument otherwise), on the device of `stream` (the
-/// current device for an unspecified stream): constant memory is per device, so fill it for the
-/// device the kernels that read it are launched on. Waits for kernels already launched on the
-/// device's default-synchronising streams, like cudaMemcpyToSymbol; kernels launched later see
-/// the new values.
-template <class T, std::size_t N, class Values>
-  requires requires(const Values& v) {
-             std::data(v);
-             std::size(v);
-           }
-void const_array_like(T (&symbol)[N], const Values& values, const Stream& stream = {}) {
+/// Fills the constant array `symbol` (declared with DEVMEM_CONSTANT_ARRAY, 1-d or 2-d) with
+/// `values` in C order, which must have exactly as many elements (InvalidArgument otherwise), on
+/// the device of `stream` (the current device for an unspecified stream): constant memory is per
+/// device, so fill it for the device the kernels that read it are launched on. Waits for kernels
+/// already launched on the device's default-synchronising streams, like cudaMemcpyToSymbol;
+/// kernels launched later see the new values.
+template <class Symbol, class Values>
+  requires std::is_array_v<Symbol> && requires(const Values& v) {
+                                        std::data(v);
+                                        std::size(v);
+                                      }
+void const_array_like(Symbol& symbol, const Values& values, const Stream& stream = {}) {
+  using T = std::remove_all_extents_t<Symbol>;
   using Value = std::remove_cv_t<std::remove_pointer_t<decltype(std::data(values))>>;
   static_assert(std::is_same_v<Value, std::remove_cv_t<T>>,
                 "const_array_like: the values' element type must be the constant array's");
-  detail::check_constant_size("const_array_like", N, static_cast<std::size_t>(std::size(values)));
+  constexpr std::size_t count = sizeof(Symbol) / sizeof(T);
+  const auto given = static_cast<std::size_t>(std::size(values));
+  detail::check_constant_size("const_array_like", count, given);
+  // The smaller of two equal sizes: GCC's -Warray-bounds does not know that the check throws
+  // otherwise, and would see a copy past the end of a shorter container.
   detail::copy_to_constant(symbol, detail::constant_memory_device(stream), std::data(values),
-                           N * sizeof(T));
+                           (given < count ? given : count) * sizeof(T));
 }
-/// The same from a host array (dtype and size checked).
-template <class T, std::size_t N>
-void const_array_like(T (&symbol)[N], const HostArray& values, const Stream& stream = {}) {
+/// The same from a host array (Numba's cuda.const.array_like(host_array)): its dtype must be the
+/// element type, and its shape the constant array's (for a 1-d constant array, its size), else
+/// InvalidArgument naming both.
+template <class Symbol>
+  requires std::is_array_v<Symbol>
+void const_array_like(Symbol& symbol, const HostArray& values, const Stream& stream = {}) {
+  using T = std::remove_all_extents_t<Symbol>;
+  constexpr std::size_t count = sizeof(Symbol) / sizeof(T);
   detail::check_dtype(dtype_of<std::remove_cv_t<T>>(), values.dtype(), "const_array_like");
-  detail::check_constant_size("const_array_like", N, static_cast<std::size_t>(values.size()));
+  if constexpr (std::rank_v<Symbol> == 1) {
+    detail::check_constant_size("const_array_like", count, static_cast<std::size_t>(values.size()));
+  } else {
+    const std::size_t extents[] = {std::extent_v<Symbol, 0>, std::extent_v<Symbol, 1>};
+    static_assert(std::rank_v<Symbol> == 2, "const_array_like: constant arrays are 1-d or 2-d");
+    detail::check_constant_shape("const_array_like", extents, values.shape());
+  }
   const HostArray dense = values.is_c_contiguous() ? values : values.copy(Order::C);
   detail::copy_to_constant(symbol, detail::constant_memory_device(stream), dense.data(),
-                           N * sizeof(T));
+                           count * sizeof(T));
 }
 
 }  // namespace devmem

@@ -11,12 +11,23 @@
 //   devmem::atomic_max(image, {y, x}, value);       // Numba: cuda.atomic.max(image, (y, x), value)
 //   devmem::atomic_max(image(y, x), value);         // the same on the element itself
 //
+// The array may be a global ArrayView, a SharedArray (shared_array, DEVMEM_SHARED_ARRAY; 1-d or
+// n-d, or a row of one, tile.row(i)) or a view of dynamic shared memory (dynamic_shared_array):
+//   DEVMEM_SHARED_ARRAY(counts, int, 16, 16);
+//   devmem::atomic_add(counts, {ty, tx}, 1);        // Numba: cuda.atomic.add(counts, (ty, tx), 1)
+//
 // Element types: 32- and 64-bit signed and unsigned integers, float and double (compare-and-swap:
 // the integers only, as in Numba). Each operation is one atomic read-modify-write of the element
-// and returns the element's value before it ("old"), as Numba's do. The operations are relaxed
+// and returns the element's value before it ("old"), as Numba's do; the value is converted to the
+// element type, as Numba converts it. The operations are relaxed
 // (CUDA's atomicAdd and friends): they order nothing else; use syncthreads()/barrier() or the end
 // of the kernel to publish other writes. The element must be in device (global) or shared memory
 // and naturally aligned (DeviceArray::view checks that).
+//
+// Misuse is a compile error of one sentence (detail::AtomicCheck): an element of another type
+// (int16, bool, a struct), a const element (a view of const elements), a value that does not
+// convert to the element type, a non-integer index, or one integer for an n-d array.
+// An index out of bounds fails the launch in the simulator (LaunchFailure), as any access does.
 //
 // Per backend: CUDA and HIP use their atomic intrinsics (atomicAdd, atomicMax, atomicExch,
 // atomicCAS; float and double max/min, pre-sm_60 double add and HIP's signed 64-bit max/min are
@@ -24,10 +35,11 @@
 // simulated threads of different blocks, which run on different cores, are real and are handled as
 // on a GPU.
 //
-// Differences from Numba: the index is an integer for 1-d views or a braced list ({i, j}) for
-// others, instead of an int or a tuple; integer overflow wraps (two's complement) for signed types
-// too, as on the GPU; grid<N>() and gridsize<N>() take the dimension count as a template argument,
-// since it decides the return type (std::int64_t for 1, Coord<N> for 2 and 3).
+// Differences from Numba: the index is an integer for 1-d arrays or a braced list ({i, j}, of any
+// integer types) for others, instead of an int or a tuple; integer overflow wraps (two's
+// complement) for signed types too, as on the GPU; grid<N>() and gridsize<N>() take the dimension
+// count as a template argument, since it decides the return type (std::int64_t for 1, Coord<N> for
+// 2 and 3).
 //
 // Thread safety: that is what they are for: any number of threads of any blocks may apply them to
 // the same element concurrently. A plain (non-atomic) access racing with them is a data race.
@@ -300,108 +312,228 @@ DEVMEM_DETAIL_DEVICE inline T atomic_fetch_max_min(T& target, T value, bool is_m
 
 }  // namespace detail
 
+namespace detail {
+
+/// The arrays the Numba-style forms (array, index, value) take: global views and shared arrays
+/// (static SharedArray, and views of dynamic shared memory, which are ArrayViews).
+template <class A>
+struct AtomicArray {
+  static constexpr bool value = false;
+};
+template <class T, std::size_t Rank>
+struct AtomicArray<ArrayView<T, Rank>> {
+  static constexpr bool value = true;
+  using element = T;
+  static constexpr std::size_t rank = Rank;
+};
+template <class T, std::size_t... N>
+struct AtomicArray<SharedArray<T, N...>> {
+  static constexpr bool value = true;
+  using element = T;
+  static constexpr std::size_t rank = sizeof...(N);
+};
+template <class A>
+inline constexpr bool is_atomic_array = AtomicArray<std::remove_cv_t<A>>::value;
+template <class A>
+using atomic_array_element_t = typename AtomicArray<A>::element;
+
+/// Checked where an operation is instantiated, so that a misuse gets one sentence instead of the
+/// list of every overload that did not match: the element must be writable and of an atomic type
+/// (IntegersOnly: compare-and-swap), and the value must convert to it. `ok` guards the body, so
+/// that nothing else is reported after the sentence.
+template <class T, bool IntegersOnly, class... Values>
+struct AtomicCheck {
+  static constexpr bool writable = !std::is_const_v<T>;
+  static constexpr bool typed =
+      IntegersOnly ? is_atomic_integer<std::remove_cv_t<T>> : is_atomic_value<std::remove_cv_t<T>>;
+  static constexpr bool converts = (std::is_convertible_v<const Values&, T> && ...);
+  static_assert(writable,
+                "devmem atomics: the element is const (a view of const elements or a const "
+                "reference), and an atomic operation writes it: pass a view of non-const elements");
+  static_assert(!writable || typed || IntegersOnly,
+                "devmem atomics: the element type must be a 32- or 64-bit signed or unsigned "
+                "integer, float or double (there are no atomics on 8- or 16-bit integers, bool, "
+                "half or structs)");
+  static_assert(!writable || typed || !IntegersOnly,
+                "devmem::atomic_cas / atomic_compare_and_swap: the element type must be a 32- or "
+                "64-bit signed or unsigned integer, as in Numba");
+  static_assert(!writable || !typed || converts,
+                "devmem atomics: the value does not convert to the element type: pass a number");
+  static constexpr bool ok = writable && typed && converts;
+};
+
+/// The braced index of the (array, {i, j}, value) forms: one integer per dimension, of any integer
+/// types (a size_t i and an int j are fine; a braced list of std::int64_t would narrow them, which
+/// clang refuses).
+template <std::size_t Rank>
+struct AtomicIndex {
+  template <class... I>
+    requires(sizeof...(I) == Rank)
+  DEVMEM_HOST_DEVICE constexpr AtomicIndex(I... index)  // NOLINT: {i, j} converts implicitly
+      : values{static_cast<std::int64_t>(index)...} {
+    static_assert((std::is_integral_v<I> && ...),
+                  "devmem atomics: every index in {i, j} must be an integer");
+  }
+  std::int64_t values[Rank > 0 ? Rank : 1];
+
+  /// The element of `array` at this index (through its operator(), so bounds-checked where that
+  /// is).
+  template <class A>
+  DEVMEM_DETAIL_DEVICE auto& element_of(const A& array) const {
+    return element_of(array, std::make_index_sequence<Rank>{});
+  }
+
+ private:
+  template <class A, std::size_t... D>
+  DEVMEM_DETAIL_DEVICE auto& element_of(const A& array, std::index_sequence<D...>) const {
+    return array(values[D]...);
+  }
+};
+
+/// The element (array, index) names in the one-integer form: only for 1-d arrays.
+template <class A, class Index>
+DEVMEM_DETAIL_DEVICE inline auto& atomic_element(const A& array, Index index) {
+  static_assert(AtomicArray<A>::rank == 1,
+                "devmem atomics: an array of more than one dimension takes one index per "
+                "dimension in braces, {i, j}");
+  static_assert(std::is_integral_v<Index>, "devmem atomics: the index must be an integer");
+  if constexpr (AtomicArray<A>::rank == 1 && std::is_integral_v<Index>) {
+    return array(index);
+  } else {
+    return *array.data();  // not reached: the assertions above failed
+  }
+}
+
+}  // namespace detail
+
 // ---- On an element (T&): the forms every other form reaches ------------------------------------
+// T and the value's type are deduced unconstrained (but for arrays, which take the forms below),
+// so that a wrong element or value type gets AtomicCheck's sentence rather than a list of
+// candidates; the value is converted to the element type, as Numba converts it.
 
 /// target += value atomically; returns the old value (Numba's cuda.atomic.add).
-template <class T>
-  requires detail::is_atomic_value<T>
-DEVMEM_DETAIL_DEVICE inline T atomic_add(T& target, std::type_identity_t<T> value) {
-  return detail::atomic_fetch_add(target, value);
+template <class T, class V>
+  requires(!detail::is_atomic_array<T>)
+DEVMEM_DETAIL_DEVICE inline std::remove_cv_t<T> atomic_add(T& target, const V& value) {
+  if constexpr (detail::AtomicCheck<T, false, V>::ok) {
+    return detail::atomic_fetch_add(target, static_cast<T>(value));
+  } else {
+    __builtin_unreachable();
+  }
 }
 /// target -= value atomically; returns the old value (Numba's cuda.atomic.sub).
-template <class T>
-  requires detail::is_atomic_value<T>
-DEVMEM_DETAIL_DEVICE inline T atomic_sub(T& target, std::type_identity_t<T> value) {
-  return detail::atomic_fetch_sub(target, value);
+template <class T, class V>
+  requires(!detail::is_atomic_array<T>)
+DEVMEM_DETAIL_DEVICE inline std::remove_cv_t<T> atomic_sub(T& target, const V& value) {
+  if constexpr (detail::AtomicCheck<T, false, V>::ok) {
+    return detail::atomic_fetch_sub(target, static_cast<T>(value));
+  } else {
+    __builtin_unreachable();
+  }
 }
 /// target = max(target, value) atomically; returns the old value (Numba's cuda.atomic.max). Floats:
 /// a NaN value, or a NaN already stored, leaves the element unchanged, as in Numba.
-template <class T>
-  requires detail::is_atomic_value<T>
-DEVMEM_DETAIL_DEVICE inline T atomic_max(T& target, std::type_identity_t<T> value) {
-  return detail::atomic_fetch_max_min(target, value, true);
+template <class T, class V>
+  requires(!detail::is_atomic_array<T>)
+DEVMEM_DETAIL_DEVICE inline std::remove_cv_t<T> atomic_max(T& target, const V& value) {
+  if constexpr (detail::AtomicCheck<T, false, V>::ok) {
+    return detail::atomic_fetch_max_min(target, static_cast<T>(value), true);
+  } else {
+    __builtin_unreachable();
+  }
 }
 /// target = min(target, value) atomically; returns the old value (Numba's cuda.atomic.min). Floats:
 /// NaNs as for atomic_max.
-template <class T>
-  requires detail::is_atomic_value<T>
-DEVMEM_DETAIL_DEVICE inline T atomic_min(T& target, std::type_identity_t<T> value) {
-  return detail::atomic_fetch_max_min(target, value, false);
+template <class T, class V>
+  requires(!detail::is_atomic_array<T>)
+DEVMEM_DETAIL_DEVICE inline std::remove_cv_t<T> atomic_min(T& target, const V& value) {
+  if constexpr (detail::AtomicCheck<T, false, V>::ok) {
+    return detail::atomic_fetch_max_min(target, static_cast<T>(value), false);
+  } else {
+    __builtin_unreachable();
+  }
 }
 /// target = value atomically; returns the old value (Numba's cuda.atomic.exch).
-template <class T>
-  requires detail::is_atomic_value<T>
-DEVMEM_DETAIL_DEVICE inline T atomic_exchange(T& target, std::type_identity_t<T> value) {
-  return detail::atomic_swap(target, value);
+template <class T, class V>
+  requires(!detail::is_atomic_array<T>)
+DEVMEM_DETAIL_DEVICE inline std::remove_cv_t<T> atomic_exchange(T& target, const V& value) {
+  if constexpr (detail::AtomicCheck<T, false, V>::ok) {
+    return detail::atomic_swap(target, static_cast<T>(value));
+  } else {
+    __builtin_unreachable();
+  }
 }
 /// If target == expected, target = desired, atomically; returns the old value either way (so the
 /// swap happened when it equals `expected`). Numba's cuda.atomic.cas; integers only.
-template <class T>
-  requires detail::is_atomic_integer<T>
-DEVMEM_DETAIL_DEVICE inline T atomic_compare_and_swap(T& target, std::type_identity_t<T> expected,
-                                                      std::type_identity_t<T> desired) {
-  return detail::atomic_cas(target, expected, desired);
+template <class T, class E, class D>
+  requires(!detail::is_atomic_array<T>)
+DEVMEM_DETAIL_DEVICE
+    inline std::remove_cv_t<T> atomic_compare_and_swap(T& target, const E& expected,
+                                                       const D& desired) {
+  if constexpr (detail::AtomicCheck<T, true, E, D>::ok) {
+    return detail::atomic_cas(target, static_cast<T>(expected), static_cast<T>(desired));
+  } else {
+    __builtin_unreachable();
+  }
 }
 
-// ---- On a view element, Numba style: (view, index, value) --------------------------------------
-// The index is one integer for a 1-d view, or one per dimension in braces: {i, j}. Indexed through
-// the view's operator(), so bounds-checked where it is (kernels simulated by the host backend).
+// ---- On an array element, Numba style: (array, index, value) ------------------------------------
+// The array is an ArrayView (global memory, or a view of dynamic shared memory) or a SharedArray,
+// of any rank. The index is one integer for a 1-d array, or one per dimension in braces: {i, j}
+// (any integer types). Indexed through the array's operator(), so bounds-checked where it is
+// (kernels simulated by the host backend: LaunchFailure naming the index and the shape).
 
-#define DEVMEM_DETAIL_ATOMIC_VIEW_FORMS(name)                                                  \
-  template <class T, class Index>                                                              \
-    requires(detail::is_atomic_value<T> && std::is_integral_v<Index>)                          \
-  DEVMEM_DETAIL_DEVICE inline T name(const ArrayView<T, 1>& view, Index index,                 \
-                                     std::type_identity_t<T> value) {                          \
-    return name(view(index), value);                                                           \
-  }                                                                                            \
-  template <class T, std::size_t Rank>                                                         \
-    requires detail::is_atomic_value<T>                                                        \
-  DEVMEM_DETAIL_DEVICE inline T name(const ArrayView<T, Rank>& view,                           \
-                                     const std::int64_t(&index)[Rank],                         \
-                                     std::type_identity_t<T> value) {                          \
-    return name(detail::atomic_element(view, index, std::make_index_sequence<Rank>{}), value); \
+#define DEVMEM_DETAIL_ATOMIC_ARRAY_FORMS(name)                                          \
+  template <class A, class Index, class V>                                              \
+    requires detail::is_atomic_array<A>                                                 \
+  DEVMEM_DETAIL_DEVICE inline std::remove_cv_t<detail::atomic_array_element_t<A>> name( \
+      const A& array, Index index, const V& value) {                                    \
+    return name(detail::atomic_element(array, index), value);                           \
+  }                                                                                     \
+  template <class A, class V>                                                           \
+    requires detail::is_atomic_array<A>                                                 \
+  DEVMEM_DETAIL_DEVICE inline std::remove_cv_t<detail::atomic_array_element_t<A>> name( \
+      const A& array, const detail::AtomicIndex<detail::AtomicArray<A>::rank>& index,   \
+      const V& value) {                                                                 \
+    return name(index.element_of(array), value);                                        \
   }
 
-/// atomic_add(view, index, value): Numba's cuda.atomic.add(ary, idx, val).
-DEVMEM_DETAIL_ATOMIC_VIEW_FORMS(atomic_add)
-/// atomic_sub(view, index, value): Numba's cuda.atomic.sub(ary, idx, val).
-DEVMEM_DETAIL_ATOMIC_VIEW_FORMS(atomic_sub)
-/// atomic_max(view, index, value): Numba's cuda.atomic.max(ary, idx, val).
-DEVMEM_DETAIL_ATOMIC_VIEW_FORMS(atomic_max)
-/// atomic_min(view, index, value): Numba's cuda.atomic.min(ary, idx, val).
-DEVMEM_DETAIL_ATOMIC_VIEW_FORMS(atomic_min)
-/// atomic_exchange(view, index, value): Numba's cuda.atomic.exch(ary, idx, val).
-DEVMEM_DETAIL_ATOMIC_VIEW_FORMS(atomic_exchange)
+/// atomic_add(array, index, value): Numba's cuda.atomic.add(ary, idx, val).
+DEVMEM_DETAIL_ATOMIC_ARRAY_FORMS(atomic_add)
+/// atomic_sub(array, index, value): Numba's cuda.atomic.sub(ary, idx, val).
+DEVMEM_DETAIL_ATOMIC_ARRAY_FORMS(atomic_sub)
+/// atomic_max(array, index, value): Numba's cuda.atomic.max(ary, idx, val).
+DEVMEM_DETAIL_ATOMIC_ARRAY_FORMS(atomic_max)
+/// atomic_min(array, index, value): Numba's cuda.atomic.min(ary, idx, val).
+DEVMEM_DETAIL_ATOMIC_ARRAY_FORMS(atomic_min)
+/// atomic_exchange(array, index, value): Numba's cuda.atomic.exch(ary, idx, val).
+DEVMEM_DETAIL_ATOMIC_ARRAY_FORMS(atomic_exchange)
 
-#undef DEVMEM_DETAIL_ATOMIC_VIEW_FORMS
+#undef DEVMEM_DETAIL_ATOMIC_ARRAY_FORMS
 
-/// Compare-and-swap on view element `index` (Numba's cuda.atomic.cas(ary, idx, old, val)); returns
-/// the old value.
-template <class T, class Index>
-  requires(detail::is_atomic_integer<T> && std::is_integral_v<Index>)
-DEVMEM_DETAIL_DEVICE inline T
-    atomic_cas(const ArrayView<T, 1>& view, Index index, std::type_identity_t<T> expected,
-               std::type_identity_t<T> desired) {
-  return atomic_compare_and_swap(view(index), expected, desired);
+/// Compare-and-swap on element `index` of a 1-d array (Numba's cuda.atomic.cas(ary, idx, old,
+/// val)); returns the old value.
+template <class A, class Index, class E, class D>
+  requires detail::is_atomic_array<A>
+DEVMEM_DETAIL_DEVICE inline std::remove_cv_t<detail::atomic_array_element_t<A>> atomic_cas(
+    const A& array, Index index, const E& expected, const D& desired) {
+  return atomic_compare_and_swap(detail::atomic_element(array, index), expected, desired);
 }
 /// The same with one index per dimension, {i, j}.
-template <class T, std::size_t Rank>
-  requires detail::is_atomic_integer<T>
-DEVMEM_DETAIL_DEVICE inline T atomic_cas(const ArrayView<T, Rank>& view,
-                                         const std::int64_t (&index)[Rank],
-                                         std::type_identity_t<T> expected,
-                                         std::type_identity_t<T> desired) {
-  return atomic_compare_and_swap(
-      detail::atomic_element(view, index, std::make_index_sequence<Rank>{}), expected, desired);
+template <class A, class E, class D>
+  requires detail::is_atomic_array<A>
+DEVMEM_DETAIL_DEVICE inline std::remove_cv_t<detail::atomic_array_element_t<A>> atomic_cas(
+    const A& array, const detail::AtomicIndex<detail::AtomicArray<A>::rank>& index,
+    const E& expected, const D& desired) {
+  return atomic_compare_and_swap(index.element_of(array), expected, desired);
 }
-/// Compare-and-swap on the first element of a 1-d view (Numba's
+/// Compare-and-swap on the first element of a 1-d array (Numba's
 /// cuda.atomic.compare_and_swap(ary, old, val)); returns the old value.
-template <class T>
-  requires detail::is_atomic_integer<T>
-DEVMEM_DETAIL_DEVICE inline T atomic_compare_and_swap(const ArrayView<T, 1>& view,
-                                                      std::type_identity_t<T> expected,
-                                                      std::type_identity_t<T> desired) {
-  return atomic_compare_and_swap(view(0), expected, desired);
+template <class A, class E, class D>
+  requires detail::is_atomic_array<A>
+DEVMEM_DETAIL_DEVICE inline std::remove_cv_t<detail::atomic_array_element_t<A>>
+atomic_compare_and_swap(const A& array, const E& expected, const D& desired) {
+  return atomic_compare_and_swap(detail::atomic_element(array, 0), expected, desired);
 }
 
 }  // namespace devmem

@@ -1,7 +1,8 @@
-// Kernel atomics, grid<N>() / gridsize<N>() and devmem::synchronize() (<devmem/kernel_atomic.hpp>),
-// with Numba's meaning on every backend. Compiled like test_kernels.cpp: by the host compiler for
-// conformance_host (the simulator, std::atomic_ref), by nvcc for conformance_cuda
-// (test_kernel_atomics.cu includes it) and by hipcc, or against HIP-CPU, for conformance_roc.
+// Kernel atomics on global and shared memory, grid<N>() / gridsize<N>() and devmem::synchronize()
+// (<devmem/kernel_atomic.hpp>), with Numba's meaning on every backend. Compiled like
+// test_kernels.cpp: by the host compiler for conformance_host (the simulator, std::atomic_ref), by
+// nvcc for conformance_cuda (test_kernel_atomics.cu includes it) and by hipcc, or against HIP-CPU,
+// for conformance_roc.
 //
 // Every test races many threads of several blocks on few elements, so a non-atomic
 // implementation loses updates (the simulator runs blocks on different cores) and the exact
@@ -162,6 +163,88 @@ DEVMEM_KERNEL void grid_3d(ArrayView<std::int64_t, 3> out, ArrayView<std::int64_
     devmem::atomic_exchange(out, {p.z, p.y, p.x}, (p[2] * 100 + p[1]) * 100 + p[0]);
 }
 
+// Numba's atomics on shared memory: a block-local histogram in a 1-d SharedArray, the same counts
+// in a 2-d one through {i, j} (size_t indices) and through its rows, then one atomic_add per bin
+// into the global result.
+DEVMEM_KERNEL void shared_histogram(ArrayView<const int, 1> values, ArrayView<int, 1> bins,
+                                    ArrayView<int, 2> bins_2d) {
+  DEVMEM_SHARED_ARRAY(local, int, kBins);
+  DEVMEM_SHARED_ARRAY(local_2d, int, 4, kBins / 4);
+  DEVMEM_SHARED_ARRAY(by_rows, int, 4, kBins / 4);
+  const unsigned t = devmem::thread_idx().x;
+  if (t < kBins) {
+    local[t] = 0;
+    local_2d[t] = 0;
+    by_rows[t] = 0;
+  }
+  devmem::syncthreads();
+  const std::int64_t stride = devmem::gridsize<1>();
+  for (std::int64_t i = devmem::grid<1>(); i < values.shape(0); i += stride) {
+    const int bin = values[i];
+    devmem::atomic_add(local, bin, 1);
+    const std::size_t row = static_cast<std::size_t>(bin) / (kBins / 4);
+    const std::size_t column = static_cast<std::size_t>(bin) % (kBins / 4);
+    devmem::atomic_add(local_2d, {row, column}, 1);
+    devmem::atomic_add(by_rows.row(row), column, 1);
+  }
+  devmem::syncthreads();
+  if (t < kBins) {
+    devmem::atomic_add(bins, t, local[t]);
+    devmem::atomic_add(bins_2d, {t / (kBins / 4), t % (kBins / 4)}, local_2d(t / 4, t % 4));
+    devmem::atomic_add(bins_2d.row(t / (kBins / 4)), t % (kBins / 4), by_rows.row(t / 4)[t % 4]);
+  }
+}
+
+// Every operation on shared memory, raced by the threads of each block: add, max and min on a
+// 2-d int64 SharedArray (by {i, j} and by row), exchange and compare-and-swap, sub, and add, max
+// and min on doubles in dynamic shared memory (dynamic_shared_array). Each block reports its own.
+DEVMEM_KERNEL void shared_atomic_ops(ArrayView<std::int64_t, 2> ints, ArrayView<double, 2> floats,
+                                     ArrayView<unsigned, 2> words,
+                                     ArrayView<std::int64_t, 1> olds) {
+  DEVMEM_SHARED_ARRAY(s, std::int64_t, 2, 3);  // sum, max, min | exchanged, cas winner, sub
+  DEVMEM_SHARED_ARRAY(w, unsigned, 2);         // cas wins, cas counter
+  const auto d = devmem::dynamic_shared_array<double>(3);  // sum, max, min
+  const unsigned t = devmem::thread_idx().x;
+  const unsigned b = devmem::block_idx().x;
+  if (t == 0) {
+    s(0, 0) = 0;
+    s(0, 1) = -kTwoTo30 * kTwoTo30;
+    s(0, 2) = kTwoTo30 * kTwoTo30;
+    s(1, 0) = -1;
+    s(1, 1) = 0;
+    s(1, 2) = 0;
+    w[0] = 0;
+    w[1] = 0;
+    d[0] = 0.0;
+    d[1] = -1e300;
+    d[2] = 1e300;
+  }
+  devmem::syncthreads();
+  const std::int64_t v = (std::int64_t{t} + 1) * kTwoTo30;
+  devmem::atomic_add(s, {0, 0}, v);
+  devmem::atomic_max(s.row(0), 1, v);
+  devmem::atomic_min(s, {0u, 2u}, v);
+  olds[std::int64_t{b} * kThreads + t] = devmem::atomic_exchange(s.row(1), 0, std::int64_t{t});
+  if (devmem::atomic_cas(s, {1, 1}, 0, std::int64_t{t} + 1) == 0) devmem::atomic_add(w, 0, 1u);
+  devmem::atomic_sub(s.row(1), 2, v);
+  unsigned seen = 0;
+  while (true) {
+    const unsigned old = devmem::atomic_cas(w, 1, seen, seen + 1u);
+    if (old == seen) break;
+    seen = old;
+  }
+  devmem::atomic_add(d, 0, 0.5 * t);
+  devmem::atomic_max(d, {1}, static_cast<double>(t));
+  devmem::atomic_min(d[2], static_cast<double>(t) - 3.0);
+  devmem::syncthreads();
+  if (t == 0) {
+    for (int k = 0; k < 6; ++k) ints(b, k) = s[static_cast<std::size_t>(k)];
+    for (int k = 0; k < 3; ++k) floats(b, k) = d[k];
+    words(b, 0) = w[0];
+    words(b, 1) = w[1];
+  }
+}
+
 DEVMEM_KERNEL void add_one_slowly(ArrayView<int, 1> values) {
   const std::int64_t i = devmem::grid<1>();
   if (i < values.shape(0)) devmem::atomic_add(values, i, 1);
@@ -319,6 +402,63 @@ TEST_CASE("kernel atomics: compare-and-swap (first thread wins, lock-free counte
   CHECK(wins.to_vector<int>()[0] == 1);
   CHECK(counter.to_vector<std::int64_t>()[0] == 3 * kThreadCount);
   CHECK(ucounter.to_vector<unsigned>()[0] == static_cast<unsigned>(6 * kThreadCount));
+}
+
+TEST_CASE("kernel atomics: on shared arrays, 1-d, 2-d and rows of 2-d (block histograms)",
+          "[kernels][atomics][shared]") {
+  const std::size_t n = 10'007;
+  std::vector<int> host(n);
+  std::mt19937 gen(3);
+  std::uniform_int_distribution<int> dist(0, kBins - 1);
+  for (auto& v : host) v = dist(gen);
+  std::vector<int> expected(kBins, 0);
+  for (int v : host) ++expected[static_cast<std::size_t>(v)];
+  std::vector<int> expected_2d(expected.size());
+  for (std::size_t i = 0; i != expected.size(); ++i) expected_2d[i] = 2 * expected[i];
+  const DeviceArray values = devmem::to_device(host);
+  const DeviceArray bins = devmem::to_device(filled<int>(kBins, 0));
+  const DeviceArray bins_2d = devmem::to_device(filled<int>(kBins, 0)).reshape({4, kBins / 4});
+  devmem::launch({kBlocks, kThreads}, shared_histogram, values, bins, bins_2d);
+  CHECK(bins.to_vector<int>() == expected);
+  CHECK(bins_2d.to_vector<int>() == expected_2d);  // the {i, j} counts plus the row counts
+}
+
+TEST_CASE("kernel atomics: every operation on static and dynamic shared memory",
+          "[kernels][atomics][shared]") {
+  const DeviceArray ints = devmem::device_array<std::int64_t>({kBlocks, 6});
+  const DeviceArray floats = devmem::device_array<double>({kBlocks, 3});
+  const DeviceArray words = devmem::device_array<unsigned>({kBlocks, 2});
+  const DeviceArray olds = devmem::device_array<std::int64_t>({kThreadCount});
+  devmem::launch({kBlocks, kThreads, 3 * sizeof(double)}, shared_atomic_ops, ints, floats, words,
+                 olds);
+  const auto i = ints.to_vector<std::int64_t>();
+  const auto f = floats.to_vector<double>();
+  const auto w = words.to_vector<unsigned>();
+  const auto o = olds.to_vector<std::int64_t>();
+  const std::int64_t triangle = std::int64_t{kThreads} * (kThreads + 1) / 2;
+  for (std::size_t b = 0; b != kBlocks; ++b) {
+    INFO("block " << b);
+    const std::int64_t* r = &i[b * 6];
+    CHECK(r[0] == triangle * kTwoTo30);
+    CHECK(r[1] == std::int64_t{kThreads} * kTwoTo30);
+    CHECK(r[2] == kTwoTo30);
+    // Exchange: the old values and the value left are -1 and every thread's number, once each.
+    std::vector<std::int64_t> chain(o.begin() + static_cast<std::ptrdiff_t>(b * kThreads),
+                                    o.begin() + static_cast<std::ptrdiff_t>((b + 1) * kThreads));
+    chain.push_back(r[3]);
+    std::sort(chain.begin(), chain.end());
+    std::vector<std::int64_t> expected_chain(kThreads + 1);
+    std::iota(expected_chain.begin(), expected_chain.end(), std::int64_t{-1});
+    CHECK(chain == expected_chain);
+    CHECK(r[4] >= 1);  // the first thread's number + 1
+    CHECK(r[4] <= std::int64_t{kThreads});
+    CHECK(r[5] == -triangle * kTwoTo30);
+    CHECK(w[b * 2] == 1u);  // one compare-and-swap winner
+    CHECK(w[b * 2 + 1] == kThreads);
+    CHECK(f[b * 3] == 0.25 * kThreads * (kThreads - 1));
+    CHECK(f[b * 3 + 1] == kThreads - 1.0);
+    CHECK(f[b * 3 + 2] == -3.0);
+  }
 }
 
 TEST_CASE("kernel atomics: grid<2>() and gridsize<2>() in a 2-d grid-stride loop",

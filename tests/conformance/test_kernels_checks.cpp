@@ -1,7 +1,9 @@
 // What the host simulator catches that a GPU would not report, added with issue 34 (its
 // reproducers d2, d4 and d5): writes past the dynamic shared memory, views that reach a kernel
 // without passing through launch (inside a struct argument that does not list them), and host code
-// indexing device memory through a view. [host-only], in conformance_host only (a GPU faults or
+// indexing device memory through a view; and the bounds of what kernels round 2 added: rows of
+// shared arrays and views, atomics on shared arrays, views of dynamic shared memory and 2-d
+// constant arrays. [host-only], in conformance_host only (a GPU faults or
 // corrupts memory instead): a file of its own because test_kernels_simulator.cpp is near the size
 // limit.
 #include "support.hpp"
@@ -50,6 +52,21 @@ struct UnlistedParams {
 DEVMEM_KERNEL void fill_unlisted(UnlistedParams p) {
   const std::int64_t i = devmem::global_id();
   if (i < p.x.shape(0)) p.x[i] = p.v;
+}
+
+DEVMEM_CONSTANT_ARRAY(checked_lut_2d, float, 3, 5);
+
+/// One thread; `what` picks the out-of-bounds access (the indices come as arguments, so that the
+/// compiler cannot see them).
+DEVMEM_KERNEL void round_two_bounds(ArrayView<float, 2> m, int what, int i, int j) {
+  DEVMEM_SHARED_ARRAY(tile, int, 4, 8);
+  if (what == 0) tile.row(i)[static_cast<std::size_t>(j)] = 1;
+  if (what == 1) devmem::atomic_add(tile, {i, j}, 1);
+  if (what == 2) devmem::atomic_add(tile.row(i), j, 1);
+  if (what == 3) m.row(i)[j] = 1.0f;
+  if (what == 4) devmem::atomic_add(devmem::dynamic_shared_array<float>(8), i, 1.0f);
+  if (what == 5) m(0, 0) = devmem::dynamic_shared_array<float>(i, j)(0, 0);
+  if (what == 6) m(0, 0) = checked_lut_2d[i][j];
 }
 
 void check_launch_failure(const devmem::BackendError& e, const std::string& text) {
@@ -152,4 +169,37 @@ TEST_CASE("kernels: host code may not index device memory through a view", "[ker
   v[0] = 42.0f;
   devmem::host::set_bounds_checking(checking);
   CHECK(d.item<float>(0) == 42.0f);
+}
+
+TEST_CASE(
+    "kernels: the simulator checks rows, shared atomics, dynamic shared views and 2-d "
+    "constants",
+    "[kernels][host-only]") {
+  const DeviceArray m = devmem::device_array<float>({3, 4});
+  const auto fails_with = [&](int what, int i, int j, const std::string& text) {
+    INFO("case " << what);
+    try {
+      devmem::launch<round_two_bounds>({1, 1, 8 * sizeof(float)}, m, what, i, j);
+      FAIL("launch did not report the index");
+    } catch (const devmem::BackendError& e) {
+      check_launch_failure(e, "round_two_bounds: " + text + " in thread (0, 0, 0) of block");
+    }
+  };
+  fails_with(0, 4, 0, "shared_array row: index (4,) is out of bounds for shape (4,)");
+  fails_with(0, 1, 8, "shared_array: index (8,) is out of bounds for shape (8,)");
+  fails_with(1, 1, 8, "shared_array: index (1, 8) is out of bounds for shape (4, 8)");
+  fails_with(1, -1, 0, "shared_array: index (-1, 0) is out of bounds for shape (4, 8)");
+  fails_with(2, 0, 9, "shared_array: index (9,) is out of bounds for shape (8,)");
+  fails_with(3, 3, 0, "ArrayView row: index (3,) is out of bounds for shape (3,)");
+  fails_with(3, 2, 4, "ArrayView: index (4,) is out of bounds for shape (4,)");
+  fails_with(4, 8, 0, "ArrayView: index (8,) is out of bounds for shape (8,)");
+  fails_with(5, 4, 3,
+             "dynamic_shared_array: the shape needs 48 bytes, more than the 32 bytes of dynamic "
+             "shared memory the launch gives (LaunchConfig's shared_bytes),");
+  fails_with(6, 2, 5, "constant array: index (2, 5) is out of bounds for shape (3, 5)");
+  fails_with(6, 3, 0, "constant array: index (3, 0) is out of bounds for shape (3, 5)");
+  // In bounds, every case runs.
+  for (int what = 0; what != 7; ++what) {
+    devmem::launch<round_two_bounds>({1, 1, 8 * sizeof(float)}, m, what, 1, 2);
+  }
 }

@@ -1,10 +1,11 @@
 // Kernel launches (devmem::launch), on every backend: the messages that name the kernel, the
 // launch errors every backend reports the same way (and that enqueue nothing), launch
 // configurations in Numba's and CUDA's order, launches on several streams and devices, MappedArray
-// arguments, what a launch keeps alive until its kernel has run, and the GPU kernel layer's use of
-// the vendor runtime. Compiled like test_kernels.cpp: by the host compiler for conformance_host,
-// by nvcc for conformance_cuda (test_kernels_launch.cu includes it) and by hipcc for
-// conformance_roc. A file of its own beside test_kernels.cpp, whose kernels compute things.
+// arguments, what a launch keeps alive until its kernel has run, the GPU kernel layer's use of
+// the vendor runtime, and 2-d constant arrays. Compiled like test_kernels.cpp: by the host
+// compiler for conformance_host, by nvcc for conformance_cuda (test_kernels_launch.cu includes it)
+// and by hipcc for conformance_roc. A file of its own beside test_kernels.cpp, whose kernels
+// compute things.
 #include "kernel_test_support.hpp"
 #include "support.hpp"
 
@@ -36,6 +37,23 @@ DEVMEM_KERNEL void dims_from_ints(ArrayView<unsigned, 1> out) {
   if (i < out.shape(0)) out[i] = static_cast<unsigned>(d.volume());
 }
 
+// A kernel template, for the name a pointer launch finds ("fill_with<short>").
+template <class T>
+DEVMEM_KERNEL void fill_with(ArrayView<T, 1> out, T value) {
+  const std::int64_t i = devmem::global_id();
+  if (i < out.shape(0)) out[i] = value;
+}
+
+// A 2-d constant array (Numba's cuda.const.array_like of a 2-d host array), read as lut[y][x].
+constexpr int kLutRows = 3;
+constexpr int kLutColumns = 5;
+DEVMEM_CONSTANT_ARRAY(conformance_lut_2d, std::int64_t, kLutRows, kLutColumns);
+
+DEVMEM_KERNEL void read_lut_2d(ArrayView<std::int64_t, 2> out) {
+  const auto [x, y] = devmem::grid<2>();
+  if (y < out.shape(0) && x < out.shape(1)) out(y, x) = conformance_lut_2d[y][x];
+}
+
 }  // namespace
 
 TEST_CASE("kernels: launch messages name the kernel", "[kernels]") {
@@ -53,17 +71,71 @@ TEST_CASE("kernels: launch messages name the kernel", "[kernels]") {
                     "fill_iota; X = Y]") == "fill_iota");
   static_assert(kernel_name_in_signature("void f() [T = int]").empty());
   CHECK(devmem::detail::kernel_name_of<fill_iota>() == "fill_iota");
-  // Through a pointer the name comes from the dynamic symbol table: found for an exported
-  // function, "kernel" for one it does not hold (this test's kernels).
+  // Through a pointer the name comes from the dynamic symbol table for an exported function, else
+  // from the static symbol table of the file that holds it: this test's kernels (internal linkage,
+  // in an executable linked without -rdynamic), templates included.
   CHECK(devmem::detail::kernel_symbol_name(
             reinterpret_cast<const void*>(&devmem::current_device)) == "devmem::current_device");
-  CHECK(devmem::detail::kernel_symbol_name(reinterpret_cast<const void*>(&fill_iota)) == "kernel");
+  CHECK(devmem::detail::kernel_symbol_name(reinterpret_cast<const void*>(&fill_iota)) ==
+        "fill_iota");
+  CHECK(devmem::detail::kernel_symbol_name(reinterpret_cast<const void*>(&fill_with<short>)) ==
+        "fill_with<short>");
+  // Not a function's start: no name.
+  CHECK(devmem::detail::kernel_symbol_name(reinterpret_cast<const char*>(&fill_iota) + 1) ==
+        "kernel");
   const DeviceArray ints = devmem::device_array<int>({64});
   CHECK_THROWS_MATCHES(
       devmem::launch<fill_iota>({0, 64}, ints, 0), devmem::InvalidArgument,
       Catch::Matchers::Message("devmem::launch(fill_iota): grid (0, 1, 1) has an empty dimension"));
+  CHECK_THROWS_MATCHES(
+      devmem::launch({0, 64}, fill_iota, ints, 0), devmem::InvalidArgument,
+      Catch::Matchers::Message("devmem::launch(fill_iota): grid (0, 1, 1) has an empty dimension"));
+  void (*const through_pointer)(ArrayView<int, 1>, int) = fill_iota;
+  CHECK_THROWS_WITH(devmem::launch({1, 64}, through_pointer, devmem::device_array<float>({64}), 0),
+                    Catch::Matchers::StartsWith("devmem::launch(fill_iota): argument 0: "));
   devmem::launch<fill_iota>({1, 64}, ints, 3);
   CHECK(ints.to_vector<int>() == iota_vec<int>(64, 3));
+}
+
+TEST_CASE("kernels: a 2-d constant array", "[kernels]") {
+  std::vector<std::int64_t> table(kLutRows * kLutColumns);
+  for (std::size_t i = 0; i != table.size(); ++i) {
+    table[i] = static_cast<std::int64_t>(i * i) * (std::int64_t{1} << 33) - 7;
+  }
+  const DeviceArray out = devmem::device_array<std::int64_t>({kLutRows, kLutColumns});
+  const auto read_back = [&] {
+    devmem::launch({1, Dim3(8, 4)}, read_lut_2d, out);
+    return out.to_vector<std::int64_t>();
+  };
+  devmem::const_array_like(conformance_lut_2d,
+                           devmem::HostArray::view(table).reshape({kLutRows, kLutColumns}));
+  CHECK(read_back() == table);
+  // A container's values in C order.
+  std::vector<std::int64_t> negated(table);
+  for (auto& v : negated) v = -v;
+  devmem::const_array_like(conformance_lut_2d, negated);
+  CHECK(read_back() == negated);
+  // A Fortran-order host array: its elements, not its memory order.
+  const devmem::HostArray fortran =
+      devmem::HostArray::view(table).reshape({kLutRows, kLutColumns}).copy(devmem::Order::F);
+  devmem::const_array_like(conformance_lut_2d, fortran);
+  CHECK(read_back() == table);
+  CHECK_THROWS_MATCHES(
+      devmem::const_array_like(conformance_lut_2d,
+                               devmem::HostArray::view(table).reshape({kLutColumns, kLutRows})),
+      devmem::InvalidArgument,
+      Catch::Matchers::Message("const_array_like: the host array's shape (5, 3) is not the "
+                               "constant array's shape (3, 5) (they must match)"));
+  CHECK_THROWS_MATCHES(devmem::const_array_like(conformance_lut_2d, devmem::HostArray::view(table)),
+                       devmem::InvalidArgument,
+                       Catch::Matchers::Message("const_array_like: the host array's shape (15,) is "
+                                                "not the constant array's shape (3, 5) (they must "
+                                                "match)"));
+  CHECK_THROWS_MATCHES(
+      devmem::const_array_like(conformance_lut_2d, std::vector<std::int64_t>(14)),
+      devmem::InvalidArgument,
+      Catch::Matchers::Message("const_array_like: the constant array holds 15 elements but 14 "
+                               "values were given (they must match)"));
 }
 
 TEST_CASE("kernels: launch errors are clear and enqueue nothing", "[kernels]") {
@@ -75,7 +147,7 @@ TEST_CASE("kernels: launch errors are clear and enqueue nothing", "[kernels]") {
   SECTION("block larger than the device allows") {
     CHECK_THROWS_MATCHES(
         devmem::launch({1, Dim3(64, 32), 0, s}, fill_iota, ints, 0), devmem::InvalidArgument,
-        MessageContains("devmem::launch(kernel): block (64, 32, 1) has 2048 threads; device 0"));
+        MessageContains("devmem::launch(fill_iota): block (64, 32, 1) has 2048 threads; device 0"));
     // One more than the device's z limit (CUDA: 64; ROCm and HIP-CPU: 1024).
     const auto z = static_cast<unsigned>(props.max_block_dim[2]) + 1;
     CHECK_THROWS_MATCHES(
@@ -93,12 +165,13 @@ TEST_CASE("kernels: launch errors are clear and enqueue nothing", "[kernels]") {
                         std::to_string(props.max_shared_memory_per_block) + " without it)"));
   }
   SECTION("an empty grid or block") {
-    CHECK_THROWS_MATCHES(
-        devmem::launch({0, 64, 0, s}, fill_iota, ints, 0), devmem::InvalidArgument,
-        Catch::Matchers::Message("devmem::launch(kernel): grid (0, 1, 1) has an empty dimension"));
-    CHECK_THROWS_MATCHES(
-        devmem::launch({1, Dim3(8, 0), 0, s}, fill_iota, ints, 0), devmem::InvalidArgument,
-        Catch::Matchers::Message("devmem::launch(kernel): block (8, 0, 1) has an empty dimension"));
+    CHECK_THROWS_MATCHES(devmem::launch({0, 64, 0, s}, fill_iota, ints, 0), devmem::InvalidArgument,
+                         Catch::Matchers::Message(
+                             "devmem::launch(fill_iota): grid (0, 1, 1) has an empty dimension"));
+    CHECK_THROWS_MATCHES(devmem::launch({1, Dim3(8, 0), 0, s}, fill_iota, ints, 0),
+                         devmem::InvalidArgument,
+                         Catch::Matchers::Message(
+                             "devmem::launch(fill_iota): block (8, 0, 1) has an empty dimension"));
   }
   SECTION("an array of the wrong dtype or rank") {
     const DeviceArray floats = devmem::device_array<float>({64}, Order::C, s);
@@ -243,8 +316,8 @@ TEST_CASE("kernels: launch configurations in Numba's order and from any integer 
     const std::int64_t y = props.max_grid_dim[1] + 1;
     CHECK_THROWS_MATCHES(devmem::launch({Dim3(1, y), 1, s}, fill_iota, ints, 0),
                          devmem::InvalidArgument,
-                         MessageContains("devmem::launch(kernel): grid (1, " + std::to_string(y) +
-                                         ", 1) exceeds the limit of device 0"));
+                         MessageContains("devmem::launch(fill_iota): grid (1, " +
+                                         std::to_string(y) + ", 1) exceeds the limit of device 0"));
   }
 }
 

@@ -92,6 +92,19 @@ DEVMEM_KERNEL void too_much_static_shared(ArrayView<int, 1> out) {
   out[0] = big[0];
 }
 
+// Two static shared arrays of 32 KiB: each compiles (48 KiB at most), together they are more than
+// nvcc builds.
+constexpr unsigned kHalvesLine = __LINE__ + 2;  // the first array's line
+DEVMEM_KERNEL void two_static_halves(ArrayView<float, 1> out) {
+  DEVMEM_SHARED_ARRAY(first, float, 8192);
+  DEVMEM_SHARED_ARRAY(second, float, 64, 128);
+  const unsigned t = devmem::thread_idx().x;
+  first[t] = 1.0f;
+  second(0, t) = 2.0f;
+  devmem::syncthreads();
+  out[t] = first[t] + second(0, t);
+}
+
 // Two untagged call sites of one type and shape: on a GPU one array, in the simulator an error.
 constexpr unsigned kUntaggedFirstLine = __LINE__ + 3;
 DEVMEM_KERNEL void two_untagged_shared_arrays(ArrayView<int, 1> out) {
@@ -396,6 +409,33 @@ TEST_CASE("kernels: the simulator enforces the shared-memory limit", "[kernels][
   CHECK(out.to_vector<int>()[0] == 1);
 }
 
+TEST_CASE("kernels: the simulator refuses static shared arrays over 48 KiB together, naming each",
+          "[kernels][host-only]") {
+  // nvcc refuses such a kernel at build time; the simulator at the launch, whatever the dynamic
+  // shared memory (the opt-in above 48 KiB is for dynamic memory only).
+  const DeviceArray out = devmem::device_array<float>({4});
+  for (const std::size_t dynamic : {std::size_t{0}, std::size_t{100} * 1024}) {
+    INFO("dynamic shared bytes " << dynamic);
+    try {
+      devmem::launch({1, 4, dynamic}, two_static_halves, out);
+      FAIL("launch did not report the static shared memory");
+    } catch (const devmem::BackendError& e) {
+      CHECK(e.code_name() == "LaunchOutOfResources");
+      const std::string file = "test_kernels_simulator.cpp:";
+      CHECK_THAT(
+          std::string(e.what()),
+          Catch::Matchers::Contains(
+              "two_static_halves: block (0, 0, 0): the kernel's static shared arrays need "
+              "65536 bytes, more than the 48 KiB (49152 bytes) CUDA allows a kernel's "
+              "static shared memory (nvcc refuses to build it): 32768 bytes (shape (8192,) "
+              "of 4-byte elements) at " +
+              file + std::to_string(kHalvesLine) +
+              ", 32768 bytes (shape (64, 128) of 4-byte elements) at " + file +
+              std::to_string(kHalvesLine + 1) + "; use dynamic shared memory for some of them"));
+    }
+  }
+}
+
 TEST_CASE("kernels: after the opt-in, static and dynamic shared memory share the opt-in limit",
           "[kernels][host-only]") {
   // More than 48 KiB of dynamic shared memory opts the kernel in (as on an H100): its static shared
@@ -544,9 +584,10 @@ TEST_CASE("kernels: the simulator reports out-of-bounds array accesses", "[kerne
       devmem::launch({1, 2}, local_array_overrun, y, 5);
       FAIL("launch did not report the index");
     } catch (const devmem::BackendError& e) {
-      check_launch_failure(e,
-                           "host launch: LaunchFailure (719): kernel: local_array: index (4,) is "
-                           "out of bounds for shape (4,) in thread (0, 0, 0) of block (0, 0, 0)");
+      check_launch_failure(
+          e,
+          "host launch: LaunchFailure (719): local_array_overrun: local_array: index (4,) is "
+          "out of bounds for shape (4,) in thread (0, 0, 0) of block (0, 0, 0)");
     }
   }
   SECTION("a constant array") {
@@ -605,7 +646,7 @@ TEST_CASE("kernels: a stale view is refused at launch", "[kernels][host-only]") 
   const std::int64_t strides[] = {4};
   const ArrayView<int, 1> too_long(static_cast<int*>(a.data()), shape, strides);
   CHECK_THROWS_MATCHES(devmem::launch({1, 1}, fill_iota, too_long, 0), devmem::InvalidArgument,
-                       MessageStartsWith("devmem::launch(kernel): argument 0 (an ArrayView of "
+                       MessageStartsWith("devmem::launch(fill_iota): argument 0 (an ArrayView of "
                                          "shape (9,)) reaches 36 bytes at 0x"));
 }
 

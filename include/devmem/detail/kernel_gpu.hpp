@@ -25,9 +25,11 @@
 #define DEVMEM_DEVICE __device__
 #define DEVMEM_DETAIL_DEVICE __device__
 #endif
-/// Defines a constant-memory array (once, at namespace scope; prefix `static` for internal
-/// linkage). Kernels read it directly; const_array_like fills it from the host.
-#define DEVMEM_CONSTANT_ARRAY(name, T, N) __constant__ T name[N]
+/// Defines a constant-memory array of shape `...` (one or two extents; once, at namespace scope;
+/// prefix `static` for internal linkage). Kernels read it directly (name[i], name[i][j]);
+/// const_array_like fills it from the host.
+#define DEVMEM_CONSTANT_ARRAY(name, T, ...) \
+  __constant__ typename ::devmem::detail::ConstantArrayType<T, __VA_ARGS__>::type name
 
 namespace devmem {
 namespace detail {
@@ -141,8 +143,8 @@ void launch_on_backend(const PreparedLaunch& launch, const LaunchConfig& config,
   keep_alive_until_complete(launch.stream, std::move(keep_alive));
 }
 
-template <class T, std::size_t N>
-void copy_to_constant(T (&symbol)[N], int device, const void* values, std::size_t bytes) {
+template <class Symbol>
+void copy_to_constant(Symbol& symbol, int device, const void* values, std::size_t bytes) {
   // Constant memory is per device: the copy goes to the current device of this translation
   // unit's runtime, which must be the context's (see KernelDevice).
   const KernelDevice on_device(device);
@@ -209,6 +211,15 @@ namespace detail {
 template <class T>
 [[nodiscard]] DEVMEM_DETAIL_DEVICE T* dynamic_shared() {
   return reinterpret_cast<T*>(detail::dynamic_shared_bytes());
+}
+/// The block's dynamic shared memory as a C-order ArrayView of shape `extents...` (Numba's
+/// cuda.shared.array(0, dtype), with the shape given); unchecked, as every access on a GPU. The
+/// simulator checks its accesses and that the launch's shared_bytes hold the shape.
+template <class T, class... Extent>
+  requires(sizeof...(Extent) >= 1 && (std::is_integral_v<Extent> && ...))
+[[nodiscard]] DEVMEM_DETAIL_DEVICE ArrayView<T, sizeof...(Extent)> dynamic_shared_array(
+    Extent... extents) {
+  return detail::c_order_view(dynamic_shared<T>(), extents...);
 }
 
 /// Block barrier (__syncthreads; Numba's cuda.syncthreads).

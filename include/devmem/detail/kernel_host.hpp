@@ -13,13 +13,15 @@
 #define DEVMEM_DEVICE
 // The marker of the library's own device functions (empty: the simulator runs host code).
 #define DEVMEM_DETAIL_DEVICE
-/// Defines a constant-memory array (once, at namespace scope; prefix `static` for internal
-/// linkage). Kernels read it directly (name[i], bounds-checked like ArrayView); const_array_like
-/// fills it from the host.
+/// Defines a constant-memory array of shape `...` (one or two extents; once, at namespace scope;
+/// prefix `static` for internal linkage). Kernels read it directly (name[i], name[i][j];
+/// bounds-checked like ArrayView); const_array_like fills it from the host.
 #ifdef DEVMEM_DETAIL_SIM_BOUNDS_CHECK
-#define DEVMEM_CONSTANT_ARRAY(name, T, N) ::devmem::detail::sim::ConstantArray<T, N> name
+#define DEVMEM_CONSTANT_ARRAY(name, T, ...) \
+  ::devmem::detail::sim::ConstantArray<T, __VA_ARGS__> name
 #else
-#define DEVMEM_CONSTANT_ARRAY(name, T, N) T name[N]
+#define DEVMEM_CONSTANT_ARRAY(name, T, ...) \
+  typename ::devmem::detail::ConstantArrayType<T, __VA_ARGS__>::type name
 #endif
 
 namespace devmem {
@@ -54,16 +56,19 @@ struct ThreadCoords {
 /// when called outside a kernel.
 [[nodiscard]] DEVMEM_API const ThreadCoords& current_thread(const char* function);
 /// The block's shared storage for the array identified by `key` (the same for every thread of the
-/// block), of `shape` elements of `element_size` bytes. `untagged_site` is where an untagged
-/// shared_array is called (null for a tagged one): a second untagged call site for the same key
-/// in the block fails the launch naming both, since on a GPU the two would silently alias. Fails
-/// the launch too when the block's shared memory would exceed the device limit.
+/// block), of `shape` elements of `element_size` bytes, declared at `site`. For an `untagged`
+/// shared_array, a second call site for the same key in the block fails the launch naming both,
+/// since on a GPU the two would silently alias. Fails the launch (LaunchOutOfResources) too when
+/// the block's static arrays together exceed 48 KiB (naming each one's size and site), or its
+/// shared memory the device limit.
 [[nodiscard]] DEVMEM_API void* shared_storage(const void* key, std::size_t element_size,
                                               std::span<const std::size_t> shape,
-                                              std::size_t alignment,
-                                              const SourceSite* untagged_site);
-/// The block's dynamic shared memory (LaunchConfig::shared_bytes bytes).
-[[nodiscard]] DEVMEM_API void* dynamic_shared_storage(std::size_t alignment);
+                                              std::size_t alignment, const SourceSite& site,
+                                              bool untagged);
+/// The block's dynamic shared memory (LaunchConfig::shared_bytes bytes). Fails the launch when
+/// `view_bytes` (a dynamic_shared_array's size; 0 for dynamic_shared) is more than that.
+[[nodiscard]] DEVMEM_API void* dynamic_shared_storage(std::size_t alignment,
+                                                      std::size_t view_bytes = 0);
 /// Waits until every thread of the block has arrived (at the same barrier).
 DEVMEM_API void block_barrier(const char* function, const SourceSite& where);
 /// Waits until every thread of the calling thread's warp has arrived.
@@ -114,23 +119,52 @@ void check_argument(const PreparedLaunch& launch, const S& object, std::size_t a
 
 #ifdef DEVMEM_DETAIL_SIM_BOUNDS_CHECK
 /// What DEVMEM_CONSTANT_ARRAY declares in the simulator: the array, read-only to kernels as
-/// __constant__ memory is, with bounds-checked element reads.
-template <class T, std::size_t N>
+/// __constant__ memory is, with bounds-checked element reads: name[i] for a 1-d array, name[i][j]
+/// for a 2-d one (an index outside its extent fails the launch, see ArrayView).
+template <class T, std::size_t... N>
 struct ConstantArray {
-  /// Element i (an index outside [0, N) fails the launch, see ArrayView).
-  template <class Index>
-    requires std::is_integral_v<Index>
-  const T& operator[](Index i) const {
-    check_flat_index<N>("constant array", static_cast<std::size_t>(i));
-    return elements[static_cast<std::size_t>(i)];
-  }
-  /// The first element's address (what the array decays to).
-  [[nodiscard]] const T* data() const { return elements; }
-  operator const T*() const { return elements; }  // NOLINT: decays like the array it stands for
-  /// N.
-  [[nodiscard]] static constexpr std::size_t size() { return N; }
+  static_assert(sizeof...(N) == 1 || sizeof...(N) == 2, "constant arrays are 1-d or 2-d");
+  using Elements = typename ConstantArrayType<T, N...>::type;
+  static constexpr std::size_t rank = sizeof...(N);
+  static constexpr std::size_t rows = static_extent<N...>(0);
+  static constexpr std::size_t columns = static_extent<N...>(1);
 
-  T elements[N];
+  /// Row i of a 2-d array, whose [j] reads element (i, j) after checking both indices.
+  struct Row {
+    const T* first;  // element (0, 0)
+    std::int64_t i;
+    template <class Index>
+      requires std::is_integral_v<Index>
+    const T& operator[](Index j) const {
+      const std::int64_t index[] = {i, static_cast<std::int64_t>(j)};
+      static constexpr std::int64_t shape[] = {static_cast<std::int64_t>(N)...};
+      if (out_of_bounds(index[0], shape[0]) || out_of_bounds(index[1], shape[1])) [[unlikely]] {
+        index_out_of_bounds("constant array", index, 2, shape, 2);
+      }
+      return first[static_cast<std::size_t>(i) * columns + static_cast<std::size_t>(j)];
+    }
+  };
+
+  /// Element i of a 1-d array (an index outside [0, N) fails the launch, see ArrayView), or row i
+  /// of a 2-d one.
+  template <class Index>
+    requires std::is_integral_v<Index> decltype(auto)
+  operator[](Index i) const {
+    if constexpr (rank == 1) {
+      check_flat_index<N...>("constant array", static_cast<std::size_t>(i));
+      return static_cast<const T&>(elements[static_cast<std::size_t>(i)]);
+    } else {
+      return Row{data(), static_cast<std::int64_t>(i)};
+    }
+  }
+  /// The first element's address.
+  [[nodiscard]] const T* data() const { return reinterpret_cast<const T*>(&elements); }
+  // NOLINTNEXTLINE: decays like the array it stands for (to const T* or const T (*)[N1])
+  operator const std::remove_extent_t<Elements>*() const { return elements; }
+  /// The number of elements.
+  [[nodiscard]] static constexpr std::size_t size() { return (N * ...); }
+
+  Elements elements;
 };
 #endif
 
@@ -153,39 +187,20 @@ void launch_on_backend(const PreparedLaunch& launch, const LaunchConfig& config,
   keep_alive_until_complete(launch.stream, std::move(keep_alive));
 }
 
-template <class T, std::size_t N>
-void copy_to_constant(T (&symbol)[N], int /*device*/, const void* values, std::size_t bytes) {
+template <class Symbol>
+void copy_to_constant(Symbol& symbol, int /*device*/, const void* values, std::size_t bytes) {
   sim::prepare_constant_update();  // one constant memory for every simulated device
-  std::memcpy(static_cast<void*>(symbol), values, bytes);
+  std::memcpy(static_cast<void*>(&symbol), values, bytes);
 }
 
 }  // namespace detail
 
 #ifdef DEVMEM_DETAIL_SIM_BOUNDS_CHECK
 /// const_array_like for a constant array of the simulator (see kernel.hpp): the same checks.
-template <class T, std::size_t N, class Values>
-  requires requires(const Values& v) {
-             std::data(v);
-             std::size(v);
-           }
-void const_array_like(detail::sim::ConstantArray<T, N>& symbol, const Values& values,
+template <class T, std::size_t... N, class Values>
+void const_array_like(detail::sim::ConstantArray<T, N...>& symbol, const Values& values,
                       const Stream& stream = {}) {
-  using Value = std::remove_cv_t<std::remove_pointer_t<decltype(std::data(values))>>;
-  static_assert(std::is_same_v<Value, std::remove_cv_t<T>>,
-                "const_array_like: the values' element type must be the constant array's");
-  detail::check_constant_size("const_array_like", N, static_cast<std::size_t>(std::size(values)));
-  detail::copy_to_constant(symbol.elements, detail::constant_memory_device(stream),
-                           std::data(values), N * sizeof(T));
-}
-/// The same from a host array (dtype and size checked).
-template <class T, std::size_t N>
-void const_array_like(detail::sim::ConstantArray<T, N>& symbol, const HostArray& values,
-                      const Stream& stream = {}) {
-  detail::check_dtype(dtype_of<std::remove_cv_t<T>>(), values.dtype(), "const_array_like");
-  detail::check_constant_size("const_array_like", N, static_cast<std::size_t>(values.size()));
-  const HostArray dense = values.is_c_contiguous() ? values : values.copy(Order::C);
-  detail::copy_to_constant(symbol.elements, detail::constant_memory_device(stream), dense.data(),
-                           N * sizeof(T));
+  const_array_like(symbol.elements, values, stream);
 }
 #endif
 
@@ -218,12 +233,12 @@ void const_array_like(detail::sim::ConstantArray<T, N>& symbol, const HostArray&
 
 namespace detail::sim {
 template <class T, std::size_t... N>
-void* shared_array_storage(const void* key, const SourceSite* untagged_site) {
+void* shared_array_storage(const void* key, const SourceSite& site, bool untagged) {
   static_assert(std::is_trivially_default_constructible_v<T> && std::is_trivially_destructible_v<T>,
                 "shared memory holds trivial types only (as __shared__ does)");
   static_assert(detail::StaticSharedArrayBytes<sizeof(T) * (N * ...)>::fits);
   static constexpr std::size_t shape[] = {N...};
-  return shared_storage(key, sizeof(T), shape, alignof(T), untagged_site);
+  return shared_storage(key, sizeof(T), shape, alignof(T), site, untagged);
 }
 }  // namespace detail::sim
 
@@ -232,13 +247,16 @@ void* shared_array_storage(const void* key, const SourceSite* untagged_site) {
 /// tag type (a lambda: `shared_array<float, 16, 16>([] {})`, or use DEVMEM_SHARED_ARRAY); call
 /// sites passing the same tag type share one array, which is how two device functions share one
 /// on purpose. Fails the launch (BackendError from the stream's next synchronize) when the block's
-/// shared memory would exceed the device's limit. Thread safety: as a __shared__ array.
+/// shared memory would exceed the device's limit, or its static shared arrays 48 KiB together.
+/// `where` is the call site (left to its default), named in those messages. Thread safety: as a
+/// __shared__ array.
 template <class T, std::size_t... N, class Tag>
   requires(!std::is_same_v<Tag, detail::sim::SourceSite> &&
            !std::is_same_v<Tag, detail::SharedArrayDefaultTag>)
-[[nodiscard]] SharedArray<T, N...> shared_array(Tag) {
-  return SharedArray<T, N...>(static_cast<T*>(
-      detail::sim::shared_array_storage<T, N...>(&detail::sim::shared_key<T, Tag, N...>, nullptr)));
+[[nodiscard]] SharedArray<T, N...> shared_array(
+    Tag, const detail::sim::SourceSite& where = detail::sim::SourceSite::current()) {
+  return SharedArray<T, N...>(static_cast<T*>(detail::sim::shared_array_storage<T, N...>(
+      &detail::sim::shared_key<T, Tag, N...>, where, false)));
 }
 /// The untagged block-shared array of element type T and shape N...: one array per type and shape
 /// in a kernel. On CUDA and ROC two untagged call sites of the same type and shape in one kernel
@@ -252,12 +270,25 @@ template <class T, std::size_t... N>
 [[nodiscard]] SharedArray<T, N...> shared_array(
     const detail::sim::SourceSite& where = detail::sim::SourceSite::current()) {
   return SharedArray<T, N...>(static_cast<T*>(detail::sim::shared_array_storage<T, N...>(
-      &detail::sim::shared_key<T, detail::SharedArrayDefaultTag, N...>, &where)));
+      &detail::sim::shared_key<T, detail::SharedArrayDefaultTag, N...>, where, true)));
 }
 /// The block's dynamic shared memory (LaunchConfig::shared_bytes bytes) as elements of T.
 template <class T>
 [[nodiscard]] T* dynamic_shared() {
   return static_cast<T*>(detail::sim::dynamic_shared_storage(alignof(T)));
+}
+/// The block's dynamic shared memory as a C-order ArrayView of shape `extents...` (Numba's
+/// cuda.shared.array(0, dtype), with the shape given): indexed and bounds-checked like any view,
+/// and taken by the atomics (atomic_add(view, i, v)). Fails the launch (LaunchFailure) when the
+/// shape needs more bytes than the launch's shared_bytes.
+template <class T, class... Extent>
+  requires(sizeof...(Extent) >= 1 && (std::is_integral_v<Extent> && ...))
+[[nodiscard]] ArrayView<T, sizeof...(Extent)> dynamic_shared_array(Extent... extents) {
+  std::size_t count = 1;
+  ((count *= static_cast<std::size_t>(extents)), ...);
+  return detail::c_order_view(
+      static_cast<T*>(detail::sim::dynamic_shared_storage(alignof(T), count * sizeof(T))),
+      extents...);
 }
 
 /// Block barrier (__syncthreads): waits for every thread of the block; shared and global writes
