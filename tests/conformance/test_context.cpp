@@ -88,6 +88,18 @@ TEST_CASE("context: current_context", "[context]") {
       CHECK(p.warp_size == 32);
       CHECK(p.can_map_host_memory);
     }
+    // device_properties(): the same record by reference, one address for every call and thread.
+    const devmem::DeviceProperties& ref = ctx->device_properties();
+    CHECK(&ref == &ctx->device_properties());
+    CHECK(ref.name == p.name);
+    CHECK(ref.architecture == p.architecture);
+    CHECK(ref.total_memory == p.total_memory);
+    CHECK(ref.warp_size == p.warp_size);
+    CHECK(ref.max_shared_memory_per_block == p.max_shared_memory_per_block);
+    CHECK(ref.multiprocessor_count == p.multiprocessor_count);
+    const devmem::DeviceProperties* seen_by_thread = nullptr;
+    std::thread([&] { seen_by_thread = &ctx->device_properties(); }).join();
+    CHECK(seen_by_thread == &ref);
   }
   SECTION("memory_info") {
     const devmem::MemoryInfo info = ctx->memory_info();
