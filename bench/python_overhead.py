@@ -135,8 +135,11 @@ class DeviceKit:
         return True
 
 
-class CupyKit(DeviceKit):
+class CupyKit:
     """CuPy's arrays under the namespace names of DeviceKit."""
+
+    def __init__(self, api):
+        self.api = api
 
     def namespace(self):
         ns = NumpyKit().namespace()
