@@ -89,18 +89,18 @@ tidy_files() {
     sed "s|^$PWD/||" | { grep -E "^($2)/.*\.(cpp|cc|cxx)\$" || true; } | sort -u
 }
 
-# clang-tidy over the files after $1, with $1's compilation database; fails on any finding.
-tidy_with() {
-  local dir=$1
-  shift
-  [ $# -gt 0 ] || return 0
+# clang-tidy over "DIR FILE" lines on stdin (FILE checked with DIR's compilation database), $jobs at
+# a time from one pool, so that no core waits at the end of one database's files while another's
+# remain; the biggest files (most likely the slowest) go first. Fails on any finding.
+tidy_pool() {
   # One clang-tidy per file; the per-file "N warnings generated" counts (system headers) are noise.
   local status
   set +e
-  printf '%s\n' "$@" |
-    xargs -P "$jobs" -n 1 "$clang_tidy" -p "$dir" --quiet 2>&1 |
+  while read -r dir file; do printf '%s %s %s\n' "$(stat -c %s "$file")" "$dir" "$file"; done |
+    sort -rn | cut -d' ' -f2- |
+    xargs -P "$jobs" -L 1 sh -c 'exec "$0" -p "$1" --quiet "$2"' "$clang_tidy" 2>&1 |
     grep -vE '^[0-9]+ (warning|error)s? (and [0-9]+ (warning|error)s? )?generated\.$'
-  status=${PIPESTATUS[1]}
+  status=${PIPESTATUS[3]}
   set -e
   [ "$status" -eq 0 ]
 }
@@ -188,12 +188,14 @@ run_tidy() {  # the files to check (all of the library's sources when none)
     return 0
   fi
   echo "clang-tidy: $count files, $jobs at a time"
-  local status=0
-  tidy_with "$host_dir" "${host_files[@]}" || status=1
-  tidy_with "$mpi_dir" "${mpi_files[@]}" || status=1
-  tidy_with "$python_dir" "${python_files[@]}" || status=1
-  tidy_with "$cuda_gpu_dir" "${cuda_gpu_files[@]}" || status=1
-  tidy_with "$roc_gpu_dir" "${roc_gpu_files[@]}" || status=1
+  local status=0 f
+  {
+    for f in "${host_files[@]}"; do echo "$host_dir $f"; done
+    for f in "${mpi_files[@]}"; do echo "$mpi_dir $f"; done
+    for f in "${python_files[@]}"; do echo "$python_dir $f"; done
+    for f in "${cuda_gpu_files[@]}"; do echo "$cuda_gpu_dir $f"; done
+    for f in "${roc_gpu_files[@]}"; do echo "$roc_gpu_dir $f"; done
+  } | tidy_pool || status=1
   if [ "$status" -ne 0 ]; then
     echo "lint.sh: clang-tidy reported findings (above)" >&2
     return 1

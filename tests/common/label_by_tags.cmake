@@ -48,3 +48,33 @@ endwhile()
 ")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${file}")
 endfunction()
+
+# devmem_keep_sources_with_tags(<out_var> TAGS <tags...> SOURCES <files...> [ALWAYS <files...>])
+#
+# With DEVMEM_THREADS_TESTS_ONLY on, sets <out_var> to the ALWAYS files (a program's main) and those
+# of SOURCES whose text names one of TAGS (a Catch2 tag such as "[streams]", as written in a
+# TEST_CASE): the only sources that can hold a test devmem_label_tests_by_tags gives the label, so a
+# build for CI's TSan step (`ctest -L threads`) compiles nothing it will not run. Otherwise <out_var>
+# is every file. Paths are relative to the current source directory; configuring again follows
+# an edit of a source's tags.
+function(devmem_keep_sources_with_tags out_var)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "TAGS;SOURCES;ALWAYS")
+  if(NOT DEVMEM_THREADS_TESTS_ONLY)
+    set(${out_var} ${arg_ALWAYS} ${arg_SOURCES} PARENT_SCOPE)
+    return()
+  endif()
+  set(kept ${arg_ALWAYS})
+  foreach(source IN LISTS arg_SOURCES)
+    set(path "${CMAKE_CURRENT_SOURCE_DIR}/${source}")
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${path}")
+    file(READ "${path}" text)
+    foreach(tag IN LISTS arg_TAGS)
+      string(FIND "${text}" "${tag}" at)
+      if(NOT at EQUAL -1)
+        list(APPEND kept "${source}")
+        break()
+      endif()
+    endforeach()
+  endforeach()
+  set(${out_var} ${kept} PARENT_SCOPE)
+endfunction()
