@@ -4,7 +4,7 @@
 //   devmem trace summarize FILE   what a trace (DEVMEM_TRACE=FILE) shows
 //   devmem --version
 // Exit codes: 0 success, 1 runtime failure (e.g. no device), 2 usage error.
-#include "bench_command.hpp"
+#include "bench/engine/bench_command.hpp"
 #include "trace_command.hpp"
 
 #include <devmem/devmem.hpp>

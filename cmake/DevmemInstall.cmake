@@ -18,7 +18,7 @@ if(DEVMEM_HIPCPU)
   # For consumers' kernels on HIP-CPU builds (devmem_add_kernel_sources): the interface target and
   # devmem's HIP-CPU compatibility headers. HIP-CPU itself stays where devmem was built from.
   install(TARGETS devmem_hipcpu_runtime EXPORT devmem-targets)
-  install(DIRECTORY ${PROJECT_SOURCE_DIR}/backends/hipcpu/include/
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/cpu_standins/hipcpu/include/
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/devmem-hipcpu)
 endif()
 if(DEVMEM_WITH_MPI)

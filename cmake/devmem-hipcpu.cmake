@@ -3,7 +3,7 @@
 # the given GPU backend, and added to <target>, which is linked to <runtime_target> (the interface
 # target carrying HIP-CPU's headers, devmem's compatibility headers, TBB and threads).
 #
-# Used by devmem's own HIP-CPU builds (backends/hipcpu) and by devmem_add_kernel_sources for
+# Used by devmem's own HIP-CPU builds (cpu_standins/hipcpu) and by devmem_add_kernel_sources for
 # consumers of a HIP-CPU build of devmem (installed next to devmem-config.cmake).
 include_guard(GLOBAL)
 

@@ -5,9 +5,10 @@
 #                                     matches .clang-format; nothing is rewritten
 #   scripts/lint.sh --fix [FILE...]     clang-format, rewriting those files in place
 #   scripts/lint.sh --tidy [FILE...]    clang-tidy (.clang-tidy) over the library's sources: core/,
-#                                     backends/, apps/ as the host preset compiles them, mpi/ as
-#                                     host-mpi does, python/ as the python preset does (python-mpi
-#                                     with Open MPI and mpi4py: devmem.mpi's module too), and the
+#                                     backends/, apps/, bench/engine/ as the host preset compiles
+#                                     them (not the tests in backends/*/tests), mpi/ as host-mpi
+#                                     does, python/ as the python preset does (python-mpi with
+#                                     Open MPI and mpi4py: devmem.mpi's module too), and the
 #                                     GPU backends' sources (backends/cuda, backends/roc,
 #                                     backends/gpu_runtime) as cuda-hipcpu and roc-hipcpu compile
 #                                     them (or over each FILE among them; other files, headers
@@ -86,7 +87,8 @@ run_format() {  # $1: --dry-run or -i; then the files (all when none)
 # the top-level directories to take, as an extended regular expression ("core|backends").
 tidy_files() {
   sed -n 's/^[[:space:]]*"file":[[:space:]]*"\(.*\)",\{0,1\}$/\1/p' "$1/compile_commands.json" |
-    sed "s|^$PWD/||" | { grep -E "^($2)/.*\.(cpp|cc|cxx)\$" || true; } | sort -u
+    sed "s|^$PWD/||" | { grep -E "^($2)/.*\.(cpp|cc|cxx)\$" | grep -v '/tests/' || true; } |
+    sort -u
 }
 
 # clang-tidy over "DIR FILE" lines on stdin (FILE checked with DIR's compilation database), $jobs at
@@ -106,7 +108,7 @@ tidy_pool() {
 }
 
 # Whether the HIP-CPU presets can be configured: TBB's CMake package and the HIP-CPU checkout beside
-# the repository (backends/hipcpu/CMakeLists.txt).
+# the repository (cpu_standins/hipcpu/CMakeLists.txt).
 hipcpu_available() {
   compgen -G '/usr/lib/*/cmake/TBB/TBBConfig.cmake' >/dev/null ||
     compgen -G '/usr/lib/cmake/TBB/TBBConfig.cmake' >/dev/null || return 1
@@ -155,7 +157,7 @@ run_tidy() {  # the files to check (all of the library's sources when none)
       "backends/gpu_runtime are skipped"
   fi
   local host_all host_files=() mpi_files=() python_files=() cuda_gpu_files=() roc_gpu_files=()
-  host_all=$(tidy_files "$host_dir" 'core|backends|apps')
+  host_all=$(tidy_files "$host_dir" 'core|backends|apps|bench/engine')
   if [ $# -eq 0 ]; then
     [ -z "$host_all" ] || mapfile -t host_files <<<"$host_all"
     [ -z "$mpi_all" ] || mapfile -t mpi_files <<<"$mpi_all"

@@ -736,7 +736,7 @@ auto convert_kernel_arguments(const PreparedLaunch& launch, std::index_sequence<
 }  // namespace devmem
 
 // DEVMEM_HIPCPU_CUDA / DEVMEM_HIPCPU_ROC: set by the cuda-hipcpu / roc-hipcpu presets for kernel
-// sources that the host compiler builds against HIP-CPU (backends/hipcpu/).
+// sources that the host compiler builds against HIP-CPU (cpu_standins/hipcpu/).
 #if defined(__CUDACC__) || defined(DEVMEM_HIPCPU_CUDA)
 #include <devmem/detail/kernel_cuda.hpp>
 #elif defined(__HIPCC__) || defined(DEVMEM_HIPCPU_ROC)

@@ -4,7 +4,7 @@
 # times over in one CI run; nothing in it is on the path a test measures.
 #   devmem_catch_runtime: the implementation, for programs that define main themselves.
 #   devmem_catch_main: the implementation and a main that runs the session.
-# Included from tests/CMakeLists.txt and tests/mpi/CMakeLists.txt (whichever comes first).
+# Included from tests/CMakeLists.txt and mpi/tests/CMakeLists.txt (whichever comes first).
 if(NOT TARGET devmem_catch_runtime)
   add_library(devmem_catch_runtime STATIC ${CMAKE_CURRENT_LIST_DIR}/catch_runtime.cpp)
   target_link_libraries(devmem_catch_runtime PUBLIC Catch2::Catch2)

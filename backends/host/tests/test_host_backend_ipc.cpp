@@ -2,7 +2,7 @@
 // docs/scaling-out.md#ipc), within one process: exporting moves an allocation into a memfd
 // without moving it or changing its bytes, and bad pointers and handles are BackendErrors naming
 // the call. Opening in another process is tested by the conformance suite (test_ipc.cpp).
-#include "../common/exported_memfds.hpp"
+#include "tests/common/exported_memfds.hpp"
 #include "host_backend_test_support.hpp"
 
 using namespace host_backend_test;

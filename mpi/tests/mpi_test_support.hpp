@@ -4,7 +4,7 @@
 // Include after <catch2/catch.hpp> (the programs link devmem_catch_runtime and define main).
 #pragma once
 
-#include "../common/catch_runtime.hpp"
+#include "tests/common/catch_runtime.hpp"
 
 #include <devmem/mpi.hpp>
 

@@ -7,7 +7,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "../common/stderr_capture.hpp"
+#include "tests/common/stderr_capture.hpp"
 #include "backends/gpu_runtime/runtime_backend.hpp"
 
 #include <devmem/backend.hpp>
