@@ -62,7 +62,7 @@ if(CHECK STREQUAL "json")
   endfunction()
   check_rows(copies direction memory bytes devmem_gbps raw_gbps ratio)
   # The strided transfers (a transpose and a reversed axis per direction) and their baseline.
-  check_rows(strided layout direction bytes devmem_gbps raw_gbps ratio)
+  check_rows(strided layout direction bytes devmem_gbps raw_gbps ratio loop_gbps ratio_vs_loop)
   # The kernel group (host backend): every kernel against its plain loop.
   check_rows(kernels kernel size threads seconds_per_launch loop_seconds threads_per_second
              slowdown ratio)

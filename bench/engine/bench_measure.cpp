@@ -205,6 +205,18 @@ const std::vector<std::pair<std::string, DeviceArray (*)(const DeviceArray&)>>& 
   return layouts;
 }
 
+namespace {
+
+/// The plain loop over the layout `name` of strided_layouts() on a side^4 array: the view's
+/// element strides and the element its index 0 is.
+StridedLoop plain_loop(std::string_view name, std::int64_t side, bool strided_source) {
+  const std::int64_t s = side;
+  if (name == "transpose") return {s, {1, s, s * s, s * s * s}, 0, strided_source};
+  return {s, {s * s * s, s * s, s, -1}, s - 1, strided_source};  // reverse-last-axis
+}
+
+}  // namespace
+
 std::vector<StridedResult> measure_strided(const BenchOptions& options, RawBaseline& raw,
                                            Progress& progress) {
   std::vector<StridedResult> results;
@@ -258,7 +270,14 @@ std::vector<StridedResult> measure_strided(const BenchOptions& options, RawBasel
                                              count);
                     }) /
           count;
-      results.push_back({name, direction, memory, side, bytes, count, devmem_s, raw_s});
+      // The strided side is the source when reading the view (D2H, D2D), the destination when
+      // writing it (H2D).
+      const StridedLoop loop = plain_loop(name, side, direction != Direction::HostToDevice);
+      const double loop_s =
+          raw.time_strided_loop(loop, 1) < 0.0 ? -1.0 : median_of(options.repeats, [&] {
+                                                          return raw.time_strided_loop(loop, count);
+                                                        }) / count;
+      results.push_back({name, direction, memory, side, bytes, count, devmem_s, raw_s, loop_s});
     }
   }
   raw.release();

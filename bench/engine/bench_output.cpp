@@ -60,20 +60,30 @@ void table_transfers(const Report& r, TableLines& line) {
   }
 }
 
-/// Strided copies against the raw contiguous copy of the same bytes.
+/// Strided copies against the raw contiguous copy of the same bytes and, like with like, the plain
+/// loop over the same layout.
 void table_strided(const Report& r, TableLines& line) {
   if (!r.strided.empty()) {
+    const bool loops = std::any_of(r.strided.begin(), r.strided.end(),
+                                   [](const StridedResult& c) { return c.has_loop(); });
     line("");
     line(fmt::format(
         "Strided transfers: a {}^4 float32 array, strided on the device side, dense on the other "
-        "(ratio = strided GB/s / raw contiguous GB/s of the same bytes)",
-        r.strided.front().side));
-    line(fmt::format("{:<18} {:<4} {:<9} {:>9} {:>6} {:>12} {:>12} {:>8}", "layout", "dir",
-                     "memory", "size", "ops", "devmem GB/s", "raw GB/s", "ratio"));
+        "(vs contiguous = strided GB/s / raw contiguous GB/s of the same bytes, the bound a "
+        "strided copy can approach{})",
+        r.strided.front().side,
+        loops ? "; vs loop = against a plain 1-thread loop over the same layout, like with like"
+              : "; no plain-loop column: on a GPU the plain version is a kernel"));
+    line(fmt::format("{:<18} {:<4} {:<9} {:>9} {:>6} {:>12} {:>12} {:>14}{}", "layout", "dir",
+                     "memory", "size", "ops", "devmem GB/s", "raw GB/s", "vs contiguous",
+                     loops ? fmt::format(" {:>10} {:>8}", "loop GB/s", "vs loop") : ""));
     for (const StridedResult& c : r.strided) {
-      line(fmt::format("{:<18} {:<4} {:<9} {:>9} {:>6} {:>12.3f} {:>12.3f} {:>7.2f}x", c.layout,
+      line(fmt::format("{:<18} {:<4} {:<9} {:>9} {:>6} {:>12.3f} {:>12.3f} {:>13.2f}x{}", c.layout,
                        to_string(c.direction), to_string(c.memory), devmem::format_bytes(c.bytes),
-                       c.ops_per_sample, c.devmem_gbps(), c.raw_gbps(), c.ratio()));
+                       c.ops_per_sample, c.devmem_gbps(), c.raw_gbps(), c.ratio(),
+                       c.has_loop()
+                           ? fmt::format(" {:>10.3f} {:>7.2f}x", c.loop_gbps(), c.ratio_vs_loop())
+                           : ""));
     }
   }
 }
@@ -220,10 +230,11 @@ std::string print_json(const Report& r) {
     return fmt::format(
         "{{\"layout\": {}, \"direction\": \"{}\", \"memory\": \"{}\", \"side\": {}, "
         "\"bytes\": {}, \"ops_per_sample\": {}, \"devmem_gbps\": {}, \"raw_gbps\": {}, "
-        "\"ratio\": {}}}",
+        "\"ratio\": {}, \"loop_gbps\": {}, \"ratio_vs_loop\": {}}}",
         json_string(c.layout), to_string(c.direction), to_string(c.memory), c.side, c.bytes,
         c.ops_per_sample, json_number(c.devmem_gbps()), json_number(c.raw_gbps()),
-        json_number(c.ratio()));
+        json_number(c.ratio()), c.has_loop() ? json_number(c.loop_gbps()) : "null",
+        c.has_loop() ? json_number(c.ratio_vs_loop()) : "null");
   });
   out += json_list("allocations", r.allocations, [](const AllocResult& a) {
     return fmt::format(
@@ -292,6 +303,12 @@ std::string print_csv(const Report& r) {
     out += fmt::format("strided-{},{},{},{},{},{},GB/s,{}\n", c.layout, to_string(c.direction),
                        to_string(c.memory), c.bytes, json_number(c.devmem_gbps()),
                        json_number(c.raw_gbps()), json_number(c.ratio()));
+    if (c.has_loop()) {  // the same copy against the plain loop over its layout
+      out += fmt::format("strided-{}-vs-loop,{},{},{},{},{},GB/s,{}\n", c.layout,
+                         to_string(c.direction), to_string(c.memory), c.bytes,
+                         json_number(c.devmem_gbps()), json_number(c.loop_gbps()),
+                         json_number(c.ratio_vs_loop()));
+    }
   }
   for (const AllocResult& a : r.allocations) {
     out += fmt::format("alloc-direct,,device,{},{},{},ns,{}\n", a.bytes, json_number(a.direct_ns),

@@ -44,7 +44,9 @@ struct CopyResult {
 };
 
 /// A strided transfer (a 4-d float32 array seen transposed or with its last axis reversed on the
-/// device side, dense on the other) against the raw contiguous copy of the same bytes.
+/// device side, dense on the other) against the raw contiguous copy of the same bytes (the bound
+/// a strided copy can approach) and, like with like, against the plain loop a programmer writes
+/// for the same layout (the host backend only: a GPU's plain version is a kernel).
 struct StridedResult {
   std::string layout;
   Direction direction;
@@ -54,12 +56,17 @@ struct StridedResult {
   int ops_per_sample;
   double devmem_seconds;  // per copy, median, wall clock to completion
   double raw_seconds;
+  double loop_seconds = -1.0;  // the plain loop over the same layout; negative: not measured
   [[nodiscard]] double devmem_gbps() const {
     return static_cast<double>(bytes) / devmem_seconds / 1e9;
   }
   [[nodiscard]] double raw_gbps() const { return static_cast<double>(bytes) / raw_seconds / 1e9; }
+  [[nodiscard]] bool has_loop() const { return loop_seconds > 0.0; }
+  [[nodiscard]] double loop_gbps() const { return static_cast<double>(bytes) / loop_seconds / 1e9; }
   /// Strided throughput as a fraction of the contiguous copy's (1: as fast).
   [[nodiscard]] double ratio() const { return raw_seconds / devmem_seconds; }
+  /// > 1: devmem's strided copy is faster than the plain loop over the same layout.
+  [[nodiscard]] double ratio_vs_loop() const { return loop_seconds / devmem_seconds; }
 };
 
 struct AllocResult {

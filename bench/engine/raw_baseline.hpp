@@ -9,12 +9,23 @@
 
 #include <devmem/config.hpp>
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 
 namespace devmem::app {
+
+/// A strided copy written by hand: a side^4 float32 array, one side dense (C order), the other
+/// addressed through `strides` (in elements, possibly negative) from element `base`.
+struct StridedLoop {
+  std::int64_t side = 0;
+  std::array<std::int64_t, 4> strides{};
+  std::int64_t base = 0;
+  bool strided_source = true;  // false: the strided side is the destination
+};
 
 class RawBaseline {
  public:
@@ -33,6 +44,11 @@ class RawBaseline {
   /// `bytes` (device time, from events, where the vendor has them).
   [[nodiscard]] virtual double time_copies(Direction direction, HostMemory memory,
                                            std::size_t bytes, int count) = 0;
+  /// Seconds for `count` runs of the plain loop a programmer writes for `loop` (four nested loops,
+  /// one element at a time, one thread), over buffers prepared for its bytes; negative where the
+  /// strided side cannot be reached by a host loop (a GPU's memory: there the plain version is a
+  /// kernel, which this interface of vendor calls does not have).
+  [[nodiscard]] virtual double time_strided_loop(const StridedLoop& loop, int count) = 0;
   /// Seconds for `count` allocate + free pairs of `bytes`.
   [[nodiscard]] virtual double time_alloc_free(std::size_t bytes, int count) = 0;
   /// Host seconds to enqueue `count` asynchronous pinned H2D copies of `bytes` (the enqueue cost

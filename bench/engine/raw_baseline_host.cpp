@@ -58,6 +58,37 @@ class HostBaseline final : public RawBaseline {
     return std::chrono::duration<double>(Clock::now() - start).count();
   }
 
+  double time_strided_loop(const StridedLoop& loop, int count) override {
+    const std::int64_t n = loop.side;
+    if (n <= 0 || static_cast<std::size_t>(n * n * n * n) * sizeof(float) > source_.bytes ||
+        static_cast<std::size_t>(n * n * n * n) * sizeof(float) > destination_.bytes) {
+      throw InvalidArgument("raw strided-loop baseline: buffers were not prepared for this size");
+    }
+    const auto* src = reinterpret_cast<const float*>(source_.data.get());
+    auto* dst = reinterpret_cast<float*>(destination_.data.get());
+    const auto [s0, s1, s2, s3] = loop.strides;
+    const auto start = Clock::now();
+    for (int repeat = 0; repeat < count; ++repeat) {
+      std::int64_t dense = 0;
+      for (std::int64_t i0 = 0; i0 < n; ++i0) {
+        for (std::int64_t i1 = 0; i1 < n; ++i1) {
+          for (std::int64_t i2 = 0; i2 < n; ++i2) {
+            const std::int64_t row = loop.base + i0 * s0 + i1 * s1 + i2 * s2;
+            for (std::int64_t i3 = 0; i3 < n; ++i3, ++dense) {
+              if (loop.strided_source) {
+                dst[dense] = src[row + i3 * s3];
+              } else {
+                dst[row + i3 * s3] = src[dense];
+              }
+            }
+          }
+        }
+      }
+      asm volatile("" : : "r"(dst) : "memory");
+    }
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  }
+
   double time_alloc_free(std::size_t bytes, int count) override {
     const auto start = Clock::now();
     for (int i = 0; i < count; ++i) {

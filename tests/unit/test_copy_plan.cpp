@@ -239,3 +239,25 @@ TEST_CASE("copy_host_strided between common layouts", "[layout][copy]") {
     }
   }
 }
+
+// The fixed-width row paths (element sizes 1, 2, 4, 8, 16): rows of one element with the
+// innermost axis reversed on one side only, and a transpose (single-element rows with a pitch),
+// both directions, next to a size without a fixed path (3).
+TEST_CASE("copy_host_strided: one side reversed or transposed, for each element size",
+          "[layout][copy]") {
+  std::mt19937 rng(11);
+  for (const std::int64_t itemsize : {1, 2, 3, 4, 8, 16}) {
+    const Shape shape{3, 5, 7};
+    const Layout c = dense(shape, itemsize);
+    const std::int64_t bytes = 3 * 5 * 7 * itemsize;
+    const Layout reversed_last{
+        shape, {35 * itemsize, 7 * itemsize, -itemsize}, 6 * itemsize, itemsize};
+    const Layout transposed =
+        devmem::layout::transpose(dense({7, 5, 3}, itemsize), std::vector<int>{2, 1, 0});
+    INFO("itemsize " << itemsize);
+    for (const Layout& strided : {reversed_last, transposed}) {
+      check_copy(strided, bytes, c, bytes, rng);
+      check_copy(c, bytes, strided, bytes, rng);
+    }
+  }
+}
