@@ -108,6 +108,33 @@ void AsyncMemoryManager::deallocate(void* ptr, std::size_t /*bytes*/, const Stre
 
 // ---- pool ----
 
+namespace {
+
+/// The last free block of `bins[key]`, taken out of the bin; nullptr when there is none. The
+/// device and the pinned host bins share it (and everything below but what each counts).
+template <class Bins, class Key>
+void* pop_block(Bins& bins, const Key& key) {
+  const auto it = bins.find(key);
+  if (it == bins.end() || it->second.empty()) return nullptr;
+  void* block = it->second.back();
+  it->second.pop_back();
+  return block;
+}
+
+/// `allocate()` from upstream; when upstream is out of memory, the pool's cached blocks of other
+/// sizes may be what stands in the way: released (trim), then one more try.
+template <class Allocate>
+void* allocate_or_trim_and_retry(PoolMemoryManager& pool, Allocate allocate) {
+  try {
+    return allocate();
+  } catch (const OutOfMemory&) {
+    pool.trim();
+    return allocate();
+  }
+}
+
+}  // namespace
+
 struct PoolMemoryManager::State {
   Options options;
   std::shared_ptr<MemoryManager> upstream;
@@ -117,6 +144,13 @@ struct PoolMemoryManager::State {
   std::unordered_map<std::size_t, std::vector<void*>> device_blocks;
   std::map<std::pair<unsigned, std::size_t>, std::vector<void*>> host_blocks;  // (flags, class)
   PoolStatistics stats;
+
+  /// Whether a returned block of `cls_bytes` stays cached (with the mutex held): the limit covers
+  /// device and pinned host blocks together, whichever comes back.
+  [[nodiscard]] bool may_cache(std::int64_t cls_bytes) const noexcept {
+    return options.max_cached_bytes == 0 ||
+           stats.cached_bytes + stats.cached_host_bytes + cls_bytes <= options.max_cached_bytes;
+  }
 };
 
 PoolMemoryManager::PoolMemoryManager(Context& context) : PoolMemoryManager(context, Options{}) {}
@@ -161,10 +195,7 @@ void* PoolMemoryManager::allocate(std::size_t bytes, const Stream& stream) {
   const std::size_t cls = size_class(bytes);
   {
     std::lock_guard lock(state_->mutex);
-    auto it = state_->device_blocks.find(cls);
-    if (it != state_->device_blocks.end() && !it->second.empty()) {
-      void* block = it->second.back();
-      it->second.pop_back();
+    if (void* block = pop_block(state_->device_blocks, cls)) {
       ++state_->stats.hits;
       state_->stats.cached_bytes -= static_cast<std::int64_t>(cls);
       --state_->stats.cached_blocks;
@@ -182,14 +213,7 @@ void* PoolMemoryManager::allocate(std::size_t bytes, const Stream& stream) {
       "pool", "miss",
       {{"bytes", static_cast<std::int64_t>(bytes)}, {"block", static_cast<std::int64_t>(cls)}});
   MemoryManager& upstream = *state_->upstream;
-  void* block = nullptr;
-  try {
-    block = upstream.allocate(cls, stream);
-  } catch (const OutOfMemory&) {
-    // Cached blocks of other sizes may be what stands in the way.
-    trim();
-    block = upstream.allocate(cls, stream);
-  }
+  void* block = allocate_or_trim_and_retry(*this, [&] { return upstream.allocate(cls, stream); });
   std::lock_guard lock(state_->mutex);
   state_->stats.backend_bytes += static_cast<std::int64_t>(cls);
   return block;
@@ -200,10 +224,7 @@ void PoolMemoryManager::deallocate(void* ptr, std::size_t bytes, const Stream& s
   const auto cls_bytes = static_cast<std::int64_t>(cls);
   {
     std::lock_guard lock(state_->mutex);
-    // The limit covers device and pinned host blocks together, whichever comes back.
-    const std::int64_t limit = state_->options.max_cached_bytes;
-    if (limit == 0 ||
-        state_->stats.cached_bytes + state_->stats.cached_host_bytes + cls_bytes <= limit) {
+    if (state_->may_cache(cls_bytes)) {
       state_->device_blocks[cls].push_back(ptr);
       state_->stats.cached_bytes += cls_bytes;
       ++state_->stats.cached_blocks;
@@ -220,10 +241,7 @@ void* PoolMemoryManager::host_allocate(std::size_t bytes, HostAllocFlags flags) 
   const auto key = std::make_pair(static_cast<unsigned>(flags), cls);
   {
     std::lock_guard lock(state_->mutex);
-    auto it = state_->host_blocks.find(key);
-    if (it != state_->host_blocks.end() && !it->second.empty()) {
-      void* block = it->second.back();
-      it->second.pop_back();
+    if (void* block = pop_block(state_->host_blocks, key)) {
       ++state_->stats.hits;
       state_->stats.cached_host_bytes -= static_cast<std::int64_t>(cls);
       return block;
@@ -231,12 +249,7 @@ void* PoolMemoryManager::host_allocate(std::size_t bytes, HostAllocFlags flags) 
     ++state_->stats.misses;
   }
   MemoryManager& upstream = *state_->upstream;
-  try {
-    return upstream.host_allocate(cls, flags);
-  } catch (const OutOfMemory&) {
-    trim();
-    return upstream.host_allocate(cls, flags);
-  }
+  return allocate_or_trim_and_retry(*this, [&] { return upstream.host_allocate(cls, flags); });
 }
 
 void PoolMemoryManager::host_deallocate(void* ptr, std::size_t bytes, HostAllocFlags flags) {
@@ -244,9 +257,7 @@ void PoolMemoryManager::host_deallocate(void* ptr, std::size_t bytes, HostAllocF
   const auto cls_bytes = static_cast<std::int64_t>(cls);
   {
     std::lock_guard lock(state_->mutex);
-    const std::int64_t limit = state_->options.max_cached_bytes;
-    if (limit == 0 ||
-        state_->stats.cached_bytes + state_->stats.cached_host_bytes + cls_bytes <= limit) {
+    if (state_->may_cache(cls_bytes)) {
       state_->host_blocks[std::make_pair(static_cast<unsigned>(flags), cls)].push_back(ptr);
       state_->stats.cached_host_bytes += cls_bytes;
       return;
