@@ -738,9 +738,10 @@ auto convert_kernel_arguments(const PreparedLaunch& launch, std::index_sequence<
 // DEVMEM_HIPCPU_CUDA / DEVMEM_HIPCPU_ROC: set by the cuda-hipcpu / roc-hipcpu presets for kernel
 // sources that the host compiler builds against HIP-CPU (cpu_standins/hipcpu/).
 #if defined(__CUDACC__) || defined(DEVMEM_HIPCPU_CUDA)
-#include <devmem/detail/kernel_cuda.hpp>
+#include <devmem/detail/kernel_vendor.hpp>
 #elif defined(__HIPCC__) || defined(DEVMEM_HIPCPU_ROC)
-#include <devmem/detail/kernel_hip.hpp>
+#define DEVMEM_KERNEL_VENDOR_HIP 1
+#include <devmem/detail/kernel_vendor.hpp>
 #else
 #include <devmem/detail/kernel_host.hpp>
 #endif

@@ -1,6 +1,6 @@
 // <devmem/kernel.hpp> on a GPU compiler (nvcc or hipcc): written once, because HIP kept CUDA's
 // kernel language (__global__, __shared__, __constant__, <<<>>>, __syncthreads, __threadfence).
-// The vendor's names come from kernel_cuda.hpp or kernel_hip.hpp, which include this file after
+// The vendor's names come from kernel_vendor.hpp, which includes this file after
 // defining detail::KernelRuntime (the runtime calls) and detail::wave_sync() (the warp or
 // wavefront barrier).
 #pragma once
