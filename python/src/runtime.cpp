@@ -119,53 +119,68 @@ std::vector<HostArray> host_views(const py::args& arrays, const char* operation)
   return views;
 }
 
-/// `with devmem.pinned(a, b):` — page-locks the arrays' memory for the block, unpinned at exit
-/// right away (never through the deallocation queue, so the memory can be pinned again at once).
-class PinnedContext {
+/// What `with devmem.pinned(...)` and `with devmem.mapped(...)` share: the arrays, the scope open
+/// for the block, and its end at exit, right away (never through the deallocation queue, so the
+/// memory can be pinned or mapped again at once), without the GIL.
+template <class Scope>
+class HostMemoryBlock {
  public:
-  explicit PinnedContext(std::vector<HostArray> arrays) : arrays_(std::move(arrays)) {}
-  void enter() {
-    if (scope_) throw py::value_error("pinned: the block is already entered");
-    scope_.emplace(without_gil([&] { return pinned(arrays_); }));
-  }
   void exit() {
     if (!scope_) return;
     without_gil([&] { scope_->close(); });
     scope_.reset();
   }
 
+ protected:
+  HostMemoryBlock(std::vector<HostArray> arrays, const char* what)
+      : arrays_(std::move(arrays)), what_(what) {}
+  /// Opens the block's scope with `open(arrays)`; ValueError when it is open already.
+  template <class Open>
+  Scope& open(Open open) {
+    if (scope_) throw py::value_error(fmt::format("{}: the block is already entered", what_));
+    scope_.emplace(without_gil([&] { return open(arrays_); }));
+    return *scope_;
+  }
+
  private:
   std::vector<HostArray> arrays_;
-  std::optional<PinnedScope> scope_;
+  const char* what_;
+  std::optional<Scope> scope_;
+};
+
+/// `with devmem.pinned(a, b):` — page-locks the arrays' memory for the block.
+class PinnedContext : public HostMemoryBlock<PinnedScope> {
+ public:
+  explicit PinnedContext(std::vector<HostArray> arrays)
+      : HostMemoryBlock(std::move(arrays), "pinned") {}
+  void enter() {
+    open([](const std::vector<HostArray>& arrays) { return pinned(arrays); });
+  }
 };
 
 /// `with devmem.mapped(a, b, stream=s) as (da, db):` — maps the arrays into the device address
 /// space for the block and gives their device views (one array: the view itself).
-class MappedContext {
+class MappedContext : public HostMemoryBlock<MappedScope> {
  public:
   MappedContext(std::vector<HostArray> arrays, py::list dtypes, Stream stream)
-      : arrays_(std::move(arrays)), dtypes_(std::move(dtypes)), stream_(std::move(stream)) {}
+      : HostMemoryBlock(std::move(arrays), "mapped"),
+        dtypes_(std::move(dtypes)),
+        stream_(std::move(stream)) {}
   py::object enter() {
-    if (scope_) throw py::value_error("mapped: the block is already entered");
-    scope_.emplace(without_gil([&] { return mapped(arrays_, MapOptions{stream_, false, false}); }));
+    const MappedScope& scope = open([&](const std::vector<HostArray>& arrays) {
+      return mapped(arrays, MapOptions{stream_, false, false});
+    });
     py::list views;
-    for (std::size_t i = 0; i < scope_->size(); ++i) {
-      views.append(py::cast(DeviceNDArray{(*scope_)[i], dtypes_[i].cast<py::dtype>()}));
+    for (std::size_t i = 0; i < scope.size(); ++i) {
+      views.append(py::cast(DeviceNDArray{scope[i], dtypes_[i].cast<py::dtype>()}));
     }
     if (views.size() == 1) return views[0];
     return views;
   }
-  void exit() {
-    if (!scope_) return;
-    without_gil([&] { scope_->close(); });
-    scope_.reset();
-  }
 
  private:
-  std::vector<HostArray> arrays_;
   py::list dtypes_;
   Stream stream_;
-  std::optional<MappedScope> scope_;
 };
 
 /// Page-locked (and optionally device-mapped) registration of existing host memory given by
