@@ -305,10 +305,10 @@ DeviceNDArray device_view(const DeviceNDArray& base, std::int64_t byte_offset,
   iface.strides = to_shape(strides, "strides");
   iface.typestr = to_devmem_dtype(type).typestr();
   const Layout base_layout = base.array.layout();
-  const Extent allowed = base_layout.extent();
+  const Extent allowed = base_layout.byte_extent();
   Layout wanted{iface.shape, iface.strides, base_layout.offset + byte_offset,
                 static_cast<std::int64_t>(type.itemsize())};
-  const Extent reached = wanted.extent();
+  const Extent reached = wanted.byte_extent();
   if (wanted.size() != 0 && (reached.begin < allowed.begin || reached.end > allowed.end)) {
     throw py::value_error(fmt::format(
         "device_view: bytes [{}, {}) of the view lie outside the array's bytes [{}, {})",
