@@ -220,7 +220,7 @@ py::object to_device_impl(const py::object& obj, const py::object& stream, bool 
   }
   const py::array host = as_numpy_array(obj);
   const HostArray source = host_view(host, false);
-  DeviceArray array = without_gil([&] { return to_device(source, s, copy); });
+  DeviceArray array = without_gil([&] { return to_device(source, {.stream = s, .copy = copy}); });
   return py::cast(DeviceNDArray{std::move(array), host.dtype(), stream_object_of(stream)});
 }
 
