@@ -147,7 +147,7 @@ template <Element T>
 }
 /// Pinned host memory mapped into the device address space. `portable` and `wc`
 /// (write-combined) are passed to the vendor allocation. The preferred form names them:
-/// mapped_array(shape, dtype, {.portable = true}) (MappedArrayOptions).
+/// mapped_array(shape, dtype, MappedArrayOptions{.portable = true}).
 [[nodiscard]] DEVMEM_API MappedArray mapped_array(Shape shape, DType dtype = {},
                                                   Strides strides = {}, Order order = Order::C,
                                                   const Stream& stream = {}, bool portable = false,
@@ -175,14 +175,28 @@ struct MappedArrayOptions {
 };
 /// mapped_array(shape, dtype, options.strides, options.order, options.stream, options.portable,
 /// options.wc): pinned, device-mapped host memory. InvalidArgument for a bad shape, strides or
-/// order, OutOfMemory, BackendError (also where the device cannot map host memory), NoDevice. A
-/// template only so that mapped_array(shape, dtype, {}) keeps meaning empty strides: write
-/// mapped_array(shape, dtype, {.wc = true}) or pass a MappedArrayOptions.
-template <class Options = MappedArrayOptions>
-  requires std::same_as<Options, MappedArrayOptions>
-[[nodiscard]] MappedArray mapped_array(Shape shape, DType dtype, const Options& options) {
-  return mapped_array(std::move(shape), dtype, options.strides, options.order, options.stream,
-                      options.portable, options.wc);
+/// order, OutOfMemory, BackendError (also where the device cannot map host memory), NoDevice.
+/// mapped_array(shape, dtype, {}) means the same as before this overload existed (the
+/// initializer-list overload below takes it). g++ 12 also tries a designated list such as
+/// {.portable = true, .wc = true} against the positional form's Strides parameter (it ignores
+/// the designators there) and reports the call as ambiguous instead of choosing this overload:
+/// name the type there, mapped_array(shape, dtype, MappedArrayOptions{.portable = true}). clang
+/// takes both spellings.
+[[nodiscard]] inline MappedArray mapped_array(Shape shape, DType dtype,
+                                              const MappedArrayOptions& options) {
+  return mapped_array(std::move(shape), std::move(dtype), options.strides, options.order,
+                      options.stream, options.portable, options.wc);
+}
+/// The positional form with the strides given as a braced list, mapped_array(shape, dtype,
+/// {16, 8}) or {} (empty: dense in `order`): what such calls meant before the MappedArrayOptions
+/// overload existed, now without a tie between Strides and MappedArrayOptions. Errors as the
+/// positional form.
+[[nodiscard]] inline MappedArray mapped_array(Shape shape, DType dtype,
+                                              std::initializer_list<std::int64_t> strides,
+                                              Order order = Order::C, const Stream& stream = {},
+                                              bool portable = false, bool wc = false) {
+  return mapped_array(std::move(shape), std::move(dtype), Strides(strides), order, stream, portable,
+                      wc);
 }
 /// The same for elements of type T: mapped_array<float>({n}, {.portable = true}).
 template <Element T>

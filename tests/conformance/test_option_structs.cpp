@@ -69,8 +69,7 @@ TEST_CASE("to_device with ToDeviceOptions: what the positional form does", "[tra
   }
 }
 
-TEST_CASE("mapped_array with MappedArrayOptions: what the positional form does",
-          "[host][mapped]") {
+TEST_CASE("mapped_array with MappedArrayOptions: what the positional form does", "[host][mapped]") {
   SECTION("strides, order and stream") {
     const devmem::Stream s = devmem::stream();
     const devmem::MappedArray f =
@@ -88,11 +87,12 @@ TEST_CASE("mapped_array with MappedArrayOptions: what the positional form does",
     const devmem::MappedArray typed = devmem::mapped_array<float>(Shape{4}, {.order = Order::C});
     CHECK(typed.dtype() == f4());
   }
-  SECTION("mapped_array(shape, dtype, {}) still means empty strides") {
+  SECTION("mapped_array(shape, dtype, {}) and {strides...} still mean the positional form") {
     const devmem::MappedArray m = devmem::mapped_array(Shape{2, 3}, f8(), {});
     CHECK(m.strides() == Strides{24, 8});
     CHECK_FALSE(m.stream().is_specified());
-    CHECK(devmem::mapped_array<double>(Shape{2, 3}, {}).strides() == Strides{24, 8});
+    CHECK(devmem::mapped_array(Shape{2}, f8(), {16}).strides() == Strides{16});
+    CHECK(devmem::mapped_array(Shape{2, 3}, f8(), {}, Order::F).strides() == Strides{8, 16});
   }
   SECTION("portable and wc reach the allocation as the positional flags do") {
     std::vector<MemoryEvent> events;
@@ -110,7 +110,11 @@ TEST_CASE("mapped_array with MappedArrayOptions: what the positional form does",
     for (const bool portable : {false, true}) {
       for (const bool wc : {false, true}) {
         CAPTURE(portable, wc);
-        { const auto m = devmem::mapped_array(Shape{4}, f8(), {.portable = portable, .wc = wc}); }
+        {
+          // The type named: g++ 12 finds {.portable = ..., .wc = ...} ambiguous (memory.hpp).
+          const auto m = devmem::mapped_array(Shape{4}, f8(),
+                                              MappedArrayOptions{.portable = portable, .wc = wc});
+        }
         const devmem::HostAllocFlags named = flags_of_last_host_allocation();
         { const auto m = devmem::mapped_array(Shape{4}, f8(), {}, Order::C, {}, portable, wc); }
         CHECK(named == flags_of_last_host_allocation());
