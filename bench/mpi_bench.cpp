@@ -130,15 +130,15 @@ int run(int argc, char** argv, int rank) {
       }
     };
     const double t_raw = round_trip(reps, raw);
-    devmem::mpi::set_transport(devmem::mpi::Transport::staged);
+    devmem::mpi::set_transport(devmem::mpi::Transport::Staged);
     devmem::mpi::set_staging_chunk_bytes(chunk);
     const double t_pipelined = round_trip(reps, devmem_pingpong);
     devmem::mpi::set_staging_chunk_bytes(bytes);
     const double t_one_chunk = round_trip(reps, devmem_pingpong);
     const double t_by_hand = round_trip(reps, by_hand);
-    devmem::mpi::set_transport(devmem::mpi::Transport::device_direct);
+    devmem::mpi::set_transport(devmem::mpi::Transport::DeviceDirect);
     const double t_direct = round_trip(reps, devmem_pingpong);
-    devmem::mpi::set_transport(devmem::mpi::Transport::automatic);
+    devmem::mpi::set_transport(devmem::mpi::Transport::Automatic);
 
     // Each round trip copies rank 0's array to rank 1 and back: both hold rank 0's values.
     for (const double v : array.to_vector<double>()) {

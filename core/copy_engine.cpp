@@ -51,8 +51,8 @@ CopyKind kind_of(bool src_on_device, bool dst_on_device) {
 
 bool ranges_overlap(const CopyEndpoint& a, const CopyEndpoint& b) {
   if (a.identity_on_host != b.identity_on_host) return false;
-  const Extent ea = a.layout->extent();
-  const Extent eb = b.layout->extent();
+  const Extent ea = a.layout->byte_extent();
+  const Extent eb = b.layout->byte_extent();
   // Extents are relative to each buffer's base, and identity0 = base + offset.
   const std::byte* a_base = a.identity0 - a.layout->offset;
   const std::byte* b_base = b.identity0 - b.layout->offset;
@@ -61,7 +61,7 @@ bool ranges_overlap(const CopyEndpoint& a, const CopyEndpoint& b) {
 
 /// The host bytes an endpoint's elements lie in (host arrays and mapped device views).
 HostSpan host_span(const CopyEndpoint& side) {
-  const Extent extent = side.layout->extent();
+  const Extent extent = side.layout->byte_extent();
   const std::byte* base = side.identity0 - side.layout->offset;
   return HostSpan{base + extent.begin, base + extent.end};
 }
@@ -241,7 +241,7 @@ void fill_pattern(std::byte* dst, std::int64_t count, const void* value,
 
 HostArray make_host_array(Layout layout, DType dtype) {
   auto memory = std::make_shared<HostMemory>();
-  memory->bytes = layout.extent().end;
+  memory->bytes = layout.byte_extent().end;
   memory->kind = HostMemoryKind::Pageable;
   if (memory->bytes > 0) {
     // calloc: zeroed pages come lazily from the kernel, so large arrays cost nothing until used.
@@ -278,8 +278,8 @@ DeviceArray make_device_array(Context& context, Layout layout, DType dtype, Stre
   (void)resolve_stream(stream, Stream{}, context, operation);
   const auto& requested = StreamState::of(stream);
   auto memory = detail::ContextState::of(context).allocate_device(
-      layout.extent().end, requested ? requested : detail::ContextState::of(context).default_stream,
-      operation);
+      layout.byte_extent().end,
+      requested ? requested : detail::ContextState::of(context).default_stream, operation);
   return detail::ArrayAccess::make(std::move(memory), std::move(layout), std::move(dtype),
                                    std::move(stream));
 }

@@ -129,7 +129,7 @@ HostArray make_view(const void* data, Shape shape, DType dtype, Strides strides,
   auto memory = std::make_shared<detail::HostMemory>();
   // `data` is element (0, ..., 0); the extent may start before it when strides are negative.
   memory->ptr = const_cast<std::byte*>(static_cast<const std::byte*>(data)) - l.offset;
-  memory->bytes = l.extent().end;
+  memory->bytes = l.byte_extent().end;
   memory->readonly = readonly;
   memory->keep_alive = std::move(owner);
   return detail::ArrayAccess::make(std::move(memory), std::move(l), std::move(dtype));
@@ -191,10 +191,10 @@ void HostArray::copy_from(const HostArray& source) const {
   const Layout s = layout::squeeze(source.layout_);
   const Layout d = layout::squeeze(layout_);
   // Host-to-host copies need no device; overlapping ranges are staged through a dense copy.
-  const std::byte* s_lo = src.element0 - s.offset + s.extent().begin;
-  const std::byte* s_hi = src.element0 - s.offset + s.extent().end;
-  const std::byte* d_lo = dst.element0 - d.offset + d.extent().begin;
-  const std::byte* d_hi = dst.element0 - d.offset + d.extent().end;
+  const std::byte* s_lo = src.element0 - s.offset + s.byte_extent().begin;
+  const std::byte* s_hi = src.element0 - s.offset + s.byte_extent().end;
+  const std::byte* d_lo = dst.element0 - d.offset + d.byte_extent().begin;
+  const std::byte* d_hi = dst.element0 - d.offset + d.byte_extent().end;
   if (s_lo < d_hi && d_lo < s_hi) {
     HostArray staging = source.copy(Order::K);
     copy_from(staging);

@@ -59,7 +59,7 @@ bool is_aligned(const void* p, std::int64_t alignment) {
 // wrap around (found by fuzz/fuzz_array_interface). Checked with integers: such a pointer cannot
 // even be formed in C++.
 void check_address_range(const char* operation, std::uintptr_t element0, const Layout& layout) {
-  const Extent extent = layout.extent();
+  const Extent extent = layout.byte_extent();
   if (extent.bytes() == 0) return;
   const auto before = static_cast<std::uintptr_t>(layout.offset - extent.begin);
   const auto span = static_cast<std::uintptr_t>(extent.bytes());
@@ -90,7 +90,7 @@ DeviceArray view_foreign(const std::shared_ptr<Context>& context, std::byte* ele
                     ? nullptr
                     : reinterpret_cast<std::byte*>(reinterpret_cast<std::uintptr_t>(element0) -
                                                    static_cast<std::uintptr_t>(layout.offset));
-  memory->bytes = layout.extent().bytes();
+  memory->bytes = layout.byte_extent().bytes();
   memory->owned = false;
   memory->keep_alive = std::move(keep_alive);
   detail::track_device_memory(memory);
@@ -543,7 +543,7 @@ std::shared_ptr<const void> register_cpu_tensor(std::byte* element0, const Layou
   Backend& backend = active_backend();
   device_element0 = element0;
   if (backend.name() != "host" || backend.pointer_device(element0) >= 0) return tensor;
-  const Extent extent = layout.extent();
+  const Extent extent = layout.byte_extent();
   std::byte* const begin = element0 - (layout.offset - extent.begin);
   const auto first = reinterpret_cast<std::uintptr_t>(begin);
   const auto last = first + static_cast<std::uintptr_t>(extent.bytes());

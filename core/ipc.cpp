@@ -202,7 +202,7 @@ DeviceArray open_state(const IpcHandle::State& s, std::optional<int> requested, 
   layout.offset = s.offset;
   if (dense.size() > 0) {
     const std::int64_t begin = s.offset - dense.offset;  // the extent's first byte
-    const std::int64_t span = dense.extent().bytes();
+    const std::int64_t span = dense.byte_extent().bytes();
     if (begin < 0 || span > s.allocation_bytes || begin > s.allocation_bytes - span) {
       detail::throw_invalid(op,
                             "the array (shape {}, strides {}, element 0 at byte {}) does not fit "

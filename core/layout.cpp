@@ -250,7 +250,7 @@ bool Layout::is_dense() const {
   return true;
 }
 
-Extent Layout::extent() const noexcept {
+Extent Layout::byte_extent() const noexcept {
   const size_t n = std::min(shape.size(), strides.size());
   for (size_t k = 0; k < n; ++k) {
     if (shape[k] == 0) return Extent{offset, offset};
@@ -262,6 +262,12 @@ Extent Layout::extent() const noexcept {
     (span < 0 ? begin : end) += span;
   }
   return Extent{begin, end};
+}
+
+// The deprecated name stays an exported function, so that programs compiled against the headers
+// from before the rename still link (docs/migration.md).
+Extent Layout::extent() const noexcept {
+  return byte_extent();
 }
 
 int64_t Layout::offset_of(std::span<const int64_t> index) const noexcept {

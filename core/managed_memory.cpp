@@ -93,7 +93,7 @@ ManagedArray managed_array(Shape shape, DType dtype, const ManagedArrayOptions& 
   detail::ContextState& state = detail::ContextState::of(context);
   const auto& requested = detail::StreamState::of(options.stream);
   std::shared_ptr<detail::DeviceMemory> memory =
-      state.allocate_device(l.extent().end, requested ? requested : state.default_stream,
+      state.allocate_device(l.byte_extent().end, requested ? requested : state.default_stream,
                             "managed_array", std::move(manager));
   // The host addresses the same bytes: copies see both sides as one memory, the views made of it
   // may be indexed by host code, and the work that uses it names these host bytes.
@@ -134,7 +134,7 @@ void check_location(const char* operation, const MemoryLocation& location, Conte
 /// The first byte the elements of `array` span and their number.
 std::pair<const void*, std::size_t> byte_range(const DeviceArray& array) {
   const Layout& l = array.layout();
-  const Extent extent = l.extent();
+  const Extent extent = l.byte_extent();
   const auto* const base = static_cast<const std::byte*>(array.data()) - l.offset;
   return {base + extent.begin, static_cast<std::size_t>(extent.bytes())};
 }

@@ -73,7 +73,7 @@ DeviceArray to_device(const HostArray& source, const Stream& stream, bool copy,
 HostArray pinned_array(Shape shape, DType dtype, Strides strides, Order order) {
   Layout l = layout::make_layout(shape, dtype.itemsize(), strides, order, "pinned_array");
   auto memory = detail::ContextState::of(*current_context())
-                    .allocate_host(l.extent().end, HostAllocFlags::None, "pinned_array");
+                    .allocate_host(l.byte_extent().end, HostAllocFlags::None, "pinned_array");
   return detail::ArrayAccess::make(std::move(memory), std::move(l), std::move(dtype));
 }
 
@@ -84,7 +84,8 @@ MappedArray mapped_array(Shape shape, DType dtype, Strides strides, Order order,
   HostAllocFlags flags = HostAllocFlags::Mapped;
   if (portable) flags = flags | HostAllocFlags::Portable;
   if (wc) flags = flags | HostAllocFlags::WriteCombined;
-  auto memory = detail::ContextState::of(*ctx).allocate_host(l.extent().end, flags, "mapped_array");
+  auto memory =
+      detail::ContextState::of(*ctx).allocate_host(l.byte_extent().end, flags, "mapped_array");
   return MappedArray(detail::ArrayAccess::make(std::move(memory), std::move(l), std::move(dtype)),
                      stream);
 }
@@ -147,7 +148,7 @@ struct Range {
 };
 
 Range range_of(const HostArray& a) {
-  const Extent e = a.layout().extent();
+  const Extent e = a.layout().byte_extent();
   auto* base = static_cast<std::byte*>(a.data()) - a.layout().offset;
   return Range{base + e.begin, static_cast<std::size_t>(e.bytes())};
 }

@@ -123,7 +123,7 @@ void check_view(const devmem::ArrayInterface& iface, const devmem::DeviceArray& 
   if (!derived_pointer || view.size() > 4096) return;
   // Where do the elements lie, relative to the arena?
   const devmem::Layout& l = view.layout();
-  const devmem::Extent e = l.extent();
+  const devmem::Extent e = l.byte_extent();
   const auto element0 = reinterpret_cast<std::intptr_t>(iface.data.pointer);
   const auto arena_begin = reinterpret_cast<std::intptr_t>(arena().base());
   // Huge strides put the ends beyond int64: then they are certainly outside.

@@ -132,7 +132,7 @@ void check_flags(const Layout& l) {
   std::vector<std::int64_t> sorted = c;
   std::sort(sorted.begin(), sorted.end());
   require(l.is_dense() == consecutive(sorted, l.itemsize), "is_dense");
-  const devmem::Extent e = l.extent();
+  const devmem::Extent e = l.byte_extent();
   if (c.empty()) {
     require(e.bytes() == 0, "extent of an empty array");
   } else {
@@ -148,7 +148,7 @@ void check_view_lists(const Layout& source, const Layout& view, bool fortran, co
 /// must still return or throw InvalidArgument without UB, and keep the element count.
 void without_reference(FuzzInput& in, const Layout& source) {
   (void)source.is_dense();
-  (void)source.extent();
+  (void)source.byte_extent();
   switch (in.take_small(0, 6)) {
     case 0: {
       const Shape wanted = take_shape(in);
@@ -168,18 +168,18 @@ void without_reference(FuzzInput& in, const Layout& source) {
       if (in.take_bool()) s.start = in.take_int(-8, 8);
       if (in.take_bool()) s.stop = in.take_int(-8, 8);
       s.step = in.take_int(-4, 4);
-      (void)layout::slice(source, static_cast<int>(in.take_small(-5, 5)), s).extent();
+      (void)layout::slice(source, static_cast<int>(in.take_small(-5, 5)), s).byte_extent();
       return;
     }
     case 3:
       (void)layout::index(source, static_cast<int>(in.take_small(-5, 5)), in.take_int(-6, 6))
-          .extent();
+          .byte_extent();
       return;
     case 4:
-      (void)layout::view_as(source, in.take_int(-1, 33)).extent();
+      (void)layout::view_as(source, in.take_int(-1, 33)).byte_extent();
       return;
     case 5:
-      (void)layout::broadcast_to(source, take_shape(in)).extent();
+      (void)layout::broadcast_to(source, take_shape(in)).byte_extent();
       return;
     default:
       (void)layout::plan_copy(source.shape, source.strides,
@@ -211,7 +211,7 @@ void run(FuzzInput& in) {
     without_reference(in, source);
     return;
   }
-  require(source.extent().begin == 0, "make_layout puts the extent at byte 0");
+  require(source.byte_extent().begin == 0, "make_layout puts the extent at byte 0");
   check_flags(source);
 
   switch (in.take_small(0, 10)) {
@@ -346,8 +346,8 @@ void run(FuzzInput& in) {
       if (count_of(source.shape) == 0) return;
       const layout::CopyPlan plan =
           layout::plan_copy(source.shape, source.strides, dst.strides, itemsize);
-      const std::int64_t src_bytes = source.extent().bytes();
-      const std::int64_t dst_bytes = dst.extent().bytes();
+      const std::int64_t src_bytes = source.byte_extent().bytes();
+      const std::int64_t dst_bytes = dst.byte_extent().bytes();
       if (src_bytes > (1 << 20) || dst_bytes > (1 << 20)) return;
       std::vector<unsigned char> src(static_cast<std::size_t>(src_bytes));
       std::iota(src.begin(), src.end(), static_cast<unsigned char>(1));

@@ -72,7 +72,7 @@ void fail(Descriptor& mine, std::string_view message) {
 std::int64_t preferred_block_rows(std::span<const std::int64_t> shape, std::int64_t itemsize,
                                   Transport transport) {
   const std::int64_t rows = shape.empty() ? 1 : std::max<std::int64_t>(shape[0], 1);
-  if (transport == Transport::device_direct) return rows;
+  if (transport == Transport::DeviceDirect) return rows;
   std::int64_t row_bytes = itemsize;
   for (std::size_t d = 1; d < shape.size(); ++d) row_bytes *= shape[d];
   if (row_bytes <= 0) return rows;
@@ -233,29 +233,29 @@ void agree_on_problems(const char* operation, MPI_Comm comm,
 
 const char* op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum:
+    case ReduceOp::Sum:
       return "sum";
-    case ReduceOp::min:
+    case ReduceOp::Min:
       return "min";
-    case ReduceOp::max:
+    case ReduceOp::Max:
       return "max";
-    case ReduceOp::prod:
+    case ReduceOp::Prod:
       return "prod";
-    case ReduceOp::logical_and:
+    case ReduceOp::LogicalAnd:
       return "logical_and";
-    case ReduceOp::logical_or:
+    case ReduceOp::LogicalOr:
       return "logical_or";
-    case ReduceOp::logical_xor:
+    case ReduceOp::LogicalXor:
       return "logical_xor";
-    case ReduceOp::bitwise_and:
+    case ReduceOp::BitwiseAnd:
       return "bitwise_and";
-    case ReduceOp::bitwise_or:
+    case ReduceOp::BitwiseOr:
       return "bitwise_or";
-    case ReduceOp::bitwise_xor:
+    case ReduceOp::BitwiseXor:
       return "bitwise_xor";
-    case ReduceOp::minloc:
+    case ReduceOp::MinLoc:
       return "minloc";
-    case ReduceOp::maxloc:
+    case ReduceOp::MaxLoc:
       return "maxloc";
   }
   return "?";
@@ -263,29 +263,29 @@ const char* op_name(ReduceOp op) {
 
 MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum:
+    case ReduceOp::Sum:
       return MPI_SUM;
-    case ReduceOp::min:
+    case ReduceOp::Min:
       return MPI_MIN;
-    case ReduceOp::max:
+    case ReduceOp::Max:
       return MPI_MAX;
-    case ReduceOp::prod:
+    case ReduceOp::Prod:
       return MPI_PROD;
-    case ReduceOp::logical_and:
+    case ReduceOp::LogicalAnd:
       return MPI_LAND;
-    case ReduceOp::logical_or:
+    case ReduceOp::LogicalOr:
       return MPI_LOR;
-    case ReduceOp::logical_xor:
+    case ReduceOp::LogicalXor:
       return MPI_LXOR;
-    case ReduceOp::bitwise_and:
+    case ReduceOp::BitwiseAnd:
       return MPI_BAND;
-    case ReduceOp::bitwise_or:
+    case ReduceOp::BitwiseOr:
       return MPI_BOR;
-    case ReduceOp::bitwise_xor:
+    case ReduceOp::BitwiseXor:
       return MPI_BXOR;
-    case ReduceOp::minloc:
+    case ReduceOp::MinLoc:
       return MPI_MINLOC;
-    case ReduceOp::maxloc:
+    case ReduceOp::MaxLoc:
       return MPI_MAXLOC;
   }
   return MPI_SUM;
@@ -330,18 +330,18 @@ std::optional<MPI_Datatype> float_type(const DType& dtype, bool complex) {
 
 std::optional<MPI_Datatype> reduce_type(const DType& dtype, ReduceOp op) {
   if (dtype.kind() == 'i' || dtype.kind() == 'u') {
-    return op == ReduceOp::minloc || op == ReduceOp::maxloc ? std::nullopt : integer_type(dtype);
+    return op == ReduceOp::MinLoc || op == ReduceOp::MaxLoc ? std::nullopt : integer_type(dtype);
   }
   switch (op) {
-    case ReduceOp::sum:
-    case ReduceOp::prod:
+    case ReduceOp::Sum:
+    case ReduceOp::Prod:
       return float_type(dtype, true);
-    case ReduceOp::min:
-    case ReduceOp::max:
+    case ReduceOp::Min:
+    case ReduceOp::Max:
       return float_type(dtype, false);
-    case ReduceOp::logical_and:
-    case ReduceOp::logical_or:
-    case ReduceOp::logical_xor:
+    case ReduceOp::LogicalAnd:
+    case ReduceOp::LogicalOr:
+    case ReduceOp::LogicalXor:
       if (dtype.kind() == 'b' && dtype.itemsize() == 1) return MPI_C_BOOL;
       return std::nullopt;
     default:  // bitwise: integers only; minloc, maxloc: allreduce_loc's
@@ -350,25 +350,25 @@ std::optional<MPI_Datatype> reduce_type(const DType& dtype, ReduceOp op) {
 }
 
 std::optional<std::string> reduce_problem(const DType& dtype, ReduceOp op) {
-  if (op == ReduceOp::minloc || op == ReduceOp::maxloc) {
+  if (op == ReduceOp::MinLoc || op == ReduceOp::MaxLoc) {
     return fmt::format("{} pairs values with indices: use allreduce_loc (dtype {})", op_name(op),
                        dtype.name());
   }
   if (reduce_type(dtype, op)) return std::nullopt;
   const char* allowed = "integers, float32/float64 and complex64/complex128";
   switch (op) {
-    case ReduceOp::min:
-    case ReduceOp::max:
+    case ReduceOp::Min:
+    case ReduceOp::Max:
       allowed = "integers and float32/float64";
       break;
-    case ReduceOp::logical_and:
-    case ReduceOp::logical_or:
-    case ReduceOp::logical_xor:
+    case ReduceOp::LogicalAnd:
+    case ReduceOp::LogicalOr:
+    case ReduceOp::LogicalXor:
       allowed = "integers and bool";
       break;
-    case ReduceOp::bitwise_and:
-    case ReduceOp::bitwise_or:
-    case ReduceOp::bitwise_xor:
+    case ReduceOp::BitwiseAnd:
+    case ReduceOp::BitwiseOr:
+    case ReduceOp::BitwiseXor:
       allowed = "integers";
       break;
     default:
@@ -419,16 +419,16 @@ std::string direct_override() {
 }  // namespace
 
 Path blocking_path(const DeviceArray& array, Transport transport) {
-  if (transport == Transport::staged) return Path::staged;
+  if (transport == Transport::Staged) return Path::Staged;
   const std::string forced = direct_override();
-  if (forced == "blocking") return Path::direct_blocking;
-  if (forced == "nonblocking") return Path::direct_nonblocking;
-  return backend_of(array) == "host" ? Path::direct_nonblocking : Path::direct_blocking;
+  if (forced == "blocking") return Path::DirectBlocking;
+  if (forced == "nonblocking") return Path::DirectNonblocking;
+  return backend_of(array) == "host" ? Path::DirectNonblocking : Path::DirectBlocking;
 }
 
 Path nonblocking_path(const DeviceArray& array, Transport transport) {
-  if (transport == Transport::staged) return Path::staged;
-  return backend_of(array) == "host" ? Path::direct_nonblocking : Path::staged;
+  if (transport == Transport::Staged) return Path::Staged;
+  return backend_of(array) == "host" ? Path::DirectNonblocking : Path::Staged;
 }
 
 HostArray dense_view(const HostArray& slot, Shape shape) {
@@ -468,7 +468,7 @@ void run_blocks_direct(const char* name, const Agreement& agreement,
   const int block_ndim = static_cast<int>(block.size());
   const int send_axis = send.leading ? 1 : 0;
   const int recv_axis = recv.leading ? 1 : 0;
-  const Path direct = agreement.blocking ? Path::direct_blocking : Path::direct_nonblocking;
+  const Path direct = agreement.blocking ? Path::DirectBlocking : Path::DirectNonblocking;
   for (std::int64_t k = 0; k < plan.chunks; ++k) {
     const std::int64_t rows = rows_in_chunk(plan, k, block_ndim);
     DeviceArray in;
@@ -517,7 +517,7 @@ void run_blocks(const char* name, Path path, const Agreement& agreement,
   const Stream stream = send.active ? send.array.stream() : recv.array.stream();
   if (send.active && recv.active && recv.array.stream() != stream)
     recv.array.stream().synchronize();
-  if (path != Path::staged) {
+  if (path != Path::Staged) {
     run_blocks_direct(name, agreement, block, send, recv, stream, call);
     return;
   }
@@ -562,7 +562,7 @@ void run_whole_direct(const char* name, const Agreement& agreement, const Side& 
   if (recv.active) out = dense_target(recv.array);
   if (in.data() != nullptr && in.data() == out.data()) in = in.copy(Order::C, stream);
   stream.synchronize();
-  run_direct(agreement.blocking ? Path::direct_blocking : Path::direct_nonblocking, name,
+  run_direct(agreement.blocking ? Path::DirectBlocking : Path::DirectNonblocking, name,
              [&](MPI_Request* request) { return call(in.data(), out.data(), request); });
   if (recv.active && out.data() != recv.array.data()) recv.array.copy_to_device(out, stream);
   stream.synchronize();
@@ -582,7 +582,7 @@ void run_whole(const char* name, Path path, const Agreement& agreement, const Si
   const Stream stream = send.active ? send.array.stream() : recv.array.stream();
   if (send.active && recv.active && recv.array.stream() != stream)
     recv.array.stream().synchronize();
-  if (path != Path::staged) {
+  if (path != Path::Staged) {
     run_whole_direct(name, agreement, send, recv, stream, call);
     return;
   }

@@ -31,7 +31,7 @@ struct Descriptor {
   std::int32_t root = -1;       // rooted collectives; -1 otherwise
   std::int32_t reduction = -1;  // static_cast<int>(ReduceOp); -1 for none
   std::uint64_t counts = 0;     // v-forms: a hash of the counts (they must be equal on every rank)
-  std::int32_t blocking = 0;    // 1: this rank makes blocking MPI calls (Path::direct_blocking)
+  std::int32_t blocking = 0;    // 1: this rank makes blocking MPI calls (Path::DirectBlocking)
   std::int32_t unused = 0;
 };
 
@@ -116,9 +116,9 @@ std::optional<std::string> allgather_problem(const DeviceArray& input, const Dev
 
 // How a blocking collective moves device memory.
 enum class Path {
-  staged,              // page-locked slots, chunked, non-blocking MPI collectives with progress
-  direct_nonblocking,  // device pointers to MPI_I* collectives, waited with progress (host)
-  direct_blocking,     // device pointers to blocking MPI collectives (GPU backends)
+  Staged,             // page-locked slots, chunked, non-blocking MPI collectives with progress
+  DirectNonblocking,  // device pointers to MPI_I* collectives, waited with progress (host)
+  DirectBlocking,     // device pointers to blocking MPI collectives (GPU backends)
 };
 // The path of a blocking collective on `array` under `transport`. A device-aware Open MPI 4.x
 // takes device pointers in blocking collectives only: GPU backends use them (after the agreement,
@@ -140,7 +140,7 @@ DeviceArray dense_target(const DeviceArray& array);
 // blocking call when request is nullptr, else the non-blocking one.
 template <class Call>
 void run_direct(Path path, const char* name, Call call) {
-  if (path == Path::direct_blocking) {
+  if (path == Path::DirectBlocking) {
     check_mpi(call(nullptr), name);
     return;
   }

@@ -51,7 +51,7 @@ void bcast_direct(const DeviceArray& array, const Agreement& agreement, int root
   for (std::int64_t k = 0; k < plan.chunks; ++k) {
     const DeviceArray chunk = chunk_view(work, plan, k);
     const Datatype type = bytes_type(chunk.nbytes());
-    run_direct(agreement.blocking ? Path::direct_blocking : Path::direct_nonblocking, "MPI_Bcast",
+    run_direct(agreement.blocking ? Path::DirectBlocking : Path::DirectNonblocking, "MPI_Bcast",
                [&](MPI_Request* request) {
                  return request == nullptr
                             ? MPI_Bcast(chunk.data(), 1, type.get(), root, comm)
@@ -82,8 +82,8 @@ void allgather_direct(const DeviceArray& input, const DeviceArray& output,
     const DeviceArray out_chunk = chunk_view(work, plan, k, 1);
     const Datatype send_type = bytes_type(in_chunk.nbytes());
     const Datatype recv_type = resized_type(bytes_type(out_chunk[0].nbytes()), work.strides()[0]);
-    run_direct(agreement.blocking ? Path::direct_blocking : Path::direct_nonblocking,
-               "MPI_Allgather", [&](MPI_Request* request) {
+    run_direct(agreement.blocking ? Path::DirectBlocking : Path::DirectNonblocking, "MPI_Allgather",
+               [&](MPI_Request* request) {
                  return request == nullptr
                             ? MPI_Allgather(in_chunk.data(), 1, send_type.get(), out_chunk.data(),
                                             1, recv_type.get(), comm)
@@ -104,7 +104,7 @@ void bcast(const DeviceArray& array, int root, MPI_Comm comm) {
   const Transport transport = transport_for(array);
   const Path path = blocking_path(array, transport);
   mine.wire.chunk_rows = preferred_rows(array, transport);
-  mine.blocking = path == Path::direct_blocking ? 1 : 0;
+  mine.blocking = path == Path::DirectBlocking ? 1 : 0;
   if (root < 0 || root >= size) {
     fail(mine, fmt::format("root {} is not in the communicator (size {})", root, size));
   } else if (rank != root) {
@@ -113,7 +113,7 @@ void bcast(const DeviceArray& array, int root, MPI_Comm comm) {
   const Agreement agreement = agree(op, comm, mine, root);
   const Plan& plan = agreement.plan;
   const bool is_root = agreement.rank == root;
-  if (transport == Transport::device_direct) {
+  if (transport == Transport::DeviceDirect) {
     bcast_direct(array, agreement, root, comm);
     return;
   }
@@ -152,7 +152,7 @@ void allreduce(const DeviceArray& input, const DeviceArray& output, ReduceOp red
   const Transport transport = transport_for(output);
   const Path path = blocking_path(output, transport);
   mine.wire.chunk_rows = preferred_rows(output, transport);
-  mine.blocking = path == Path::direct_blocking ? 1 : 0;
+  mine.blocking = path == Path::DirectBlocking ? 1 : 0;
   const std::optional<MPI_Datatype> element = reduce_type(output.dtype(), reduction);
   if (const auto problem = allreduce_problem(input, output, reduction)) fail(mine, *problem);
   const Agreement agreement = agree(op, comm, mine, 0);
@@ -165,7 +165,7 @@ void allreduce(const DeviceArray& input, const DeviceArray& output, ReduceOp red
   }
   if (plan.chunks == 0) return;
   const MPI_Op mpi_reduction = mpi_op(reduction);
-  if (transport == Transport::device_direct) {
+  if (transport == Transport::DeviceDirect) {
     // MPI's reductions take predefined types only: a strided output is packed on the device.
     const bool dense = output.is_c_contiguous();
     const DeviceArray work = dense ? output : output.copy(Order::C, output.stream());
@@ -177,7 +177,7 @@ void allreduce(const DeviceArray& input, const DeviceArray& output, ReduceOp red
       const int count =
           checked_int(rows_in(output, plan, k) * row_elements, "a chunk's element count");
       const MPI_Datatype type = element.value_or(MPI_DATATYPE_NULL);
-      run_direct(agreement.blocking ? Path::direct_blocking : Path::direct_nonblocking,
+      run_direct(agreement.blocking ? Path::DirectBlocking : Path::DirectNonblocking,
                  "MPI_Allreduce", [&](MPI_Request* request) {
                    return request == nullptr
                               ? MPI_Allreduce(MPI_IN_PLACE, data, count, type, mpi_reduction, comm)
@@ -229,13 +229,13 @@ void allgather(const DeviceArray& input, const DeviceArray& output, MPI_Comm com
   const Transport transport = transport_for(input);
   const Path path = blocking_path(input, transport);
   mine.wire.chunk_rows = preferred_rows(input, transport);
-  mine.blocking = path == Path::direct_blocking ? 1 : 0;
+  mine.blocking = path == Path::DirectBlocking ? 1 : 0;
   if (const auto problem = allgather_problem(input, output, size)) fail(mine, *problem);
   const Agreement agreement = agree(op, comm, mine, 0);
   const Plan& plan = agreement.plan;
   if (plan.chunks == 0) return;
   const std::int64_t ranks = agreement.size;
-  if (transport == Transport::device_direct) {
+  if (transport == Transport::DeviceDirect) {
     allgather_direct(input, output, agreement, comm);
     return;
   }

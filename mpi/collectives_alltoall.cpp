@@ -37,7 +37,7 @@ Descriptor describe_for(const DeviceArray& array, std::span<const std::int64_t> 
   const Transport transport = transport_for(array);
   *path = blocking_path(array, transport);
   mine.wire.chunk_rows = preferred_block_rows(block, array.itemsize(), transport);
-  mine.blocking = *path == Path::direct_blocking ? 1 : 0;
+  mine.blocking = *path == Path::DirectBlocking ? 1 : 0;
   return mine;
 }
 
@@ -92,7 +92,7 @@ void alltoall(const DeviceArray& input, const DeviceArray& output, MPI_Comm comm
   const auto [rank, size] = rank_and_size(name, comm);
   static_cast<void>(rank);
   const Shape block = without_first(input);
-  Path path = Path::staged;
+  Path path = Path::Staged;
   Descriptor mine = describe_for(input, block, -1, &path);
   check_ranks_leading(mine, input, size);
   if (output.dtype() != input.dtype() || output.shape() != input.shape()) {
@@ -119,7 +119,7 @@ void reduce_scatter(const DeviceArray& input, const DeviceArray& output, ReduceO
   const auto [rank, size] = rank_and_size(name, comm);
   static_cast<void>(rank);
   const Shape block = without_first(input);
-  Path path = Path::staged;
+  Path path = Path::Staged;
   Descriptor mine = describe_for(input, block, static_cast<std::int32_t>(op), &path);
   check_ranks_leading(mine, input, size);
   if (const auto problem = reduce_problem(input.dtype(), op)) fail(mine, *problem);
@@ -149,7 +149,7 @@ void reduce_scatter(const DeviceArray& input, std::span<const std::int64_t> coun
   const char* name = "mpi::reduce_scatter";
   const auto [rank, size] = rank_and_size(name, comm);
   const Shape rest = without_first(input);
-  Path path = Path::staged;
+  Path path = Path::Staged;
   Descriptor mine = describe_for(input, rest, static_cast<std::int32_t>(op), &path);
   mine.counts = hash_counts(counts);  // agree() refuses counts that differ between ranks
   if (const auto problem = reduce_problem(input.dtype(), op)) fail(mine, *problem);
@@ -192,7 +192,7 @@ void alltoallv(const DeviceArray& input, std::span<const std::int64_t> send_coun
   const char* name = "mpi::alltoallv";
   const int size = rank_and_size(name, comm).second;
   const Shape rest = without_first(input);
-  Path path = Path::staged;
+  Path path = Path::Staged;
   Descriptor mine = describe_for(input, rest, -1, &path);
   auto check_rows = [&](const char* what, std::span<const std::int64_t> counts,
                         const DeviceArray& array, const char* role) {
@@ -268,7 +268,7 @@ void allreduce_loc(const DeviceArray& values, const DeviceArray& indices, Reduce
       kind == 'i' && dtype.itemsize() == 8 && sizeof(long) == 8;  // NOLINT(google-runtime-int)
   const bool float32 = kind == 'f' && dtype.itemsize() == 4;
   const bool float64 = kind == 'f' && dtype.itemsize() == 8;
-  if (op != ReduceOp::minloc && op != ReduceOp::maxloc) {
+  if (op != ReduceOp::MinLoc && op != ReduceOp::MaxLoc) {
     fail(mine, fmt::format("allreduce_loc takes minloc or maxloc, not {}", op_name(op)));
   } else if (!int32 && !int64 && !float32 && !float64) {
     fail(mine, fmt::format("MPI cannot reduce dtype {} with {} (it takes int32, int64, float32 "

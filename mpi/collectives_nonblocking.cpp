@@ -43,7 +43,7 @@ class BlocksOperation final : public Operation {
     enqueue_collective(comm_, this);
     if (collective_turn(comm_, this)) {
       request_ = start_agreement(name_, comm_, mine_, all_);
-      state_ = State::agreeing;
+      state_ = State::Agreeing;
     }
     stream_ = send_.active ? send_.array.stream() : recv_.array.stream();
     // Work enqueued on the output's own stream comes before the copies into it.
@@ -60,7 +60,7 @@ class BlocksOperation final : public Operation {
   bool advance() override {
     while (true) {
       const Step step = this->step();
-      if (step != Step::next) return step == Step::done;
+      if (step != Step::Next) return step == Step::Done;
     }
   }
 
@@ -76,62 +76,62 @@ class BlocksOperation final : public Operation {
   }
 
  private:
-  enum class State { queued, agreeing, copy_in, wait_in, transfer, wait_out };
-  enum class Step { blocked, next, done };
+  enum class State { Queued, Agreeing, CopyIn, WaitIn, Transfer, WaitOut };
+  enum class Step { Blocked, Next, Done };
 
   // One state's work: blocked (waiting for MPI, a copy or its turn), next, or done.
   Step step() {
     switch (state_) {
-      case State::queued:
+      case State::Queued:
         // Earlier non-blocking collectives on the communicator post their calls first.
-        if (!collective_turn(comm_, this)) return Step::blocked;
+        if (!collective_turn(comm_, this)) return Step::Blocked;
         request_ = start_agreement(name_, comm_, mine_, all_);
-        state_ = State::agreeing;
-        return Step::next;
-      case State::agreeing:
+        state_ = State::Agreeing;
+        return Step::Next;
+      case State::Agreeing:
         return agreed();
-      case State::copy_in:
+      case State::CopyIn:
         copy_in();
         event_ = stream_.record();
-        state_ = State::wait_in;
-        return Step::next;
-      case State::wait_in:
+        state_ = State::WaitIn;
+        return Step::Next;
+      case State::WaitIn:
         return copied_in();
-      case State::transfer:
-        if (!test_request(request_, name_)) return Step::blocked;
+      case State::Transfer:
+        if (!test_request(request_, name_)) return Step::Blocked;
         copy_out();
         event_ = stream_.record();
-        state_ = State::wait_out;
-        return Step::next;
-      case State::wait_out:
-        if (event_.has_value() && !event_->query()) return Step::blocked;
-        if (++chunk_ == agreement_.plan.chunks) return Step::done;
-        state_ = State::copy_in;
-        return Step::next;
+        state_ = State::WaitOut;
+        return Step::Next;
+      case State::WaitOut:
+        if (event_.has_value() && !event_->query()) return Step::Blocked;
+        if (++chunk_ == agreement_.plan.chunks) return Step::Done;
+        state_ = State::CopyIn;
+        return Step::Next;
     }
-    return Step::done;
+    return Step::Done;
   }
 
   Step agreed() {
-    if (!test_request(request_, "MPI_Iallgather (devmem::mpi descriptors)")) return Step::blocked;
+    if (!test_request(request_, "MPI_Iallgather (devmem::mpi descriptors)")) return Step::Blocked;
     agreement_ = check_agreement(name_, all_, rank_, plan_rank_);
     if ((!send_.active && !recv_.active && !recv_.discard) || agreement_.plan.chunks == 0) {
       dequeue_collective(comm_, this);  // a barrier, or nothing to move
-      return Step::done;
+      return Step::Done;
     }
     make_slots();
-    state_ = State::copy_in;
-    return Step::next;
+    state_ = State::CopyIn;
+    return Step::Next;
   }
 
   Step copied_in() {
-    if (event_.has_value() && !event_->query()) return Step::blocked;
+    if (event_.has_value() && !event_->query()) return Step::Blocked;
     check_mpi(call_(send_.active ? in_.data() : nullptr,
                     recv_.active || recv_.discard ? out_.data() : nullptr, rows(), &request_),
               name_);
     if (chunk_ + 1 == agreement_.plan.chunks) dequeue_collective(comm_, this);  // the last call
-    state_ = State::transfer;
-    return Step::next;
+    state_ = State::Transfer;
+    return Step::Next;
   }
 
   [[nodiscard]] std::int64_t rows() const {
@@ -142,7 +142,7 @@ class BlocksOperation final : public Operation {
   }
 
   void make_slots() {
-    if (path_ != Path::staged) return;
+    if (path_ != Path::Staged) return;
     const Plan& plan = agreement_.plan;
     if (send_.active) {
       send_slot_ = send_.leading ? staging_slot(send_.array[0], plan, agreement_.size)
@@ -158,7 +158,7 @@ class BlocksOperation final : public Operation {
     const Plan& plan = agreement_.plan;
     const Shape shape_in = chunk_shape(block_, rows(), leading(send_));
     const Shape shape_out = chunk_shape(block_, rows(), leading(recv_));
-    if (path_ == Path::staged) {
+    if (path_ == Path::Staged) {
       if (send_.active) {
         in_host_ = dense_view(send_slot_, shape_in);
         chunk_view(send_.array, plan, chunk_, send_.leading ? 1 : 0)
@@ -183,7 +183,7 @@ class BlocksOperation final : public Operation {
 
   void copy_out() {
     if (!recv_.active) return;
-    if (path_ == Path::staged) {
+    if (path_ == Path::Staged) {
       chunk_view(recv_.array, agreement_.plan, chunk_, recv_.leading ? 1 : 0)
           .copy_to_device(out_host_, stream_);
     } else if (out_device_.data() != target_.data()) {
@@ -209,7 +209,7 @@ class BlocksOperation final : public Operation {
   BlockCall call_;
   Stream stream_;
   Agreement agreement_;
-  State state_ = State::queued;
+  State state_ = State::Queued;
   MPI_Request request_ = MPI_REQUEST_NULL;
   std::optional<Event> event_;
   std::int64_t chunk_ = 0;
@@ -229,9 +229,8 @@ Descriptor describe_nonblocking(const DeviceArray& array, std::span<const std::i
   Descriptor mine{.wire = describe_block(array.dtype(), block)};
   const Transport transport = transport_for(array);
   *path = nonblocking_path(array, transport);
-  mine.wire.chunk_rows =
-      preferred_block_rows(block, array.itemsize(),
-                           *path == Path::staged ? Transport::staged : Transport::device_direct);
+  mine.wire.chunk_rows = preferred_block_rows(
+      block, array.itemsize(), *path == Path::Staged ? Transport::Staged : Transport::DeviceDirect);
   return mine;
 }
 
@@ -248,14 +247,14 @@ Request launch(const char* name, MPI_Comm comm, const Descriptor& mine, int plan
 Request ibarrier(MPI_Comm comm) {
   const char* name = "mpi::ibarrier";
   static_cast<void>(rank_and_size(name, comm));
-  return launch(name, comm, Descriptor{}, 0, Path::staged, {}, Side{}, Side{},
+  return launch(name, comm, Descriptor{}, 0, Path::Staged, {}, Side{}, Side{},
                 [](const void*, void*, std::int64_t, MPI_Request*) { return MPI_SUCCESS; });
 }
 
 Request ibcast(const DeviceArray& array, int root, MPI_Comm comm) {
   const char* name = "mpi::ibcast";
   const auto [rank, size] = rank_and_size(name, comm);
-  Path path = Path::staged;
+  Path path = Path::Staged;
   Descriptor mine = describe_nonblocking(array, array.shape(), &path);
   mine.root = root;
   if (root < 0 || root >= size) {
@@ -280,7 +279,7 @@ Request iallreduce(const DeviceArray& input, const DeviceArray& output, ReduceOp
                    MPI_Comm comm) {
   const char* name = "mpi::iallreduce";
   static_cast<void>(rank_and_size(name, comm));
-  Path path = Path::staged;
+  Path path = Path::Staged;
   Descriptor mine = describe_nonblocking(output, output.shape(), &path);
   mine.reduction = static_cast<std::int32_t>(op);
   if (const auto problem = allreduce_problem(input, output, op)) fail(mine, *problem);
@@ -301,7 +300,7 @@ Request iallgather(const DeviceArray& input, const DeviceArray& output, MPI_Comm
   const char* name = "mpi::iallgather";
   const auto [rank, size] = rank_and_size(name, comm);
   static_cast<void>(rank);
-  Path path = Path::staged;
+  Path path = Path::Staged;
   Descriptor mine = describe_nonblocking(input, input.shape(), &path);
   if (const auto problem = allgather_problem(input, output, size)) fail(mine, *problem);
   const std::int64_t row_bytes = input.ndim() == 0

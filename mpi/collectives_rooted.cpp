@@ -43,7 +43,7 @@ Descriptor describe_for(const DeviceArray& array, const DType& dtype,
   const Transport transport = transport_for(array);
   *path = blocking_path(array, transport);
   mine.wire.chunk_rows = preferred_block_rows(block, dtype.itemsize(), transport);
-  mine.blocking = *path == Path::direct_blocking ? 1 : 0;
+  mine.blocking = *path == Path::DirectBlocking ? 1 : 0;
   return mine;
 }
 
@@ -65,19 +65,19 @@ void check_root(Descriptor& mine, int root, int size) {
 }
 
 // The element-wise reductions reduce, scan and exscan.
-enum class Prefix { none, inclusive, exclusive };
+enum class Prefix { None, Inclusive, Exclusive };
 
 void reduction(const char* name, const DeviceArray& input, const DeviceArray& output, ReduceOp op,
                int root, Prefix prefix, MPI_Comm comm) {
   const auto [rank, size] = rank_and_size(name, comm);
-  const bool rooted = prefix == Prefix::none;
-  const bool writes = rooted ? rank == root : !(prefix == Prefix::exclusive && rank == 0);
-  Path path = Path::staged;
+  const bool rooted = prefix == Prefix::None;
+  const bool writes = rooted ? rank == root : !(prefix == Prefix::Exclusive && rank == 0);
+  Path path = Path::Staged;
   Descriptor mine = describe_for(input, input.dtype(), input.shape(), rooted ? root : -1,
                                  static_cast<std::int32_t>(op), &path);
   if (rooted) check_root(mine, root, size);
   if (const auto problem = reduce_problem(input.dtype(), op)) fail(mine, *problem);
-  if (writes || (prefix == Prefix::exclusive && rank == 0 && output.size() > 0)) {
+  if (writes || (prefix == Prefix::Exclusive && rank == 0 && output.size() > 0)) {
     check_output(mine, "output", output, input.dtype(), input.shape(), " (the input's)");
   }
   const Agreement agreement = agree(name, comm, mine, rooted ? root : 0);
@@ -87,21 +87,21 @@ void reduction(const char* name, const DeviceArray& input, const DeviceArray& ou
   const Side send{.array = input, .active = true};
   const Side recv{.array = rooted || writes ? output : input,
                   .active = writes,
-                  .discard = prefix == Prefix::exclusive && rank == 0};
+                  .discard = prefix == Prefix::Exclusive && rank == 0};
   run_blocks(name, path, agreement, input.shape(), send, recv,
              [&](const void* in, void* out, std::int64_t rows, MPI_Request* request) {
                const int count = checked_int(rows * per_row, "a chunk's element count");
                switch (prefix) {
-                 case Prefix::none:
+                 case Prefix::None:
                    return request == nullptr
                               ? MPI_Reduce(in, out, count, type, mpi_reduction, root, comm)
                               : MPI_Ireduce(in, out, count, type, mpi_reduction, root, comm,
                                             request);
-                 case Prefix::inclusive:
+                 case Prefix::Inclusive:
                    return request == nullptr
                               ? MPI_Scan(in, out, count, type, mpi_reduction, comm)
                               : MPI_Iscan(in, out, count, type, mpi_reduction, comm, request);
-                 case Prefix::exclusive:
+                 case Prefix::Exclusive:
                    return request == nullptr
                               ? MPI_Exscan(in, out, count, type, mpi_reduction, comm)
                               : MPI_Iexscan(in, out, count, type, mpi_reduction, comm, request);
@@ -145,22 +145,22 @@ void barrier(MPI_Comm comm) {
 
 void reduce(const DeviceArray& input, const DeviceArray& output, ReduceOp op, int root,
             MPI_Comm comm) {
-  reduction("mpi::reduce", input, output, op, root, Prefix::none, comm);
+  reduction("mpi::reduce", input, output, op, root, Prefix::None, comm);
 }
 
 void scan(const DeviceArray& input, const DeviceArray& output, ReduceOp op, MPI_Comm comm) {
-  reduction("mpi::scan", input, output, op, -1, Prefix::inclusive, comm);
+  reduction("mpi::scan", input, output, op, -1, Prefix::Inclusive, comm);
 }
 
 void exscan(const DeviceArray& input, const DeviceArray& output, ReduceOp op, MPI_Comm comm) {
-  reduction("mpi::exscan", input, output, op, -1, Prefix::exclusive, comm);
+  reduction("mpi::exscan", input, output, op, -1, Prefix::Exclusive, comm);
 }
 
 void gather(const DeviceArray& input, const DeviceArray& output, int root, MPI_Comm comm) {
   const char* name = "mpi::gather";
   const auto [rank, size] = rank_and_size(name, comm);
   const bool is_root = rank == root;
-  Path path = Path::staged;
+  Path path = Path::Staged;
   Descriptor mine = describe_for(input, input.dtype(), input.shape(), root, -1, &path);
   check_root(mine, root, size);
   Shape expected = input.shape();
@@ -184,7 +184,7 @@ void scatter(const DeviceArray& input, const DeviceArray& output, int root, MPI_
   const char* name = "mpi::scatter";
   const auto [rank, size] = rank_and_size(name, comm);
   const bool is_root = rank == root;
-  Path path = Path::staged;
+  Path path = Path::Staged;
   Descriptor mine = describe_for(output, output.dtype(), output.shape(), root, -1, &path);
   check_root(mine, root, size);
   Shape expected = output.shape();
@@ -231,7 +231,7 @@ void gatherv(const DeviceArray& input, const DeviceArray& output,
   const auto [rank, size] = rank_and_size(name, comm);
   const bool is_root = rank == root;
   const Shape rest = trailing(input);
-  Path path = Path::staged;
+  Path path = Path::Staged;
   Descriptor mine = describe_for(input, input.dtype(), rest, root, -1, &path);
   mine.counts = hash_counts(counts);
   check_root(mine, root, size);
@@ -265,7 +265,7 @@ void scatterv(const DeviceArray& input, const DeviceArray& output,
   const auto [rank, size] = rank_and_size(name, comm);
   const bool is_root = rank == root;
   const Shape rest = trailing(output);
-  Path path = Path::staged;
+  Path path = Path::Staged;
   Descriptor mine = describe_for(output, output.dtype(), rest, root, -1, &path);
   mine.counts = hash_counts(counts);
   check_root(mine, root, size);

@@ -291,7 +291,7 @@ class EagerRecv final : public Operation {
     }
     const MessageHeader& h = buffer_.header();
     const std::string& typestr = *typestr_;
-    if (h.magic != kMessageMagic || h.kind != MessageKind::eager || h.sender_error != 0 ||
+    if (h.magic != kMessageMagic || h.kind != MessageKind::Eager || h.sender_error != 0 ||
         h.ndim != ndim_ || h.payload_bytes != nbytes_ || typestr.size() >= h.typestr.size() ||
         h.typestr.at(typestr.size()) != '\0' ||
         std::memcmp(h.typestr.data(), typestr.data(), typestr.size()) != 0) {
@@ -315,7 +315,7 @@ class EagerRecv final : public Operation {
       throw InvalidArgument(fmt::format("{}: received {}", where(), *problem));
     }
     const MessageHeader& h = buffer_.header();
-    if (h.kind == MessageKind::eager) {
+    if (h.kind == MessageKind::Eager) {
       if (!header_matches(buffer_, *typestr_, shape())) {
         throw InvalidArgument(fmt::format(
             "{}: shape/dtype mismatch: the sender sends {}, this rank expects {} (the sender was "

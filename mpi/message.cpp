@@ -407,7 +407,7 @@ Stream Endpoint::stream() const {
   return on_device() ? device().stream() : Stream();
 }
 Transport Endpoint::transport() const {
-  return on_device() ? transport_for(device()) : Transport::device_direct;
+  return on_device() ? transport_for(device()) : Transport::DeviceDirect;
 }
 Endpoint Endpoint::rows(std::int64_t begin, std::int64_t end) const {
   if (ndim() == 0) return *this;
@@ -504,7 +504,7 @@ void write_header(EagerBuffer& buffer, const Endpoint& array, MessageKind kind, 
   }
   if (!problem.empty()) {
     h.sender_error = 1;
-    h.kind = MessageKind::rendezvous;  // both ranks report it
+    h.kind = MessageKind::Rendezvous;  // both ranks report it
     problem.resize(std::min<std::size_t>(problem.size(), eager_limit_bytes));
     h.payload_bytes = static_cast<std::int64_t>(problem.size());
     std::memcpy(buffer.data() + header_bytes(0), problem.data(), problem.size());
@@ -513,7 +513,7 @@ void write_header(EagerBuffer& buffer, const Endpoint& array, MessageKind kind, 
   h.ndim = static_cast<std::uint8_t>(array.ndim());
   std::memcpy(buffer.data() + sizeof(MessageHeader), array.shape().data(),
               array.shape().size() * sizeof(std::int64_t));
-  h.payload_bytes = kind == MessageKind::eager ? array.nbytes() : 0;
+  h.payload_bytes = kind == MessageKind::Eager ? array.nbytes() : 0;
 }
 
 void write_eager_header(EagerBuffer& buffer, const std::string& typestr,
@@ -521,7 +521,7 @@ void write_eager_header(EagerBuffer& buffer, const std::string& typestr,
   MessageHeader& h = buffer.header();
   h = MessageHeader{};
   h.magic = kMessageMagic;
-  h.kind = MessageKind::eager;
+  h.kind = MessageKind::Eager;
   std::memcpy(h.typestr.data(), typestr.data(), std::min(typestr.size(), h.typestr.size() - 1));
   h.ndim = static_cast<std::uint8_t>(shape.size());
   h.payload_bytes = payload_bytes;
@@ -535,12 +535,12 @@ std::optional<std::string> header_problem(const EagerBuffer& buffer, int count) 
     return fmt::format("a message of {} bytes that is not a devmem::mpi message", count);
   }
   const MessageHeader& h = buffer.header();
-  if (h.kind != MessageKind::eager && h.kind != MessageKind::rendezvous &&
-      h.kind != MessageKind::persistent) {
+  if (h.kind != MessageKind::Eager && h.kind != MessageKind::Rendezvous &&
+      h.kind != MessageKind::Persistent) {
     return fmt::format("a devmem::mpi message of unknown kind {}", static_cast<int>(h.kind));
   }
   const int ndim = h.sender_error != 0 ? 0 : h.ndim;
-  const bool payload_allowed = h.kind == MessageKind::eager || h.sender_error != 0;
+  const bool payload_allowed = h.kind == MessageKind::Eager || h.sender_error != 0;
   if (ndim > kMaxWireDims || h.payload_bytes < 0 || (!payload_allowed && h.payload_bytes != 0) ||
       h.payload_bytes > eager_limit_bytes ||
       header_bytes(ndim) + static_cast<std::size_t>(h.payload_bytes) != bytes) {
@@ -592,7 +592,7 @@ HandshakeAnswer answer_handshake(const EagerBuffer& start, const std::string& wh
   HandshakeAnswer answer{describe(typestr, shape), std::nullopt};
   Wire& ack = answer.ack;
   ack.seq = h.seq;
-  const bool persistent_sender = h.kind == MessageKind::persistent;
+  const bool persistent_sender = h.kind == MessageKind::Persistent;
   if (h.sender_error != 0) {
     ack.status = kMismatch;
     answer.failure = fmt::format(

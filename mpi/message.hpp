@@ -51,16 +51,16 @@ void check_envelope(const char* operation, MPI_Comm comm, int peer, int tag, boo
 // ---- the message header -------------------------------------------------------------------------
 
 enum class MessageKind : std::uint8_t {
-  eager = 1,       // header and payload in one message, no acknowledgement
-  rendezvous = 2,  // header, acknowledgement, payload in the sender's chunks
-  persistent = 3,  // the first round of a persistent pair: as rendezvous
+  Eager = 1,       // header and payload in one message, no acknowledgement
+  Rendezvous = 2,  // header, acknowledgement, payload in the sender's chunks
+  Persistent = 3,  // the first round of a persistent pair: as rendezvous
 };
 
 // The fixed part; the shape (ndim int64) follows, then, for eager messages, the payload at
 // header_bytes(ndim). Raw bytes between processes of one program: every rank has the same layout.
 struct MessageHeader {
   std::uint32_t magic = 0;
-  MessageKind kind = MessageKind::eager;
+  MessageKind kind = MessageKind::Eager;
   std::uint8_t ndim = 0;
   std::uint8_t sender_error = 0;  // 1: the sender cannot send; the payload is its message
   std::uint8_t reserved = 0;

@@ -50,7 +50,7 @@ std::int64_t row_bytes(const Endpoint& array) {
 
 // The rows per chunk a sender chooses.
 std::int64_t sender_rows(const Endpoint& array, Transport transport) {
-  if (transport == Transport::staged) return preferred_rows(array.device(), transport);
+  if (transport == Transport::Staged) return preferred_rows(array.device(), transport);
   const std::int64_t row = std::max<std::int64_t>(row_bytes(array), 1);
   return std::clamp<std::int64_t>(kDirectChunkBytes / row, 1,
                                   std::max<std::int64_t>(rows_of(array), 1));
@@ -151,7 +151,7 @@ class MessageOperation : public Operation {
   MPI_Comm comm_;
   const char* what_;
   const char* state_ = "starting";
-  Transport transport_ = Transport::staged;  // known once the message is not eager
+  Transport transport_ = Transport::Staged;  // known once the message is not eager
   Stream stream_;
   Channel channel_;
   std::int64_t seq_ = 0;  // the sender's sequence number
@@ -200,7 +200,7 @@ class SendOperation final : public MessageOperation {
     eager_ =
         !role.persistent && array_.nbytes() <= eager_limit_bytes && array_.ndim() <= kMaxWireDims;
     if (eager_) {
-      write_header(start_, array_, MessageKind::eager, seq_, 0, std::nullopt);
+      write_header(start_, array_, MessageKind::Eager, seq_, 0, std::nullopt);
       if (array_.size() > 0) {
         array_.pack(start_.payload(array_.ndim()), stream_);
         if (asynchronous(array_, stream_)) packed_ = stream_.record();
@@ -210,7 +210,7 @@ class SendOperation final : public MessageOperation {
       state_ = "sending the message (eager)";
     } else {
       transport_ = array_.transport();
-      const MessageKind kind = role.persistent ? MessageKind::persistent : MessageKind::rendezvous;
+      const MessageKind kind = role.persistent ? MessageKind::Persistent : MessageKind::Rendezvous;
       const std::int64_t rows = array_.ndim() <= kMaxWireDims ? sender_rows(array_, transport_) : 1;
       write_header(start_, array_, kind, seq_, rows, std::nullopt);
       const MessageHeader& h = start_.header();
@@ -258,7 +258,7 @@ class SendOperation final : public MessageOperation {
       return test_request(start_request_, "MPI_Isend (devmem::mpi payload)");
     }
     if (plan_.chunks == 0) return true;
-    return transport_ == Transport::staged ? advance_staged() : advance_direct();
+    return transport_ == Transport::Staged ? advance_staged() : advance_direct();
   }
 
  private:
@@ -297,7 +297,7 @@ class SendOperation final : public MessageOperation {
   // host array on the host; the payload waits for the stream's earlier work.
   void prepare_payload() {
     if (plan_.chunks == 0) return;
-    if (transport_ == Transport::staged) {
+    if (transport_ == Transport::Staged) {
       make_slots();
       while (copied_ < std::min<std::int64_t>(plan_.chunks, 2)) start_copy();
       return;
@@ -456,7 +456,7 @@ class RecvOperation final : public MessageOperation {
     if (eager_) return !ready_ || ready_->query();
     const bool payload_done =
         plan_.chunks == 0 ||
-        (transport_ == Transport::staged ? advance_staged() : advance_direct());
+        (transport_ == Transport::Staged ? advance_staged() : advance_direct());
     return payload_done && test_request(ack_request_, "MPI_Isend (devmem::mpi acknowledgement)");
   }
 
@@ -474,7 +474,7 @@ class RecvOperation final : public MessageOperation {
       return;
     }
     const MessageHeader& h = start_.header();
-    if (h.kind == MessageKind::eager) {
+    if (h.kind == MessageKind::Eager) {
       eager_ = true;
       if (persistent_) {
         failure_ = fmt::format(
@@ -518,7 +518,7 @@ class RecvOperation final : public MessageOperation {
   // (straight into a C-contiguous array, else into a contiguous buffer copied in at the end).
   void prepare_receive() {
     if (plan_.chunks == 0) return;
-    if (transport_ == Transport::staged) {
+    if (transport_ == Transport::Staged) {
       make_slots();
       payload_requests_.resize(2, MPI_REQUEST_NULL);
       while (posted_ < std::min<std::int64_t>(plan_.chunks, 2)) post_staged();

@@ -260,7 +260,7 @@ Plan make_plan(const DeviceArray& array, std::int64_t rows_per_chunk) {
 // The rows per chunk this rank would choose for `array`.
 std::int64_t preferred_rows(const DeviceArray& array, Transport transport) {
   const std::int64_t rows = std::max<std::int64_t>(rows_of(array), 1);
-  if (transport == Transport::device_direct || array.size() == 0) return rows;
+  if (transport == Transport::DeviceDirect || array.size() == 0) return rows;
   const std::int64_t row_bytes = std::max<std::int64_t>(array.nbytes() / rows, 1);
   return std::clamp<std::int64_t>(staging_chunk_bytes() / row_bytes, 1, rows);
 }

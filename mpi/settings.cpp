@@ -32,18 +32,18 @@ constexpr std::int64_t kDefaultChunkBytes = std::int64_t{1} << 20;
 
 const char* to_string(Transport transport) noexcept {
   switch (transport) {
-    case Transport::automatic:
+    case Transport::Automatic:
       return "automatic";
-    case Transport::device_direct:
+    case Transport::DeviceDirect:
       return "device_direct";
-    case Transport::staged:
+    case Transport::Staged:
       return "staged";
   }
   return "unknown";
 }
 
 Transport parse_transport(std::string_view name) {
-  for (const Transport t : {Transport::automatic, Transport::device_direct, Transport::staged}) {
+  for (const Transport t : {Transport::Automatic, Transport::DeviceDirect, Transport::Staged}) {
     if (name == to_string(t)) return t;
   }
   throw InvalidArgument(fmt::format(
@@ -56,7 +56,7 @@ Transport transport() {
     const char* env =
         std::getenv("DEVMEM_MPI_TRANSPORT");  // NOLINT(concurrency-mt-unsafe): read once, locked
     if (env == nullptr || *env == '\0') {
-      g_transport = Transport::automatic;
+      g_transport = Transport::Automatic;
     } else {
       try {
         g_transport = parse_transport(env);
@@ -93,10 +93,10 @@ bool device_aware(std::string_view backend) {
 
 Transport transport_for(const DeviceArray& array) {
   const Transport setting = transport();
-  if (setting != Transport::automatic) return setting;
+  if (setting != Transport::Automatic) return setting;
   const std::shared_ptr<Context> context = array.context();
   const std::string backend = context ? std::string(context->backend_name()) : backend_name();
-  return device_aware(backend) ? Transport::device_direct : Transport::staged;
+  return device_aware(backend) ? Transport::DeviceDirect : Transport::Staged;
 }
 
 std::int64_t staging_chunk_bytes() {

@@ -122,7 +122,7 @@ int run(int argc, char** argv, int rank, int ranks) {
   for (const double v : interior.copy_to_host(stream).to_vector<double>()) sums[1] += v;
   const devmem::DeviceArray totals =
       devmem::to_device(std::vector<double>{sums[0], sums[1]}, stream);
-  devmem::mpi::allreduce(totals, devmem::mpi::ReduceOp::sum);
+  devmem::mpi::allreduce(totals, devmem::mpi::ReduceOp::Sum);
   const std::vector<double> total = totals.to_vector<double>();
   const double drift = std::abs(total[1] - total[0]) / total[0];
 

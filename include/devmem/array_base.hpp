@@ -21,9 +21,10 @@ template <class Derived>
 /// NumPy's and Numba's array attributes; every view shares its array's memory.
 class ArrayBase {
  public:
-  /// Extent of each axis (NumPy's shape).
+  /// Length of each axis (NumPy's shape).
   [[nodiscard]] const Shape& shape() const noexcept { return layout_.shape; }
-  /// Byte strides.
+  /// The stride of each axis in bytes, as NumPy's and Numba's `strides` (not in elements, as
+  /// std::mdspan's; ArrayView::stride_bytes(d) gives the same value inside a kernel).
   [[nodiscard]] const Strides& strides() const noexcept { return layout_.strides; }
   /// The element type (NumPy's dtype).
   [[nodiscard]] const DType& dtype() const noexcept { return dtype_; }

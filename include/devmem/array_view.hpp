@@ -195,8 +195,16 @@ class ArrayView {
   [[nodiscard]] DEVMEM_HOST_DEVICE std::int64_t extent(std::size_t dim) const {
     return shape_[dim];
   }
-  /// Byte stride of dimension `dim`.
-  [[nodiscard]] DEVMEM_HOST_DEVICE std::int64_t stride(std::size_t dim) const {
+  /// Stride of dimension `dim` < Rank in bytes (NumPy's and Numba's `arr.strides[dim]`; an
+  /// element stride is stride_bytes(dim) / sizeof(T) when it divides). May be 0 (broadcast) or
+  /// negative. Unchecked: `dim` >= Rank is undefined, as for shape(dim). Throws nothing.
+  [[nodiscard]] DEVMEM_HOST_DEVICE std::int64_t stride_bytes(std::size_t dim) const {
+    return strides_[dim];
+  }
+  /// The old name of stride_bytes(dim), deprecated since 0.1.0: std::mdspan's stride(r), whose
+  /// extent(r) this class shares, counts elements, this one bytes (docs/migration.md).
+  [[deprecated("use stride_bytes(dim)")]] [[nodiscard]] DEVMEM_HOST_DEVICE std::int64_t stride(
+      std::size_t dim) const {
     return strides_[dim];
   }
   /// Number of elements (Numba's `arr.size`; 1 for Rank 0).

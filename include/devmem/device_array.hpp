@@ -100,7 +100,7 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
   /// The context (device) the memory belongs to; null for an empty default-constructed array.
   [[nodiscard]] std::shared_ptr<Context> context() const;
   /// Bytes of device memory the elements span (Numba's alloc_size).
-  [[nodiscard]] std::int64_t alloc_size() const noexcept { return layout_.extent().bytes(); }
+  [[nodiscard]] std::int64_t alloc_size() const noexcept { return layout_.byte_extent().bytes(); }
   /// The same array using `stream` by default (Numba's bind).
   [[nodiscard]] DeviceArray bind(const Stream& stream) const;
 

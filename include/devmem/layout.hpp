@@ -66,8 +66,14 @@ struct DEVMEM_API Layout {
   /// Elements occupy every byte of their extent exactly once in some axis order (no gaps, no
   /// overlaps), e.g. a transpose of a 3-d C array.
   [[nodiscard]] bool is_dense() const;
-  /// The byte range the elements occupy, relative to the buffer's start.
-  [[nodiscard]] Extent extent() const noexcept;
+  /// The byte range [begin, end) the elements occupy, relative to the buffer's start (Numba's
+  /// memory_size_from_info: end - begin is what an allocation of this layout needs). Empty at
+  /// `offset` for an array with no elements. Throws nothing.
+  [[nodiscard]] Extent byte_extent() const noexcept;
+  /// The old name of byte_extent(), deprecated since 0.1.0: ArrayView::extent(d) is an axis
+  /// length (std::mdspan's name), this a byte range (docs/migration.md).
+  [[deprecated("use Layout::byte_extent() (docs/migration.md)")]] [[nodiscard]] Extent extent()
+      const noexcept;
   /// Byte offset of the element at `index` from the start of the buffer (no bounds check).
   [[nodiscard]] std::int64_t offset_of(std::span<const std::int64_t> index) const noexcept;
 
@@ -94,7 +100,7 @@ namespace layout {
 /// Validated layout for a new allocation: `strides` empty means dense in `order` (C or F);
 /// otherwise there must be exactly one stride per dimension. Given strides may be zero (broadcast)
 /// or negative; the offset is chosen so that the extent starts at byte 0, so the allocation needs
-/// exactly extent().bytes() bytes (Numba's memory_size_from_info).
+/// exactly byte_extent().bytes() bytes (Numba's memory_size_from_info).
 [[nodiscard]] DEVMEM_API Layout make_layout(std::span<const std::int64_t> shape,
                                             std::int64_t itemsize,
                                             std::span<const std::int64_t> strides = {},

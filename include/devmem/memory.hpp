@@ -12,6 +12,7 @@
 #include <devmem/host_array.hpp>
 #include <devmem/stream.hpp>
 
+#include <concepts>
 #include <initializer_list>
 #include <memory>
 #include <span>
@@ -68,6 +69,38 @@ template <class R>
   return to_device(detail::view_range(source), stream, copy, to);
 }
 
+/// The options of to_device, as named fields (Numba's stream, copy and to): the preferred form,
+/// to_device(source, {.stream = s, .copy = false}), beside the positional one.
+struct ToDeviceOptions {
+  /// The stream of the copy (and of a new array); the default stream when unspecified, on which
+  /// the copy has completed when to_device returns.
+  Stream stream = {};
+  /// False: allocate without copying (a new array or record is uninitialised; with `to`, nothing
+  /// is copied).
+  bool copy = true;
+  /// Copies into this existing device array and returns it (sharing its memory) instead of
+  /// allocating one: shape and dtype must match the source (InvalidArgument otherwise). For a
+  /// record (to_device of a value of type T), a 0-d array of dtype_of<T>(), e.g.
+  /// &record.array() (InvalidArgument otherwise).
+  const DeviceArray* to = nullptr;
+};
+
+/// to_device(source, options.stream, options.copy, options.to): copies `source` to a new device
+/// array, or into options.to, by the rules above; the same errors (InvalidArgument, OutOfMemory,
+/// BackendError). A template only so that to_device(source, {}) keeps meaning the stream
+/// overload: write to_device(source, ToDeviceOptions{...}) or to_device(source, {.copy = ...}).
+template <class Options = ToDeviceOptions>
+  requires std::same_as<Options, ToDeviceOptions>
+[[nodiscard]] DeviceArray to_device(const HostArray& source, const Options& options) {
+  return to_device(source, options.stream, options.copy, options.to);
+}
+/// to_device of a contiguous range of elements with options: a 1-d array of its size.
+template <class R, class Options = ToDeviceOptions>
+  requires(detail::ElementRange<R> && std::same_as<Options, ToDeviceOptions>)
+[[nodiscard]] DeviceArray to_device(R&& source, const Options& options) {
+  return to_device(detail::view_range(source), options.stream, options.copy, options.to);
+}
+
 /// Copies one value to a new DeviceRecord on `stream` (Numba's to_device of a record or scalar).
 /// A contiguous range of elements (std::array, std::span) is not a value here: it becomes a 1-d
 /// array by the range overload above, as a NumPy array does in Numba.
@@ -90,6 +123,16 @@ template <Element T>
   if (copy) record.set(value, stream);
   return record;
 }
+/// to_device of one value with options (see ToDeviceOptions): a new DeviceRecord, or options.to
+/// (a 0-d array of dtype_of<T>(); InvalidArgument otherwise) filled with `value` and returned as a
+/// record sharing its memory. Errors as the positional form.
+template <Element T, class Options = ToDeviceOptions>
+  requires(!detail::ElementRange<const T&> && std::same_as<Options, ToDeviceOptions>)
+[[nodiscard]] DeviceRecord<T> to_device(const T& value, const Options& options) {
+  if (options.to == nullptr) return to_device(value, options.stream, options.copy);
+  const DeviceRecord<T> to(*options.to);
+  return to_device(value, options.stream, options.copy, &to);
+}
 
 // ---- Page-locked host memory ----
 
@@ -103,7 +146,8 @@ template <Element T>
   return pinned_array(std::move(shape), dtype_of<T>(), {}, order);
 }
 /// Pinned host memory mapped into the device address space. `portable` and `wc`
-/// (write-combined) are passed to the vendor allocation.
+/// (write-combined) are passed to the vendor allocation. The preferred form names them:
+/// mapped_array(shape, dtype, MappedArrayOptions{.portable = true}).
 [[nodiscard]] DEVMEM_API MappedArray mapped_array(Shape shape, DType dtype = {},
                                                   Strides strides = {}, Order order = Order::C,
                                                   const Stream& stream = {}, bool portable = false,
@@ -113,6 +157,51 @@ template <Element T>
 [[nodiscard]] MappedArray mapped_array(Shape shape, Order order = Order::C,
                                        const Stream& stream = {}) {
   return mapped_array(std::move(shape), dtype_of<T>(), {}, order, stream);
+}
+
+/// The options of mapped_array, as named fields (Numba's strides, order, stream, portable, wc).
+struct MappedArrayOptions {
+  /// Byte strides; empty means dense in `order`.
+  Strides strides = {};
+  /// C or F: the dense layout when `strides` is empty.
+  Order order = Order::C;
+  /// The stream of the device view (MappedArray::device()); the default stream when unspecified.
+  Stream stream = {};
+  /// Usable by every context, not only the current one (cudaHostAllocPortable).
+  bool portable = false;
+  /// Write-combined: faster for the device to read and the host to write, very slow for the host
+  /// to read (cudaHostAllocWriteCombined).
+  bool wc = false;
+};
+/// mapped_array(shape, dtype, options.strides, options.order, options.stream, options.portable,
+/// options.wc): pinned, device-mapped host memory. InvalidArgument for a bad shape, strides or
+/// order, OutOfMemory, BackendError (also where the device cannot map host memory), NoDevice.
+/// mapped_array(shape, dtype, {}) means the same as before this overload existed (the
+/// initializer-list overload below takes it). g++ 12 also tries a designated list such as
+/// {.portable = true, .wc = true} against the positional form's Strides parameter (it ignores
+/// the designators there) and reports the call as ambiguous instead of choosing this overload:
+/// name the type there, mapped_array(shape, dtype, MappedArrayOptions{.portable = true}). clang
+/// takes both spellings.
+[[nodiscard]] inline MappedArray mapped_array(Shape shape, DType dtype,
+                                              const MappedArrayOptions& options) {
+  return mapped_array(std::move(shape), std::move(dtype), options.strides, options.order,
+                      options.stream, options.portable, options.wc);
+}
+/// The positional form with the strides given as a braced list, mapped_array(shape, dtype,
+/// {16, 8}) or {} (empty: dense in `order`): what such calls meant before the MappedArrayOptions
+/// overload existed, now without a tie between Strides and MappedArrayOptions. Errors as the
+/// positional form.
+[[nodiscard]] inline MappedArray mapped_array(Shape shape, DType dtype,
+                                              std::initializer_list<std::int64_t> strides,
+                                              Order order = Order::C, const Stream& stream = {},
+                                              bool portable = false, bool wc = false) {
+  return mapped_array(std::move(shape), std::move(dtype), Strides(strides), order, stream, portable,
+                      wc);
+}
+/// The same for elements of type T: mapped_array<float>({n}, {.portable = true}).
+template <Element T>
+[[nodiscard]] MappedArray mapped_array(Shape shape, const MappedArrayOptions& options) {
+  return mapped_array(std::move(shape), dtype_of<T>(), options);
 }
 
 // ---- Scopes over existing host memory ----

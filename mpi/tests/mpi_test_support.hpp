@@ -38,7 +38,7 @@ struct Settings {
   Settings(Settings&&) = delete;
   Settings& operator=(Settings&&) = delete;
   ~Settings() {
-    devmem::mpi::set_transport(devmem::mpi::Transport::automatic);
+    devmem::mpi::set_transport(devmem::mpi::Transport::Automatic);
     devmem::mpi::set_staging_chunk_bytes(std::int64_t{1} << 20);
   }
 };

@@ -31,9 +31,9 @@ namespace {
 // Staged with chunks smaller than one row (several chunks, both slots reused), staged in one
 // chunk, and device_direct.
 const std::vector<std::pair<dm::Transport, std::int64_t>> kModes{
-    {dm::Transport::staged, 16},
-    {dm::Transport::staged, std::int64_t{1} << 20},
-    {dm::Transport::device_direct, std::int64_t{1} << 20}};
+    {dm::Transport::Staged, 16},
+    {dm::Transport::Staged, std::int64_t{1} << 20},
+    {dm::Transport::DeviceDirect, std::int64_t{1} << 20}};
 
 std::string mode_name(const std::pair<dm::Transport, std::int64_t>& mode) {
   return std::string(dm::to_string(mode.first)) + " chunk " + std::to_string(mode.second);
@@ -58,13 +58,13 @@ devmem::DeviceArray filled(int r, std::int64_t rows, std::int64_t cols,
 
 TEST_CASE("mpi: transport settings", "[mpi]") {
   const devmem::DeviceArray a = devmem::device_array<double>({4});
-  CHECK(dm::transport() == dm::Transport::automatic);
+  CHECK(dm::transport() == dm::Transport::Automatic);
   CHECK_FALSE(dm::device_aware("host"));
-  CHECK(dm::transport_for(a) == dm::Transport::staged);  // the host backend stages by default
-  dm::set_transport(dm::Transport::device_direct);
-  CHECK(dm::transport_for(a) == dm::Transport::device_direct);
-  dm::set_transport(dm::Transport::automatic);
-  CHECK(dm::parse_transport("staged") == dm::Transport::staged);
+  CHECK(dm::transport_for(a) == dm::Transport::Staged);  // the host backend stages by default
+  dm::set_transport(dm::Transport::DeviceDirect);
+  CHECK(dm::transport_for(a) == dm::Transport::DeviceDirect);
+  dm::set_transport(dm::Transport::Automatic);
+  CHECK(dm::parse_transport("staged") == dm::Transport::Staged);
   CHECK_THROWS_WITH(dm::parse_transport("fast"), Catch::Contains("unknown transport 'fast'") &&
                                                      Catch::Contains("device_direct"));
   CHECK_THROWS_AS(dm::set_staging_chunk_bytes(0), devmem::InvalidArgument);
@@ -276,7 +276,7 @@ TEST_CASE("mpi: allreduce of a strided view", "[mpi]") {
       const Settings settings(mode.first, mode.second);
       const devmem::DeviceArray grid = filled(me, 8, 6);
       const devmem::DeviceArray view = grid.slice(0, 0, {}, 2).slice(1, 1, {}, 2);  // (4, 3)
-      dm::allreduce(view, dm::ReduceOp::sum);
+      dm::allreduce(view, dm::ReduceOp::Sum);
       const devmem::HostArray h = grid.copy_to_host();
       double rank_sum = 0;
       for (int r = 0; r < n; ++r) rank_sum += 1000.0 * r;
@@ -293,8 +293,8 @@ TEST_CASE("mpi: allreduce of a strided view", "[mpi]") {
       const devmem::DeviceArray source = filled(me, 3, 4);
       const devmem::DeviceArray low = devmem::device_array<double>({4, 3}).T();
       const devmem::DeviceArray high = devmem::device_array<double>({3, 4});
-      dm::allreduce(source, low, dm::ReduceOp::min);
-      dm::allreduce(source, high, dm::ReduceOp::max);
+      dm::allreduce(source, low, dm::ReduceOp::Min);
+      dm::allreduce(source, high, dm::ReduceOp::Max);
       const devmem::HostArray l = low.copy_to_host();
       const devmem::HostArray m = high.copy_to_host();
       for (std::int64_t i = 0; i < 3; ++i) {
@@ -400,7 +400,7 @@ TEST_CASE("mpi: ranks calling different collectives get an error on every rank",
       if (even) {
         dm::bcast(a, 1);
       } else {
-        dm::allreduce(a, dm::ReduceOp::sum);
+        dm::allreduce(a, dm::ReduceOp::Sum);
       }
     };
     CHECK_THROWS_WITH(call(), Catch::Contains("called mpi::") &&
@@ -416,7 +416,7 @@ TEST_CASE("mpi: ranks calling different collectives get an error on every rank",
     CHECK(a.to_vector<double>() == before);  // nothing was moved
   }
   // The communicator is usable afterwards: the same collective on every rank works.
-  dm::allreduce(a, dm::ReduceOp::max);
+  dm::allreduce(a, dm::ReduceOp::Max);
   CHECK(a.to_vector<double>() == std::vector<double>(4, static_cast<double>(size())));
 }
 
@@ -446,7 +446,7 @@ TEST_CASE("mpi: collectives check shapes and dtypes on every rank", "[mpi][error
   const int n = size();
   // Rank 1 has another shape: every rank throws, naming rank 1's and rank 0's arrays.
   const devmem::DeviceArray a = devmem::device_array<double>({me == 1 ? 5 : 4});
-  CHECK_THROWS_WITH(dm::allreduce(a, dm::ReduceOp::sum),
+  CHECK_THROWS_WITH(dm::allreduce(a, dm::ReduceOp::Sum),
                     Catch::Contains("rank 1 has float64 (5,), rank 0 has float64 (4,)"));
   // Rank 0 has another dtype.
   const devmem::DeviceArray b =
@@ -454,7 +454,7 @@ TEST_CASE("mpi: collectives check shapes and dtypes on every rank", "[mpi][error
   CHECK_THROWS_WITH(dm::bcast(b, 0), Catch::Contains("float64 (4,), rank 0 has float32 (4,)"));
   // A reduction MPI cannot do (complex min) is refused on every rank.
   const devmem::DeviceArray c = devmem::device_array<std::complex<double>>({2});
-  CHECK_THROWS_WITH(dm::allreduce(c, dm::ReduceOp::min),
+  CHECK_THROWS_WITH(dm::allreduce(c, dm::ReduceOp::Min),
                     Catch::Contains("rank 0: MPI cannot reduce dtype complex128 with min"));
   // A wrong allgather output on the last rank only.
   const devmem::DeviceArray in = devmem::device_array<double>({2});
@@ -465,7 +465,7 @@ TEST_CASE("mpi: collectives check shapes and dtypes on every rank", "[mpi][error
   CHECK_THROWS_WITH(dm::bcast(in, n), Catch::Contains("root " + std::to_string(n) + " is not in"));
   // Afterwards the collectives work.
   const devmem::DeviceArray ones = devmem::to_device(std::vector<double>{1.0, 2.0});
-  dm::allreduce(ones, dm::ReduceOp::sum);
+  dm::allreduce(ones, dm::ReduceOp::Sum);
   CHECK(ones.to_vector<double>() == std::vector<double>{1.0 * n, 2.0 * n});
 }
 

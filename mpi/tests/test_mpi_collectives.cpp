@@ -30,10 +30,10 @@ struct Mode {
   const char* direct;  // DEVMEM_MPI_DIRECT_COLLECTIVES
 };
 
-const std::vector<Mode> kModes{{dm::Transport::staged, 16, ""},
-                               {dm::Transport::staged, std::int64_t{1} << 20, ""},
-                               {dm::Transport::device_direct, std::int64_t{1} << 20, "nonblocking"},
-                               {dm::Transport::device_direct, std::int64_t{1} << 20, "blocking"}};
+const std::vector<Mode> kModes{{dm::Transport::Staged, 16, ""},
+                               {dm::Transport::Staged, std::int64_t{1} << 20, ""},
+                               {dm::Transport::DeviceDirect, std::int64_t{1} << 20, "nonblocking"},
+                               {dm::Transport::DeviceDirect, std::int64_t{1} << 20, "blocking"}};
 
 std::string mode_name(const Mode& mode) {
   return std::string(dm::to_string(mode.transport)) + " chunk " + std::to_string(mode.chunk_bytes) +
@@ -50,7 +50,7 @@ struct Settings {
   Settings(const Settings&) = delete;
   Settings& operator=(const Settings&) = delete;
   ~Settings() {
-    dm::set_transport(dm::Transport::automatic);
+    dm::set_transport(dm::Transport::Automatic);
     dm::set_staging_chunk_bytes(std::int64_t{1} << 20);
     unsetenv("DEVMEM_MPI_DIRECT_COLLECTIVES");  // NOLINT(concurrency-mt-unsafe)
   }
@@ -100,7 +100,7 @@ TEST_CASE("collectives: reduce, scan and exscan of strided views", "[mpi]") {
       const devmem::DeviceArray in = strided(me, 5, 3);
       REQUIRE(in.to_vector<double>()[1] == value(me, 0, 1));
       const devmem::DeviceArray out = me == root ? transposed(5, 3) : devmem::DeviceArray{};
-      dm::reduce(in, out, dm::ReduceOp::sum, root);
+      dm::reduce(in, out, dm::ReduceOp::Sum, root);
       double ranks = 0;
       for (int r = 0; r < n; ++r) ranks += 1000.0 * r;
       if (me == root) {
@@ -114,14 +114,14 @@ TEST_CASE("collectives: reduce, scan and exscan of strided views", "[mpi]") {
       }
       // In place on root, max.
       const devmem::DeviceArray own = filled(me, 4, 2);
-      dm::reduce(own, me == 0 ? own : devmem::DeviceArray{}, dm::ReduceOp::max, 0);
+      dm::reduce(own, me == 0 ? own : devmem::DeviceArray{}, dm::ReduceOp::Max, 0);
       if (me == 0) CHECK(own.to_vector<double>() == filled(n - 1, 4, 2).to_vector<double>());
       // scan and exscan (sum) into transposed outputs.
       const devmem::DeviceArray inclusive = transposed(5, 3);
       const devmem::DeviceArray exclusive = transposed(5, 3);
       exclusive.fill(-7.0);
-      dm::scan(in, inclusive, dm::ReduceOp::sum);
-      dm::exscan(in, exclusive, dm::ReduceOp::sum);
+      dm::scan(in, inclusive, dm::ReduceOp::Sum);
+      dm::exscan(in, exclusive, dm::ReduceOp::Sum);
       const devmem::HostArray hi = inclusive.copy_to_host();
       const devmem::HostArray he = exclusive.copy_to_host();
       for (std::int64_t i = 0; i < 5; ++i) {
@@ -246,7 +246,7 @@ TEST_CASE("collectives: alltoall, alltoallv and reduce_scatter (block and counts
       }
       // reduce_scatter (sum): rank r gets the sum over ranks of their input[r].
       const devmem::DeviceArray block = transposed(2, 3);
-      dm::reduce_scatter(in, block, dm::ReduceOp::sum);
+      dm::reduce_scatter(in, block, dm::ReduceOp::Sum);
       const devmem::HostArray hb = block.copy_to_host();
       for (std::int64_t i = 0; i < 2; ++i) {
         for (std::int64_t j = 0; j < 3; ++j) {
@@ -264,7 +264,7 @@ TEST_CASE("collectives: alltoall, alltoallv and reduce_scatter (block and counts
       std::int64_t first = 0;
       for (int r = 0; r < me; ++r) first += counts[static_cast<std::size_t>(r)];
       const devmem::DeviceArray rows = transposed(mine, 3);
-      dm::reduce_scatter(strided(me, total, 3), counts, rows, dm::ReduceOp::sum);
+      dm::reduce_scatter(strided(me, total, 3), counts, rows, dm::ReduceOp::Sum);
       const devmem::HostArray hr = rows.copy_to_host();
       for (std::int64_t i = 0; i < mine; ++i) {
         for (std::int64_t j = 0; j < 3; ++j) {
@@ -285,11 +285,11 @@ TEST_CASE("collectives: the reductions against plain MPI", "[mpi]") {
     MPI_Op mpi;
   };
   const std::vector<Case> cases{
-      {dm::ReduceOp::sum, MPI_SUM},          {dm::ReduceOp::prod, MPI_PROD},
-      {dm::ReduceOp::min, MPI_MIN},          {dm::ReduceOp::max, MPI_MAX},
-      {dm::ReduceOp::logical_and, MPI_LAND}, {dm::ReduceOp::logical_or, MPI_LOR},
-      {dm::ReduceOp::logical_xor, MPI_LXOR}, {dm::ReduceOp::bitwise_and, MPI_BAND},
-      {dm::ReduceOp::bitwise_or, MPI_BOR},   {dm::ReduceOp::bitwise_xor, MPI_BXOR}};
+      {dm::ReduceOp::Sum, MPI_SUM},         {dm::ReduceOp::Prod, MPI_PROD},
+      {dm::ReduceOp::Min, MPI_MIN},         {dm::ReduceOp::Max, MPI_MAX},
+      {dm::ReduceOp::LogicalAnd, MPI_LAND}, {dm::ReduceOp::LogicalOr, MPI_LOR},
+      {dm::ReduceOp::LogicalXor, MPI_LXOR}, {dm::ReduceOp::BitwiseAnd, MPI_BAND},
+      {dm::ReduceOp::BitwiseOr, MPI_BOR},   {dm::ReduceOp::BitwiseXor, MPI_BXOR}};
   for (const auto& mode : kModes) {
     SECTION(mode_name(mode)) {
       const Settings settings(mode);
@@ -306,7 +306,7 @@ TEST_CASE("collectives: the reductions against plain MPI", "[mpi]") {
       std::vector<std::uint8_t> flags{1, static_cast<std::uint8_t>(me % 2), 0};
       const devmem::DeviceArray b =
           devmem::to_device(devmem::HostArray::view(flags)).view(devmem::DType('b', 1));
-      dm::allreduce(b, dm::ReduceOp::logical_or);
+      dm::allreduce(b, dm::ReduceOp::LogicalOr);
       const std::vector<std::uint8_t> got = b.view(devmem::DType('u', 1)).to_vector<std::uint8_t>();
       CHECK(got == std::vector<std::uint8_t>{1, static_cast<std::uint8_t>(size() > 1 ? 1 : 0), 0});
     }
@@ -321,14 +321,14 @@ TEST_CASE("collectives: allreduce_loc", "[mpi]") {
   for (int e = 0; e < 6; ++e) values.push_back(static_cast<double>((me - e % n) * (me - e % n)));
   const devmem::DeviceArray v = devmem::to_device(values);
   const devmem::DeviceArray idx = devmem::to_device(std::vector<std::int32_t>(6, me));
-  dm::allreduce_loc(v, idx, dm::ReduceOp::minloc);
+  dm::allreduce_loc(v, idx, dm::ReduceOp::MinLoc);
   CHECK(v.to_vector<double>() == std::vector<double>(6, 0.0));
   const std::vector<std::int32_t> where = idx.to_vector<std::int32_t>();
   for (int e = 0; e < 6; ++e) CHECK(where[static_cast<std::size_t>(e)] == e % n);
   // maxloc of a strided int64 view; ties take the smallest index.
   const devmem::DeviceArray wide = devmem::to_device(std::vector<std::int64_t>{me, 5, me, 5});
   const devmem::DeviceArray ranks = devmem::to_device(std::vector<std::int32_t>{me, me});
-  dm::allreduce_loc(wide.slice(0, 0, {}, 2), ranks, dm::ReduceOp::maxloc);
+  dm::allreduce_loc(wide.slice(0, 0, {}, 2), ranks, dm::ReduceOp::MaxLoc);
   CHECK(wide.to_vector<std::int64_t>() == std::vector<std::int64_t>{n - 1, 5, n - 1, 5});
   CHECK(ranks.to_vector<std::int32_t>() == std::vector<std::int32_t>{n - 1, n - 1});
 }
@@ -347,9 +347,9 @@ TEST_CASE("collectives: non-blocking forms", "[mpi]") {
       std::vector<dm::Request> requests;
       requests.push_back(dm::ibarrier());
       requests.push_back(dm::ibcast(column, n - 1));
-      requests.push_back(dm::iallreduce(summed, total, dm::ReduceOp::sum));
+      requests.push_back(dm::iallreduce(summed, total, dm::ReduceOp::Sum));
       const devmem::DeviceArray peak = strided(me, 4, 3);
-      requests.push_back(dm::iallreduce(peak, peak, dm::ReduceOp::max));  // in place
+      requests.push_back(dm::iallreduce(peak, peak, dm::ReduceOp::Max));  // in place
       requests.push_back(dm::iallgather(row, gathered));
       while (!requests[1].test()) {
       }
@@ -393,12 +393,12 @@ TEST_CASE("collectives: mismatches and bad arguments throw on every rank", "[mpi
                                  Catch::Contains("same collective"));
   // Different shapes.
   const devmem::DeviceArray b = devmem::device_array<double>({me == 1 ? 3 : 4});
-  CHECK_THROWS_WITH(dm::reduce(b, me == 0 ? b : devmem::DeviceArray{}, dm::ReduceOp::sum, 0),
+  CHECK_THROWS_WITH(dm::reduce(b, me == 0 ? b : devmem::DeviceArray{}, dm::ReduceOp::Sum, 0),
                     Catch::Contains("rank 1 has float64 (3,), rank 0 has float64 (4,)"));
   // A bad root, a root that differs.
   CHECK_THROWS_WITH(dm::gather(a, gathered, n),
                     Catch::Contains("root " + std::to_string(n) + " is not in the communicator"));
-  CHECK_THROWS_WITH(dm::reduce(a, a, dm::ReduceOp::sum, me == 1 ? 1 : 0),
+  CHECK_THROWS_WITH(dm::reduce(a, a, dm::ReduceOp::Sum, me == 1 ? 1 : 0),
                     Catch::Contains("rank 1 passed root 1, rank 0 passed root 0"));
   // A wrong output shape on root only.
   CHECK_THROWS_WITH(dm::gather(a, me == 0 ? a : devmem::DeviceArray{}, 0),
@@ -422,14 +422,14 @@ TEST_CASE("collectives: mismatches and bad arguments throw on every rank", "[mpi
   uneven[0] = me == 0 ? 2 : 1;
   const devmem::DeviceArray scattered = devmem::device_array<double>({me == 0 ? 2 : 1, 2});
   CHECK_THROWS_AS(dm::reduce_scatter(devmem::device_array<double>({n + (me == 0 ? 1 : 0), 2}),
-                                     uneven, scattered, dm::ReduceOp::sum),
+                                     uneven, scattered, dm::ReduceOp::Sum),
                   devmem::InvalidArgument);
   CHECK_THROWS_WITH(dm::reduce_scatter(devmem::device_array<double>({n - 2, 2}), negative, one_row,
-                                       dm::ReduceOp::sum),
+                                       dm::ReduceOp::Sum),
                     Catch::Contains("counts[" + std::to_string(n - 1) + "] is -1"));
   std::vector<std::int64_t> twos(static_cast<std::size_t>(n), 2);
   CHECK_THROWS_WITH(dm::reduce_scatter(devmem::device_array<double>({2 * n, 2}), twos, one_row,
-                                       dm::ReduceOp::sum),
+                                       dm::ReduceOp::Sum),
                     Catch::Contains("the output is float64 (1, 2), expected float64 (2, 2)"));
   // alltoallv counts that do not match the senders'.
   std::vector<std::int64_t> send(static_cast<std::size_t>(n), 1);
@@ -443,20 +443,20 @@ TEST_CASE("collectives: mismatches and bad arguments throw on every rank", "[mpi
                     Catch::Contains("rank 0: recv_counts[0] is 0, but rank 0 sends 1 rows here"));
   // Unsupported dtype / reduction pairs.
   const devmem::DeviceArray f = devmem::device_array<float>({3});
-  CHECK_THROWS_WITH(dm::allreduce(f, dm::ReduceOp::bitwise_and),
+  CHECK_THROWS_WITH(dm::allreduce(f, dm::ReduceOp::BitwiseAnd),
                     Catch::Contains("MPI cannot reduce dtype float32 with bitwise_and"));
-  CHECK_THROWS_WITH(dm::scan(f, f, dm::ReduceOp::logical_or),
+  CHECK_THROWS_WITH(dm::scan(f, f, dm::ReduceOp::LogicalOr),
                     Catch::Contains("MPI cannot reduce dtype float32 with logical_or"));
-  CHECK_THROWS_WITH(dm::allreduce(f, dm::ReduceOp::minloc), Catch::Contains("use allreduce_loc"));
+  CHECK_THROWS_WITH(dm::allreduce(f, dm::ReduceOp::MinLoc), Catch::Contains("use allreduce_loc"));
   const devmem::DeviceArray i32 = devmem::device_array<std::int32_t>({3});
   CHECK_THROWS_WITH(
-      dm::allreduce_loc(devmem::device_array<std::int16_t>({3}), i32, dm::ReduceOp::minloc),
+      dm::allreduce_loc(devmem::device_array<std::int16_t>({3}), i32, dm::ReduceOp::MinLoc),
       Catch::Contains("MPI cannot reduce dtype int16 with minloc"));
   CHECK_THROWS_WITH(
-      dm::allreduce_loc(f, devmem::device_array<std::int64_t>({3}), dm::ReduceOp::maxloc),
+      dm::allreduce_loc(f, devmem::device_array<std::int64_t>({3}), dm::ReduceOp::MaxLoc),
       Catch::Contains("the indices are int64 (3,), expected int32 (3,)"));
   // Non-blocking: the mismatch comes from wait(), on every rank.
-  dm::Request r = dm::iallreduce(b, b, dm::ReduceOp::sum);
+  dm::Request r = dm::iallreduce(b, b, dm::ReduceOp::Sum);
   CHECK_THROWS_WITH(r.wait(), Catch::Contains("rank 1 has float64 (3,), rank 0 has float64 (4,)"));
   // A blocking and a non-blocking form do not match either.
   const auto blocking_and_not = [&] {
@@ -470,7 +470,7 @@ TEST_CASE("collectives: mismatches and bad arguments throw on every rank", "[mpi
   CHECK_THROWS_WITH(blocking_and_not(), Catch::Contains("same collective"));
   // The communicator works afterwards.
   const devmem::DeviceArray ones = devmem::to_device(std::vector<double>{1.0, 2.0});
-  dm::allreduce(ones, dm::ReduceOp::sum);
+  dm::allreduce(ones, dm::ReduceOp::Sum);
   CHECK(ones.to_vector<double>() == std::vector<double>{1.0 * n, 2.0 * n});
   dm::barrier();
 }

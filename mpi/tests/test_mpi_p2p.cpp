@@ -252,7 +252,7 @@ TEST_CASE("mpi p2p: persistent requests pay the check once and move the data eve
   if (peer < 0) return;
   const bool sender = rank() % 2 == 0;
   const std::vector<std::pair<dm::Transport, std::int64_t>> modes{
-      {dm::Transport::staged, 64}, {dm::Transport::device_direct, std::int64_t{1} << 20}};
+      {dm::Transport::Staged, 64}, {dm::Transport::DeviceDirect, std::int64_t{1} << 20}};
   for (const auto& [transport, chunk] : modes) {
     const Settings settings(transport, chunk);
     for (const std::int64_t n : {std::int64_t{6}, std::int64_t{1500}}) {
@@ -513,13 +513,13 @@ TEST_CASE("mpi p2p: stream-ordered send, recv and allreduce", "[mpi][p2p][enqueu
   const devmem::DeviceArray output = devmem::device_array<double>({7});
   const devmem::DeviceArray copied = devmem::device_array<double>({7});
   input.copy_to_device(std::vector<double>(7, rank() + 1.0), stream);
-  dm::allreduce_enqueue(input, output, dm::ReduceOp::sum, stream);
+  dm::allreduce_enqueue(input, output, dm::ReduceOp::Sum, stream);
   copied.copy_to_device(output, stream);
   stream.synchronize();
   const int n = size();
   CHECK(copied.to_vector<double>() == std::vector<double>(7, n * (n + 1) / 2.0));
   CHECK_THROWS_WITH(
-      dm::allreduce_enqueue(input, devmem::device_array<float>({7}), dm::ReduceOp::sum, stream),
+      dm::allreduce_enqueue(input, devmem::device_array<float>({7}), dm::ReduceOp::Sum, stream),
       Catch::Contains("the input (float64 (7,)) and the output (float32 (7,)) differ"));
 }
 

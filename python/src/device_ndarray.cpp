@@ -5,6 +5,7 @@
 
 #include "bindings.hpp"
 #include "conversions.hpp"
+#include "interop.hpp"
 
 #include <fmt/format.h>
 #include <pybind11/stl.h>
@@ -220,7 +221,7 @@ py::object to_device_impl(const py::object& obj, const py::object& stream, bool 
   }
   const py::array host = as_numpy_array(obj);
   const HostArray source = host_view(host, false);
-  DeviceArray array = without_gil([&] { return to_device(source, s, copy); });
+  DeviceArray array = without_gil([&] { return to_device(source, {.stream = s, .copy = copy}); });
   return py::cast(DeviceNDArray{std::move(array), host.dtype(), stream_object_of(stream)});
 }
 
@@ -477,6 +478,19 @@ void bind_device_ndarray(py::module_& m) {
                            layout::format_tuple(a.array.shape()), dtype_repr(a.dtype),
                            backend_name(), a.array.context()->device());
       });
+  // Interop (defined in interop.cpp).
+  cls.def("__dlpack__", &export_dlpack, py::kw_only(), py::arg("stream") = py::none(),
+          py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
+          py::arg("copy") = py::none(),
+          "A DLPack capsule viewing the array (a copy for copy=True). A bool array is kDLBool for "
+          "a consumer that passes max_version >= (1, 0) (DLPack 1 knows kDLBool), otherwise "
+          "uint8.")
+      .def("__dlpack_device__", &dlpack_device)
+      .def_property_readonly("__cuda_array_interface__", &cuda_array_interface,
+                             "CUDA Array Interface v3 (cuda and roc backends).")
+      .def("get_ipc_handle", &export_ipc,
+           "An IPC handle another process can open (devmem.open_ipc_array); it carries the "
+           "array's full NumPy dtype.");
 
   m.def("to_device", &to_device_impl, py::arg("obj"), py::arg("stream") = 0, py::arg("copy") = true,
         py::arg("to") = py::none(),

@@ -2,6 +2,7 @@
 // devmem.from_dlpack), the CUDA Array Interface v3 (__cuda_array_interface__ on the GPU backends,
 // devmem.as_device_array) and IPC handles (docs/python.md#interop).
 
+#include "interop.hpp"
 #include "bindings.hpp"
 #include "conversions.hpp"
 
@@ -65,27 +66,6 @@ py::capsule dlpack_capsule(DLManagedTensor* tensor) {
   return py::reinterpret_steal<py::capsule>(capsule);
 }
 
-py::object cuda_array_interface(const DeviceNDArray& self) {
-  if (!has_array_interface()) {
-    throw py::attribute_error(fmt::format(
-        "__cuda_array_interface__ exists on the cuda and roc backends only; the {} backend "
-        "exchanges arrays through DLPack (__dlpack__)",
-        backend_name()));
-  }
-  const ArrayInterface iface = self.array.array_interface();
-  py::dict out;
-  out["shape"] = to_tuple(iface.shape);
-  out["strides"] =
-      iface.strides.empty() ? py::object(py::none()) : py::object(to_tuple(iface.strides));
-  out["typestr"] = self.dtype.attr("str");
-  if (self.dtype.attr("fields").ptr() != Py_None) out["descr"] = self.dtype.attr("descr");
-  out["data"] =
-      py::make_tuple(reinterpret_cast<std::uintptr_t>(iface.data.pointer), iface.data.readonly);
-  out["version"] = iface.version;
-  out["stream"] = iface.stream ? py::object(py::int_(*iface.stream)) : py::object(py::none());
-  return out;
-}
-
 /// The fields of a NumPy dtype as an IPC handle carries them (names in NumPy's order, offsets,
 /// each field's element typestr with its byte order and datetime unit, sub-array shapes, nested
 /// structures); empty for a dtype without fields.
@@ -115,10 +95,6 @@ DTypeDescription describe(const DeviceNDArray& a) {
   out.typestr = a.dtype.attr("str").cast<std::string>();
   out.fields = describe_fields(a.dtype);
   return out;
-}
-
-IpcHandle export_ipc(const DeviceNDArray& a) {
-  return ipc_handle(a.array, describe(a));
 }
 
 py::dtype structure_dtype(const std::vector<DTypeField>& fields, std::int64_t itemsize, bool align);
@@ -305,10 +281,10 @@ DeviceNDArray device_view(const DeviceNDArray& base, std::int64_t byte_offset,
   iface.strides = to_shape(strides, "strides");
   iface.typestr = to_devmem_dtype(type).typestr();
   const Layout base_layout = base.array.layout();
-  const Extent allowed = base_layout.extent();
+  const Extent allowed = base_layout.byte_extent();
   Layout wanted{iface.shape, iface.strides, base_layout.offset + byte_offset,
                 static_cast<std::int64_t>(type.itemsize())};
-  const Extent reached = wanted.extent();
+  const Extent reached = wanted.byte_extent();
   if (wanted.size() != 0 && (reached.begin < allowed.begin || reached.end > allowed.end)) {
     throw py::value_error(fmt::format(
         "device_view: bytes [{}, {}) of the view lie outside the array's bytes [{}, {})",
@@ -320,7 +296,10 @@ DeviceNDArray device_view(const DeviceNDArray& base, std::int64_t byte_offset,
   return DeviceNDArray{std::move(view), type};
 }
 
-/// DeviceNDArray.__dlpack__ (DLPack 1's arguments; see its docstring).
+}  // namespace
+
+// ---- DeviceNDArray's interop members (interop.hpp), bound by bind_device_ndarray ----
+
 py::capsule export_dlpack(const DeviceNDArray& a, const py::object& stream,
                           const py::object& max_version, const py::object& dl_device,
                           const py::object& copy) {
@@ -360,29 +339,39 @@ py::capsule export_dlpack(const DeviceNDArray& a, const py::object& stream,
   return dlpack_capsule(tensor.release());
 }
 
-}  // namespace
+py::tuple dlpack_device(const DeviceNDArray& a) {
+  DLManagedTensor* tensor = a.array.to_dlpack();
+  const DLDevice device = tensor->dl_tensor.device;
+  tensor->deleter(tensor);
+  return py::make_tuple(static_cast<int>(device.device_type), device.device_id);
+}
+
+py::object cuda_array_interface(const DeviceNDArray& self) {
+  if (!has_array_interface()) {
+    throw py::attribute_error(fmt::format(
+        "__cuda_array_interface__ exists on the cuda and roc backends only; the {} backend "
+        "exchanges arrays through DLPack (__dlpack__)",
+        backend_name()));
+  }
+  const ArrayInterface iface = self.array.array_interface();
+  py::dict out;
+  out["shape"] = to_tuple(iface.shape);
+  out["strides"] =
+      iface.strides.empty() ? py::object(py::none()) : py::object(to_tuple(iface.strides));
+  out["typestr"] = self.dtype.attr("str");
+  if (self.dtype.attr("fields").ptr() != Py_None) out["descr"] = self.dtype.attr("descr");
+  out["data"] =
+      py::make_tuple(reinterpret_cast<std::uintptr_t>(iface.data.pointer), iface.data.readonly);
+  out["version"] = iface.version;
+  out["stream"] = iface.stream ? py::object(py::int_(*iface.stream)) : py::object(py::none());
+  return out;
+}
+
+IpcHandle export_ipc(const DeviceNDArray& a) {
+  return ipc_handle(a.array, describe(a));
+}
 
 void bind_interop(py::module_& m) {
-  auto cls = py::reinterpret_borrow<py::class_<DeviceNDArray>>(m.attr("DeviceNDArray"));
-  cls.def(
-         "__dlpack__", &export_dlpack, py::kw_only(), py::arg("stream") = py::none(),
-         py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
-         py::arg("copy") = py::none(),
-         "A DLPack capsule viewing the array (a copy for copy=True). A bool array is kDLBool for a "
-         "consumer that passes max_version >= (1, 0) (DLPack 1 knows kDLBool), otherwise uint8.")
-      .def("__dlpack_device__",
-           [](const DeviceNDArray& a) {
-             DLManagedTensor* tensor = a.array.to_dlpack();
-             const DLDevice device = tensor->dl_tensor.device;
-             tensor->deleter(tensor);
-             return py::make_tuple(static_cast<int>(device.device_type), device.device_id);
-           })
-      .def_property_readonly("__cuda_array_interface__", &cuda_array_interface,
-                             "CUDA Array Interface v3 (cuda and roc backends).")
-      .def("get_ipc_handle", &export_ipc,
-           "An IPC handle another process can open (devmem.open_ipc_array); it carries the "
-           "array's full NumPy dtype.");
-
   m.def("from_dlpack", &from_dlpack_object, py::arg("obj"),
         "A DeviceNDArray viewing the memory of an object with __dlpack__ (or a DLPack capsule), "
         "without a copy. The object's memory must be the active backend's.");

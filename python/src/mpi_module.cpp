@@ -138,7 +138,7 @@ mpi::ReduceOp to_op(py::handle op) {
   if (py::isinstance<mpi::ReduceOp>(op)) return op.cast<mpi::ReduceOp>();
   if (py::isinstance<py::str>(op)) {
     const auto name = op.cast<std::string>();
-    for (int i = 0; i <= static_cast<int>(mpi::ReduceOp::maxloc); ++i) {
+    for (int i = 0; i <= static_cast<int>(mpi::ReduceOp::MaxLoc); ++i) {
       const auto candidate = static_cast<mpi::ReduceOp>(i);
       if (name == mpi::to_string(candidate)) return candidate;
     }
@@ -289,22 +289,22 @@ py::object make_request(mpi::Request request, py::object arrays) {
 void bind_types(py::module_& m) {
   py::enum_<mpi::ReduceOp>(m, "ReduceOp",
                            "The reductions (MPI_SUM, ...); functions also take their names.")
-      .value("sum", mpi::ReduceOp::sum)
-      .value("min", mpi::ReduceOp::min)
-      .value("max", mpi::ReduceOp::max)
-      .value("prod", mpi::ReduceOp::prod)
-      .value("logical_and", mpi::ReduceOp::logical_and)
-      .value("logical_or", mpi::ReduceOp::logical_or)
-      .value("logical_xor", mpi::ReduceOp::logical_xor)
-      .value("bitwise_and", mpi::ReduceOp::bitwise_and)
-      .value("bitwise_or", mpi::ReduceOp::bitwise_or)
-      .value("bitwise_xor", mpi::ReduceOp::bitwise_xor)
-      .value("minloc", mpi::ReduceOp::minloc)
-      .value("maxloc", mpi::ReduceOp::maxloc);
+      .value("sum", mpi::ReduceOp::Sum)
+      .value("min", mpi::ReduceOp::Min)
+      .value("max", mpi::ReduceOp::Max)
+      .value("prod", mpi::ReduceOp::Prod)
+      .value("logical_and", mpi::ReduceOp::LogicalAnd)
+      .value("logical_or", mpi::ReduceOp::LogicalOr)
+      .value("logical_xor", mpi::ReduceOp::LogicalXor)
+      .value("bitwise_and", mpi::ReduceOp::BitwiseAnd)
+      .value("bitwise_or", mpi::ReduceOp::BitwiseOr)
+      .value("bitwise_xor", mpi::ReduceOp::BitwiseXor)
+      .value("minloc", mpi::ReduceOp::MinLoc)
+      .value("maxloc", mpi::ReduceOp::MaxLoc);
   py::enum_<mpi::Transport>(m, "Transport", "How device memory reaches MPI.")
-      .value("automatic", mpi::Transport::automatic)
-      .value("device_direct", mpi::Transport::device_direct)
-      .value("staged", mpi::Transport::staged);
+      .value("automatic", mpi::Transport::Automatic)
+      .value("device_direct", mpi::Transport::DeviceDirect)
+      .value("staged", mpi::Transport::Staged);
 
   py::class_<mpi::Status>(m, "Status",
                           "What a completed operation did: the peer's rank, the tag, the elements "

@@ -675,8 +675,12 @@ void bind_runtime(py::module_& m) {
     AllocationArguments args = allocation_arguments(shape, dtype, strides, order);
     const Stream s = to_stream(stream);
     const MappedArray host = without_gil([&] {
-      return mapped_array(std::move(args.shape), args.element, std::move(args.strides), args.order,
-                          s, portable, wc);
+      return mapped_array(std::move(args.shape), args.element,
+                          {.strides = std::move(args.strides),
+                           .order = args.order,
+                           .stream = s,
+                           .portable = portable,
+                           .wc = wc});
     });
     return py::make_tuple(to_numpy(host, args.dtype), DeviceNDArray{host.device(), args.dtype});
   });

@@ -291,14 +291,14 @@ TEST_CASE("as_device_array: strides need only be multiples of the dtype's alignm
     iface.data.pointer = byte_ptr(d.data()) + 88;
     const DeviceArray view = devmem::as_device_array(iface);
     CHECK(device_values(view) == std::vector<double>{11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0});
-    CHECK(view.view<double, 2>().stride(0) == -32);
+    CHECK(view.view<double, 2>().stride_bytes(0) == -32);
   }
   SECTION("an axis of length 1 takes any stride") {
     iface.shape = {1, 4};
     iface.strides = {3, 8};
     const DeviceArray view = devmem::as_device_array(iface);
     CHECK(device_values(view) == std::vector<double>{0, 1, 2, 3});
-    CHECK(view.view<double, 2>().stride(0) == 3);
+    CHECK(view.view<double, 2>().stride_bytes(0) == 3);
   }
   SECTION("no elements: odd strides and a misaligned pointer are never dereferenced") {
     iface.shape = {0, 4};
@@ -313,7 +313,7 @@ TEST_CASE("as_device_array: strides need only be multiples of the dtype's alignm
     iface.shape = {3};
     iface.strides = {12};
     const DeviceArray view = devmem::as_device_array(iface);
-    CHECK(view.view<std::complex<float>, 1>().stride(0) == 12);
+    CHECK(view.view<std::complex<float>, 1>().stride_bytes(0) == 12);
   }
 }
 

@@ -702,8 +702,8 @@ TEST_CASE("kernels: strided and transposed views", "[kernels]") {
     const DeviceArray t = d.T();
     const ArrayView<double, 2> view = t.view<double, 2>();
     CHECK(view.shape(0) == 8);
-    CHECK(view.stride(0) == 8);
-    CHECK(view.stride(1) == 64);
+    CHECK(view.stride_bytes(0) == 8);
+    CHECK(view.stride_bytes(1) == 64);
     devmem::launch({Dim3(1, 1), Dim3(8, 8)}, add_to_view, view, 0.25);
     const auto got = d.to_vector<double>();
     for (std::size_t i = 0; i < host.size(); ++i) CHECK(got[i] == host[i] + 0.25);
@@ -720,7 +720,7 @@ TEST_CASE("kernels: DeviceArray::view checks dtype and rank", "[kernels]") {
   CHECK(v.shape(1) == 4);
   CHECK(v.extent(0) == 3);
   CHECK(v.extent(1) == 4);
-  CHECK(v.stride(0) == 16);
+  CHECK(v.stride_bytes(0) == 16);
   const ArrayView<const float, 2> read_only = v;
   CHECK(read_only.data() == d.data());
   CHECK_THROWS_MATCHES(((void)d.view<int, 2>()), devmem::InvalidArgument,
@@ -741,14 +741,14 @@ TEST_CASE("kernels: DeviceArray::view accepts aligned layouts of any sign and sh
     const DeviceArray d = devmem::device_array<int>({8});
     const DeviceArray reversed = d.slice(0, std::nullopt, std::nullopt, -1);
     const ArrayView<int, 1> v = reversed.view<int, 1>();
-    CHECK(v.stride(0) == -4);
+    CHECK(v.stride_bytes(0) == -4);
     CHECK(v.data() == reversed.data());
     devmem::launch({1, 8}, fill_iota, reversed, 0);
     CHECK(d.to_vector<int>() == std::vector<int>{7, 6, 5, 4, 3, 2, 1, 0});
   }
   SECTION("an axis of length 1 with an odd stride") {
     const DeviceArray row = devmem::device_array(Shape{1, 3}, f8(), Strides{5, 8});
-    CHECK(row.view<double, 2>().stride(0) == 5);
+    CHECK(row.view<double, 2>().stride_bytes(0) == 5);
     row.fill(1.0);
     devmem::launch({Dim3(1, 1), Dim3(4, 4)}, add_to_view, row, 1.5);
     CHECK(row.to_vector<double>() == std::vector<double>(3, 2.5));

@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   try {
     const devmem::DeviceArray a = devmem::to_device(std::vector<int>{1, 2, 3});
     devmem::mpi::bcast(a, 0, MPI_COMM_SELF);
-    devmem::mpi::allreduce(a, devmem::mpi::ReduceOp::max, MPI_COMM_SELF);
+    devmem::mpi::allreduce(a, devmem::mpi::ReduceOp::Max, MPI_COMM_SELF);
     status =
         a.to_vector<int>() == std::vector<int>{1, 2, 3} && consumer_rank_in_self() == 0 ? 0 : 1;
     std::printf("consumer_mpi: %s\n", status == 0 ? "ok" : "wrong values");

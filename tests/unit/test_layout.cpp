@@ -168,18 +168,18 @@ TEST_CASE("Layout is_dense", "[layout]") {
 
 TEST_CASE("Layout extent", "[layout]") {
   // Values of Numba's memory_size_from_info.
-  CHECK(dense({20, 50}).extent().bytes() == 8000);
-  CHECK(dense({20, 50}, 8, Order::F).extent().bytes() == 8000);
-  CHECK(L({10}, {16}).extent() == Extent{0, 152});
-  CHECK(L({10}, {-8}, 72).extent() == Extent{0, 80});
-  CHECK(L({4, 3}, {0, 8}).extent() == Extent{0, 24});
-  CHECK(dense({}).extent() == Extent{0, 8});
-  CHECK(L({0, 5}, {40, 8}, 16).extent() == Extent{16, 16});
-  CHECK(L({0, 5}, {40, 8}).extent().bytes() == 0);
-  CHECK(L({2, 5}, {40, 16}).extent().bytes() == 112);
+  CHECK(dense({20, 50}).byte_extent().bytes() == 8000);
+  CHECK(dense({20, 50}, 8, Order::F).byte_extent().bytes() == 8000);
+  CHECK(L({10}, {16}).byte_extent() == Extent{0, 152});
+  CHECK(L({10}, {-8}, 72).byte_extent() == Extent{0, 80});
+  CHECK(L({4, 3}, {0, 8}).byte_extent() == Extent{0, 24});
+  CHECK(dense({}).byte_extent() == Extent{0, 8});
+  CHECK(L({0, 5}, {40, 8}, 16).byte_extent() == Extent{16, 16});
+  CHECK(L({0, 5}, {40, 8}).byte_extent().bytes() == 0);
+  CHECK(L({2, 5}, {40, 16}).byte_extent().bytes() == 112);
   // Offset-aware: a view in the middle of a buffer.
-  CHECK(L({3}, {8}, 40).extent() == Extent{40, 64});
-  CHECK(L({2, 3}, {-24, 8}, 24).extent() == Extent{0, 48});
+  CHECK(L({3}, {8}, 40).byte_extent() == Extent{40, 64});
+  CHECK(L({2, 3}, {-24, 8}, 24).byte_extent() == Extent{0, 48});
 }
 
 TEST_CASE("Layout offset_of", "[layout]") {
@@ -200,12 +200,12 @@ TEST_CASE("make_layout", "[layout]") {
   CHECK(layout::make_layout(Shape{3, 0, 2}, 8) == L({3, 0, 2}, {16, 16, 8}));
   // Given strides: element 0 is placed so that the extent starts at byte 0.
   CHECK(layout::make_layout(Shape{10}, 8, Strides{16}) == L({10}, {16}));
-  CHECK(layout::make_layout(Shape{10}, 8, Strides{16}).extent().bytes() == 152);
+  CHECK(layout::make_layout(Shape{10}, 8, Strides{16}).byte_extent().bytes() == 152);
   const Layout reversed = layout::make_layout(Shape{10}, 8, Strides{-8});
   CHECK(reversed == L({10}, {-8}, 72));
-  CHECK(reversed.extent() == Extent{0, 80});
+  CHECK(reversed.byte_extent() == Extent{0, 80});
   CHECK(layout::make_layout(Shape{2, 3}, 8, Strides{-24, 8}) == L({2, 3}, {-24, 8}, 24));
-  CHECK(layout::make_layout(Shape{4, 3}, 8, Strides{0, 8}).extent() == Extent{0, 24});
+  CHECK(layout::make_layout(Shape{4, 3}, 8, Strides{0, 8}).byte_extent() == Extent{0, 24});
   CHECK(layout::make_layout(Shape{0, 5}, 8, Strides{-40, 8}) == L({0, 5}, {-40, 8}));
   // Strides given: the order argument is not used.
   CHECK(layout::make_layout(Shape{2}, 8, Strides{8}, Order::K) == L({2}, {8}));

@@ -135,7 +135,7 @@ TEST_CASE("reshape_view returns exactly the views that preserve the element orde
       CHECK(view->shape == resolved);
       CHECK(view->itemsize == src.itemsize);
       CHECK(addresses(*view, f) == expected);
-      if (size > 0) CHECK(view->extent() == src.extent());
+      if (size > 0) CHECK(view->byte_extent() == src.byte_extent());
     } else {
       ++copies;
       CHECK_FALSE(affine_view_exists(resolved, expected, f));
@@ -308,7 +308,7 @@ TEST_CASE("make_layout places every element inside an extent starting at 0", "[l
     const Layout l = layout::make_layout(shape, itemsize, strides);
     INFO("layout " << show(l));
     const auto addr = addresses(l, false);
-    const devmem::Extent e = l.extent();
+    const devmem::Extent e = l.byte_extent();
     if (addr.empty()) {
       CHECK(e.bytes() == 0);
       continue;

@@ -106,7 +106,7 @@ void check_argument(const PreparedLaunch& launch, const ArrayView<T, Rank>& view
   std::int64_t strides[Rank + 1] = {};
   for (std::size_t d = 0; d != Rank; ++d) {
     shape[d] = view.shape(d);
-    strides[d] = view.stride(d);
+    strides[d] = view.stride_bytes(d);
   }
   check_view_argument(launch, argument, view.data(), sizeof(T), shape, strides, Rank);
 }

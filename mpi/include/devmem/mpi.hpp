@@ -89,27 +89,38 @@ class DEVMEM_MPI_API MpiError : public Error {
 };
 
 /// How device memory reaches MPI.
-///  - automatic: device_direct when the MPI library accepts the array's backend's device pointers
-///    (device_aware()), staged otherwise; the host backend stages.
-///  - device_direct: device pointers (and derived datatypes for strided views) go to MPI; only
+///  - Automatic: DeviceDirect when the MPI library accepts the array's backend's device pointers
+///    (device_aware()), Staged otherwise; the host backend stages.
+///  - DeviceDirect: device pointers (and derived datatypes for strided views) go to MPI; only
 ///    correct with a device-aware MPI library, or on the host backend, whose device memory is host
 ///    memory.
-///  - staged: through page-locked host buffers, in chunks, with the copies overlapping the
+///  - Staged: through page-locked host buffers, in chunks, with the copies overlapping the
 ///    transfers.
-enum class Transport { automatic, device_direct, staged };
+/// The lower-case enumerators are the old names, deprecated aliases of the same values since 0.1.0
+/// (docs/migration.md).
+enum class Transport {
+  Automatic,
+  DeviceDirect,
+  Staged,
+  automatic [[deprecated("use devmem::mpi::Transport::Automatic (docs/migration.md)")]] = Automatic,
+  device_direct [[deprecated("use devmem::mpi::Transport::DeviceDirect (docs/migration.md)")]] =
+      DeviceDirect,
+  staged [[deprecated("use devmem::mpi::Transport::Staged (docs/migration.md)")]] = Staged,
+};
 
-/// "automatic", "device_direct" or "staged".
+/// "automatic", "device_direct" or "staged" (the names DEVMEM_MPI_TRANSPORT and the Python
+/// module accept, unchanged by the enumerators' renaming).
 [[nodiscard]] DEVMEM_MPI_API const char* to_string(Transport transport) noexcept;
 /// Parses the names to_string gives; InvalidArgument naming the value otherwise.
 [[nodiscard]] DEVMEM_MPI_API Transport parse_transport(std::string_view name);
 
 /// The transport setting: the last set_transport(), else the environment variable
 /// DEVMEM_MPI_TRANSPORT (read at the first call; InvalidArgument naming a bad value), else
-/// automatic. Thread safe.
+/// Automatic. Thread safe.
 [[nodiscard]] DEVMEM_MPI_API Transport transport();
 /// Sets the transport for operations that start after the call (process-wide). Thread safe.
 DEVMEM_MPI_API void set_transport(Transport transport) noexcept;
-/// The transport an operation on `array` takes now (never automatic).
+/// The transport an operation on `array` takes now (never Automatic).
 [[nodiscard]] DEVMEM_MPI_API Transport transport_for(const DeviceArray& array);
 /// True when the MPI library accepts device pointers of `backend` ("cuda": a CUDA-aware build,
 /// MPIX_Query_cuda_support; "roc": ROCm-aware, MPIX_Query_rocm_support; false for "host" and for
@@ -316,27 +327,45 @@ DEVMEM_MPI_API std::optional<MessageInfo> iprobe(int source, int tag,
 
 /// The reductions (MPI_SUM, MPI_MIN, ...). Which dtypes each takes (InvalidArgument naming the
 /// dtype and the reduction otherwise, on every rank):
-///  - sum, prod: integers (1, 2, 4, 8 bytes, signed or not), float32, float64, complex64,
+///  - Sum, Prod: integers (1, 2, 4, 8 bytes, signed or not), float32, float64, complex64,
 ///    complex128;
-///  - min, max: integers and float32, float64;
-///  - logical_and, logical_or, logical_xor: integers and bool (nonzero is true; the result is 0
+///  - Min, Max: integers and float32, float64;
+///  - LogicalAnd, LogicalOr, LogicalXor: integers and bool (nonzero is true; the result is 0
 ///    or 1);
-///  - bitwise_and, bitwise_or, bitwise_xor: integers;
-///  - minloc, maxloc: allreduce_loc only (values paired with int32 indices).
+///  - BitwiseAnd, BitwiseOr, BitwiseXor: integers;
+///  - MinLoc, MaxLoc: allreduce_loc only (values paired with int32 indices).
 /// float16 and bfloat16 are refused (MPI has no type for them).
+/// The lower-case enumerators are the old names, deprecated aliases of the same values since 0.1.0
+/// (docs/migration.md).
 enum class ReduceOp {
-  sum,
-  min,
-  max,
-  prod,
-  logical_and,
-  logical_or,
-  logical_xor,
-  bitwise_and,
-  bitwise_or,
-  bitwise_xor,
-  minloc,
-  maxloc
+  Sum,
+  Min,
+  Max,
+  Prod,
+  LogicalAnd,
+  LogicalOr,
+  LogicalXor,
+  BitwiseAnd,
+  BitwiseOr,
+  BitwiseXor,
+  MinLoc,
+  MaxLoc,
+  sum [[deprecated("use devmem::mpi::ReduceOp::Sum (docs/migration.md)")]] = Sum,
+  min [[deprecated("use devmem::mpi::ReduceOp::Min (docs/migration.md)")]] = Min,
+  max [[deprecated("use devmem::mpi::ReduceOp::Max (docs/migration.md)")]] = Max,
+  prod [[deprecated("use devmem::mpi::ReduceOp::Prod (docs/migration.md)")]] = Prod,
+  logical_and [[deprecated("use devmem::mpi::ReduceOp::LogicalAnd (docs/migration.md)")]] =
+      LogicalAnd,
+  logical_or [[deprecated("use devmem::mpi::ReduceOp::LogicalOr (docs/migration.md)")]] = LogicalOr,
+  logical_xor [[deprecated("use devmem::mpi::ReduceOp::LogicalXor (docs/migration.md)")]] =
+      LogicalXor,
+  bitwise_and [[deprecated("use devmem::mpi::ReduceOp::BitwiseAnd (docs/migration.md)")]] =
+      BitwiseAnd,
+  bitwise_or [[deprecated("use devmem::mpi::ReduceOp::BitwiseOr (docs/migration.md)")]] = BitwiseOr,
+  bitwise_xor [[deprecated("use devmem::mpi::ReduceOp::BitwiseXor (docs/migration.md)")]] =
+      BitwiseXor,
+  minloc [[deprecated("use devmem::mpi::ReduceOp::MinLoc (docs/migration.md)")]] = MinLoc,
+  maxloc [[deprecated("use devmem::mpi::ReduceOp::MaxLoc (docs/migration.md)")]] = MaxLoc,
 };
 
 /// "sum", "min", ..., "maxloc".
@@ -368,11 +397,11 @@ DEVMEM_MPI_API void allgather(const DeviceArray& input, const DeviceArray& outpu
 //  - Root-only arrays (reduce's and gather's output, scatter's input) are not read or written on
 //    the other ranks: pass an empty DeviceArray{} there (any array is accepted and left alone).
 //  - Transports as for point-to-point: staged through two page-locked slots in chunks of the
-//    first axis of the per-rank block (the copies overlapping MPI), or device_direct. On a GPU
-//    backend device_direct uses MPI's blocking collectives (a device-aware Open MPI 4.x accepts
+//    first axis of the per-rank block (the copies overlapping MPI), or DeviceDirect. On a GPU
+//    backend DeviceDirect uses MPI's blocking collectives (a device-aware Open MPI 4.x accepts
 //    device pointers there, not in MPI_I* collectives); on the host backend MPI_I* collectives
 //    waited for while point-to-point operations progress. Strided views are packed into dense
-//    device arrays for device_direct.
+//    device arrays for DeviceDirect.
 //  - Returns when this rank's part is complete: its inputs have been read and its outputs written
 //    (work enqueued on the arrays' streams before the call comes first). Like MPI's collectives,
 //    a return does not mean the other ranks have finished.
@@ -439,7 +468,7 @@ DEVMEM_MPI_API void scan(const DeviceArray& input, const DeviceArray& output, Re
 /// `output` is left unchanged (MPI defines no value there). `output` must not overlap `input`.
 DEVMEM_MPI_API void exscan(const DeviceArray& input, const DeviceArray& output, ReduceOp op,
                            MPI_Comm comm = MPI_COMM_WORLD);
-/// minloc / maxloc, in place and element-wise over the ranks: `values` (int32, int64, float32 or
+/// MinLoc / MaxLoc, in place and element-wise over the ranks: `values` (int32, int64, float32 or
 /// float64) becomes the minimum (maximum) and `indices` (int32, same shape: what the caller pairs
 /// with each value, such as its rank or a global position) the index paired with it; ties take
 /// the smallest index (MPI_MINLOC / MPI_MAXLOC on MPI_2INT, MPI_LONG_INT, MPI_FLOAT_INT,
@@ -455,9 +484,9 @@ DEVMEM_MPI_API void allreduce_loc(const DeviceArray& values, const DeviceArray& 
 // they must be called in the same order on every rank of the communicator (relative to each other
 // and to the blocking collectives on it); the arrays must not be touched until the request
 // completes. The descriptor check runs inside the operation: a mismatch (as for the blocking
-// forms) is thrown by wait() on every rank. Transports: staged (chunked, one chunk at a time),
-// or device_direct with MPI_I* collectives on device pointers on the host backend; on a GPU
-// backend device_direct stages (device-aware Open MPI 4.x does not take device pointers in
+// forms) is thrown by wait() on every rank. Transports: Staged (chunked, one chunk at a time),
+// or DeviceDirect with MPI_I* collectives on device pointers on the host backend; on a GPU
+// backend DeviceDirect stages (device-aware Open MPI 4.x does not take device pointers in
 // non-blocking collectives).
 
 /// Non-blocking barrier: completes once every rank has called it.
@@ -501,7 +530,7 @@ class Datatype {
 /// itemsize bytes) as one committed MPI datatype: MPI_Send(view.data(), 1, type.get(), ...) sends
 /// exactly the view's elements; received into, it writes exactly them. For the application's own
 /// MPI calls; passing view.data() to MPI needs a device-aware MPI library or the host backend
-/// (transport_for(view) == Transport::device_direct). InvalidArgument when an axis is longer than
+/// (transport_for(view) == Transport::DeviceDirect). InvalidArgument when an axis is longer than
 /// INT_MAX; MpiError when MPI fails.
 [[nodiscard]] DEVMEM_MPI_API Datatype datatype_for(const DeviceArray& view);
 
