@@ -7,9 +7,9 @@
 //              per second
 //   histogram  a grid-stride loop of atomic_add over 2^22 values (2^18 with --quick): atomics
 //              per second
-// Each number is the best of 3 launches (after one warm-up), timed to completion (the default
-// stream of the host backend runs a kernel before launch returns). Runs on the host backend
-// whatever the build's default (DEVMEM_BACKEND is set to host when unset).
+// Each number is the best of 3 launches (after one warm-up), timed to completion (a synchronize
+// after each: launch returns before the kernel has run, on the default stream too). Runs on the
+// host backend whatever the build's default (DEVMEM_BACKEND is set to host when unset).
 #include <devmem/devmem.hpp>
 #include <devmem/kernel.hpp>
 
@@ -49,10 +49,12 @@ DEVMEM_KERNEL void histogram_kernel(devmem::ArrayView<const int, 1> values,
 template <class Launch>
 double best_seconds(Launch launch) {
   launch();  // warm-up: fiber stacks, worker threads
+  devmem::synchronize();
   double best = 1e300;
   for (int r = 0; r < 3; ++r) {
     const auto start = std::chrono::steady_clock::now();
     launch();
+    devmem::synchronize();
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     if (took.count() < best) best = took.count();
   }

@@ -194,8 +194,9 @@ void InFlightWork::retire_after(StreamState& stream,
     batch->host_spans.insert(batch->host_spans.end(), host_spans.begin(), host_spans.end());
     ++batch->uses;
     batch->last_sequence = ++sequence_;
-    // The legacy default stream is never destroyed or synchronized as a devmem stream (work on it
-    // is waited for by the calls that enqueue it, or by peer copies' own events): no batch there.
+    // The legacy default stream is never destroyed, and synchronized rarely: its operations get
+    // their completion event at once (most are waited for by the calls that enqueue them; a
+    // kernel launch is not, and its arrays go when the event after it has been reached).
     if (batch->uses >= kUsesPerEvent || stream.is_default) {
       try {
         close_locked(*batch);

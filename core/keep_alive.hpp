@@ -34,8 +34,9 @@ struct HostSpan {
 };
 
 /// The keep-alives of asynchronous work of one context: what an operation enqueued on a stream
-/// other than the default stream uses is released once a completion event recorded after it has
-/// been reached, or once the host has synchronized that stream. The operations of one stream are
+/// other than the default stream (or a kernel launched on the default stream) uses is released
+/// once a completion event recorded after it has been reached, or once the host has synchronized
+/// that stream. The operations of one stream are
 /// held in batches of up to kUsesPerEvent (keep_alive.cpp) that share one completion event,
 /// recorded when the batch is full or must be waited for: an event record costs about as much as a
 /// small copy itself on a GPU (bench/results/gpu-proof-h100-2026-11-27.md), and a loop of small

@@ -2,8 +2,9 @@
 // host_backend.hpp says what it simulates and why). One file although long: every method of the
 // interface works on the same state (the allocations, registrations, streams and events, and their
 // locks, in the lock order host_backend.hpp states). The parts that stand apart have files of
-// their own: streams (host_stream.cpp), events (host_event.cpp), parallel copies
-// (host_parallel_copy.cpp), kernels (host_kernel*.cpp) and the controls (host_controls.cpp).
+// their own: streams (host_stream.cpp), the legacy default stream's queued work
+// (host_default_stream.cpp), events (host_event.cpp), parallel copies (host_parallel_copy.cpp),
+// kernels (host_kernel*.cpp) and the controls (host_controls.cpp).
 #include "backends/host/host_backend.hpp"
 
 #include "core/backend_factories.hpp"
@@ -161,7 +162,8 @@ bool well_formed(const layout::CopyPlan& plan) {
 
 HostBackend::HostBackend()
     : device_count_(detail::configured_device_count()),
-      devices_(static_cast<std::size_t>(device_count_)) {
+      devices_(static_cast<std::size_t>(device_count_)),
+      default_streams_(std::make_unique<DefaultStream[]>(static_cast<std::size_t>(device_count_))) {
   HostBackend* expected = nullptr;
   g_live_instance.compare_exchange_strong(expected, this, std::memory_order_acq_rel);
 }
@@ -170,6 +172,9 @@ HostBackend::~HostBackend() {
   HostBackend* expected = this;
   g_live_instance.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel);
 
+  // First: queued default-stream work may wait for markers on the other streams, whose workers
+  // still run until they are shut down below.
+  stop_default_streams();
   std::map<NativeStream, std::shared_ptr<HostStream>> streams;
   {
     const std::lock_guard lock(streams_mutex_);
@@ -379,32 +384,42 @@ std::vector<std::shared_ptr<HostStream>> HostBackend::streams_of(int device) {
 }
 
 void HostBackend::drain(int device) {
-  // No stream of any device has work queued or running: every operation enqueued before this call
-  // has run, and the acquire load sees what it wrote.
-  if (stream_work_.load(std::memory_order_acquire) == 0) return;
+  // No stream of any device, default streams included, has work queued or running: every
+  // operation enqueued before this call has run, and the acquire loads see what it wrote.
+  if (stream_work_.load(std::memory_order_acquire) == 0 &&
+      default_work_.load(std::memory_order_acquire) == 0) {
+    return;
+  }
   // Errors stay stored on their streams: they belong to that stream's next synchronize/query.
+  wait_for_default_streams(device);
   for (const auto& stream : streams_of(device)) stream->wait_idle();
 }
 
 void HostBackend::submit(const char* function, Call kind, int device, NativeStream stream,
-                         const detail::Injection& injection, HostStream::Operation op) {
+                         const detail::Injection& injection, HostStream::Operation op,
+                         OnDefault on_default) {
+  // Like a real asynchronous failure, an injected one of a queued operation happens when the
+  // operation would run: the operation is dropped and its error takes its place in the queue, to
+  // be reported by the stream's next synchronize_stream / query_stream.
+  const auto injected = [&] {
+    return [error = injected_error(function, kind, injection, device)] {
+      std::rethrow_exception(error);
+    };
+  };
   if (stream == nullptr) {
+    if (on_default == OnDefault::Queue ||
+        (on_default == OnDefault::QueueWhenBusy && default_busy(device))) {
+      enqueue_default(function, device,
+                      injection ? HostStream::Operation(injected()) : std::move(op));
+      return;
+    }
     if (injection) throw_injected(function, kind, injection, device);
     drain(device);
     op();
     return;
   }
   const std::shared_ptr<HostStream> target = find_stream(function, device, stream);
-  if (injection) {
-    // Like a real asynchronous failure, the injected one happens when the operation would run:
-    // the operation is dropped and its error takes its place in the queue, to be reported by the
-    // next synchronize_stream / query_stream of this stream.
-    target->enqueue([error = injected_error(function, kind, injection, device)] {
-      std::rethrow_exception(error);
-    });
-    return;
-  }
-  target->enqueue(std::move(op));
+  enqueue_on(*target, injection ? HostStream::Operation(injected()) : std::move(op));
 }
 
 bool HostBackend::page_locked(const void* ptr, ByteSpan span) const {
@@ -423,10 +438,11 @@ template <class Run>
 void HostBackend::submit_copy(const char* function, int device, NativeStream stream,
                               const detail::Injection& injection, CopyKind kind, void* dst,
                               ByteSpan dst_span, const void* src, ByteSpan src_span, Run run) {
-  // The default stream runs its operations inline: every copy on it is complete on return. What
-  // submit() does for it (the injected failure, the wait for the other streams, the copy), without
-  // wrapping the copy in a StreamOperation first: small copies (devmem::mpi's eager messages) pay
-  // for that wrapper more than for the copy.
+  // A copy on the default stream runs inline, after the device's queued work (its default
+  // stream's queued launches included): it is complete on return. What submit() does for it (the
+  // injected failure, the wait, the copy), without wrapping the copy in a StreamOperation first:
+  // small copies (devmem::mpi's eager messages) pay for that wrapper more than for the copy, and
+  // with nothing queued the wait is two atomic loads (drain).
   if (stream == nullptr) {
     if (injection) throw_injected(function, Call::Copy, injection, device);
     drain(device);
@@ -460,7 +476,7 @@ void HostBackend::submit_copy(const char* function, int device, NativeStream str
       std::latch latch{1};
     };
     auto done = std::make_shared<Completion>();
-    target->enqueue([run = std::move(run), src, done] {
+    enqueue_on(*target, [run = std::move(run), src, done] {
       struct CountDown {
         Completion& completion;
         ~CountDown() {
@@ -667,8 +683,10 @@ void HostBackend::deallocate_async(int device, void* ptr, NativeStream stream) {
            describe_device_pointer_locked(device, address_of(ptr)));
     }
   }
-  submit("deallocate_async", Call::Deallocate, device, stream, injection,
-         [this, device, ptr] { release_allocation("deallocate_async", device, ptr); });
+  submit(
+      "deallocate_async", Call::Deallocate, device, stream, injection,
+      [this, device, ptr] { release_allocation("deallocate_async", device, ptr); },
+      OnDefault::QueueWhenBusy);
 }
 
 // ---- Page-locked host memory --------------------------------------------------------------------
@@ -878,8 +896,10 @@ void HostBackend::synchronize_stream(int device, NativeStream stream) {
   if (injection) throw_injected("synchronize_stream", Call::SynchronizeStream, injection, device);
   check_device("synchronize_stream", device);
   if (stream == nullptr) {
-    // The legacy default stream waits for the device's blocking streams.
+    // The legacy default stream waits for the device's blocking streams, and reports the failure
+    // of its own queued work (a kernel launched on it) once.
     drain(device);
+    rethrow_default_failure(device);
     return;
   }
   const std::shared_ptr<HostStream> target = find_stream("synchronize_stream", device, stream);
@@ -890,6 +910,8 @@ void HostBackend::synchronize_stream(int device, NativeStream stream) {
 bool HostBackend::query_stream(int device, NativeStream stream) {
   check_device("query_stream", device);
   if (stream == nullptr) {
+    rethrow_default_failure(device);
+    if (default_busy(device)) return false;
     const auto streams = streams_of(device);
     return std::all_of(streams.begin(), streams.end(), [](const auto& s) { return s->idle(); });
   }
@@ -938,6 +960,11 @@ void HostBackend::record_event(int device, NativeEvent event, NativeStream strea
   const std::shared_ptr<HostEvent> target = find_event("record_event", device, event);
   auto record = std::make_shared<EventRecord>();
   if (stream == nullptr) {
+    if (default_busy(device)) {  // after the queued launches, without waiting for them
+      target->set_latest(record);
+      enqueue_default("record_event", device, [record = std::move(record)] { record->complete(); });
+      return;
+    }
     drain(device);
     record->complete();
     target->set_latest(std::move(record));
@@ -945,7 +972,7 @@ void HostBackend::record_event(int device, NativeEvent event, NativeStream strea
   }
   const std::shared_ptr<HostStream> queue = find_stream("record_event", device, stream);
   target->set_latest(record);
-  queue->enqueue([record = std::move(record)] { record->complete(); });
+  enqueue_on(*queue, [record = std::move(record)] { record->complete(); });
 }
 
 void HostBackend::synchronize_event(int device, NativeEvent event) {
@@ -985,12 +1012,17 @@ void HostBackend::stream_wait_event(int device, NativeStream stream, NativeEvent
   // again before the wait runs.
   const auto record = find_event("stream_wait_event", -1, event)->latest();
   if (stream == nullptr) {
-    if (record != nullptr) record->wait();
+    if (record == nullptr || record->is_complete()) return;
+    if (default_busy(device)) {  // the default stream's later work waits, the host does not
+      enqueue_default("stream_wait_event", device, [record] { record->wait(); });
+      return;
+    }
+    record->wait();
     return;
   }
   const std::shared_ptr<HostStream> queue = find_stream("stream_wait_event", device, stream);
   if (record == nullptr || record->is_complete()) return;
-  queue->enqueue([record] { record->wait(); });
+  enqueue_on(*queue, [record] { record->wait(); });
 }
 
 // ---- Data movement ------------------------------------------------------------------------------
@@ -1188,7 +1220,7 @@ void HostBackend::launch_host_function(int device, NativeStream stream, std::fun
 void HostBackend::launch_kernel(int device, NativeStream stream, HostStream::Operation run_grid) {
   const detail::Injection injection = detail::begin_call(Call::Launch, device);
   check_device("launch", device);
-  submit("launch", Call::Launch, device, stream, injection, std::move(run_grid));
+  submit("launch", Call::Launch, device, stream, injection, std::move(run_grid), OnDefault::Queue);
 }
 
 }  // namespace host

@@ -14,11 +14,21 @@
 // - Copies and memsets of 8 MiB and more are split over the machine's cores (ParallelCopier), as
 //   a GPU copies with several engines; each is still one operation of its stream.
 // - Every non-default stream has a worker thread running its operations in FIFO order, so
-//   asynchronous work really completes later. The default stream (nullptr) has legacy semantics:
-//   an operation on it first waits for the device's other streams to finish their queued work,
-//   then runs inline, so it is complete when the call returns.
+//   asynchronous work really completes later. The default stream (nullptr) is CUDA's legacy
+//   default stream (host_default_stream.cpp): a kernel launched on it is queued on the device's
+//   default-stream worker (started at the first such launch) and runs after the work the device's
+//   other streams had queued, so launch returns before the kernel has run, as on a GPU, and a
+//   missing synchronize shows up on the host. Event records, stream waits, stream-ordered frees
+//   and prefetches on it queue behind such launches while any is pending. Copies, memsets and
+//   host functions on it wait for the device's streams and its queued launches, then run inline,
+//   so they are complete when the call returns (devmem's contract for the default stream). Work
+//   enqueued on another stream after a default-stream launch waits for that launch (the legacy
+//   default stream orders every blocking stream).
 // - An operation that fails on a worker (e.g. an injected copy failure) stores its error on the
 //   stream; the next synchronize_stream or query_stream (or destroy_stream) rethrows it, once.
+//   A failure of queued default-stream work is rethrown by the next synchronize_stream or
+//   query_stream of the default stream; one nobody synchronized is written to stderr when the
+//   process exits (or the backend is destroyed), as destroy_stream reports a stream's.
 // - Copies between the device and pageable host memory on a non-default stream follow the
 //   vendors' documented synchronisation rules for pageable memory (CUDA's "API synchronization
 //   behavior", HIP's the same): device-to-host returns only once the copy has completed, and
@@ -169,8 +179,14 @@ class HostBackend final : public Backend {
   [[nodiscard]] AllocationRange ipc_open(int device, const VendorIpcHandle& handle) override;
   void ipc_close(int device, void* base) override;
   /// Enqueues a simulated kernel (`run_grid` runs every block; see host_kernel.cpp), counted and
-  /// fault-injectable as Call::Launch.
+  /// fault-injectable as Call::Launch. On the default stream too: it is queued on the device's
+  /// default-stream worker, and its failure is reported by the default stream's next synchronize.
   void launch_kernel(int device, NativeStream stream, HostStream::Operation run_grid);
+  /// Waits for the work queued on every device's default stream and writes each failure of it
+  /// that no synchronize reported to stderr ("devmem: error: ..."): called when the process exits
+  /// (a handler registered when the first default-stream worker starts) and by the destructor.
+  /// `at_exit` chooses the sentence. Never throws.
+  void finish_default_streams(bool at_exit) noexcept;
   /// BackendError with the message "host <function>: <status> (<code>): <details>".
   [[nodiscard]] static BackendError make_error(const char* function, Status status,
                                                std::string_view details);
@@ -264,14 +280,52 @@ class HostBackend final : public Backend {
                                                       NativeEvent event);
   /// Snapshot of the streams of `device` (every device when `device` < 0).
   [[nodiscard]] std::vector<std::shared_ptr<HostStream>> streams_of(int device);
-  /// Waits until the streams of `device` (every device when < 0) have run their queued work.
+  /// Waits until the streams of `device` (every device when < 0), its default stream's included,
+  /// have run their queued work.
   void drain(int device);
-  /// Runs `op` inline on the default stream (after drain) or enqueues it on `stream`. With an
-  /// injected failure the operation does not run: the error is thrown now on the default stream,
-  /// or stored on `stream` in its place (reported by the next synchronize/query, like a real
-  /// asynchronous failure).
+  /// What an operation on the default stream does: Run waits for the device's queued work (drain)
+  /// and runs inline; Queue enqueues it on the default-stream worker; QueueWhenBusy queues it
+  /// while the device's default stream has work queued, and runs it as Run otherwise.
+  enum class OnDefault { Run, Queue, QueueWhenBusy };
+  /// Runs `op` on the default stream as `on_default` says, or enqueues it on `stream`. With an
+  /// injected failure the operation does not run: the error is thrown now when it would run
+  /// inline, or stored on the stream in its place (reported by the next synchronize/query, like a
+  /// real asynchronous failure).
   void submit(const char* function, Call kind, int device, NativeStream stream,
-              const detail::Injection& injection, HostStream::Operation op);
+              const detail::Injection& injection, HostStream::Operation op,
+              OnDefault on_default = OnDefault::Run);
+
+  // ---- The legacy default stream (host_default_stream.cpp) ----
+  /// The default stream of one device: the worker that runs its queued operations (kernel
+  /// launches and what follows them while they are pending), started at the first.
+  struct DefaultStream {
+    std::mutex mutex;  // guards worker, tail and error; held while enqueueing (tail's order)
+    std::shared_ptr<HostStream> worker;
+    std::shared_ptr<EventRecord> tail;     // completed once the latest queued operation has run
+    std::exception_ptr error;              // the first failure of queued work not yet reported
+    std::atomic<bool> failed{false};       // error is set (read without the mutex)
+    std::atomic<std::int64_t> pending{0};  // queued operations that have not finished
+  };
+  [[nodiscard]] DefaultStream& default_stream_of(int device) const noexcept {
+    return default_streams_[static_cast<std::size_t>(device)];
+  }
+  /// True while `device`'s default stream has queued operations that have not finished.
+  [[nodiscard]] bool default_busy(int device) const noexcept;
+  /// Enqueues `op` on `device`'s default-stream worker (started if needed; MemoryAllocation
+  /// naming `function` when its thread cannot be): it runs after the work the device's other
+  /// streams have queued so far and after the default stream's earlier operations. Its failure is
+  /// kept for the default stream's next synchronize.
+  void enqueue_default(const char* function, int device, HostStream::Operation op);
+  /// Enqueues `op` on the non-default stream `target`, after the default-stream operations of its
+  /// device queued so far (the legacy default stream orders every blocking stream).
+  void enqueue_on(HostStream& target, HostStream::Operation op);
+  /// Waits until the default streams of `device` (every device when < 0) have run their work.
+  void wait_for_default_streams(int device);
+  /// Rethrows (and clears) the unreported failure of `device`'s queued default-stream work.
+  void rethrow_default_failure(int device);
+  /// For the destructor: finishes the default streams' work (finish_default_streams), then joins
+  /// their workers; the exit handler no longer sees this backend.
+  void stop_default_streams() noexcept;
   /// True when every byte of `span` around the host pointer `ptr` lies in one page-locked range
   /// (a pinned allocation or a registration, mapped or not).
   [[nodiscard]] bool page_locked(const void* ptr, ByteSpan span) const;
@@ -312,6 +366,11 @@ class HostBackend final : public Backend {
   std::atomic<std::int64_t> stream_work_{0};
   std::mutex streams_mutex_;
   std::map<NativeStream, std::shared_ptr<HostStream>> streams_;
+  // Operations queued or running on the default streams' workers, counted like stream_work_ (drain
+  // and enqueue_on skip the default streams while it is 0). Before default_streams_, for the same
+  // reason.
+  std::atomic<std::int64_t> default_work_{0};
+  std::unique_ptr<DefaultStream[]> default_streams_;  // one per device
 
   std::mutex peers_mutex_;                       // guards peers_enabled_
   std::set<std::pair<int, int>> peers_enabled_;  // (device, peer) after enable_peer_access

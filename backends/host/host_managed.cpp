@@ -119,17 +119,19 @@ void HostBackend::prefetch_managed(int device, const void* ptr, std::size_t byte
     }
   }
   const auto begin = address_of(ptr);
-  submit("prefetch_managed", Call::Prefetch, device, stream, injection,
-         [this, device, begin, bytes, location] {
-           const std::lock_guard lock(memory_mutex_);
-           // Freed meanwhile (a use-after-free of the caller's): nothing to record.
-           const auto it = find_managed_locked(begin, bytes);
-           if (it == managed_.end()) return;
-           it->second.last_prefetch = location;
-           ++it->second.prefetches;
-           ManagedMemoryState& counts = devices_[static_cast<std::size_t>(device)].managed;
-           ++(location.is_host() ? counts.prefetches_to_host : counts.prefetches_to_device);
-         });
+  submit(
+      "prefetch_managed", Call::Prefetch, device, stream, injection,
+      [this, device, begin, bytes, location] {
+        const std::lock_guard lock(memory_mutex_);
+        // Freed meanwhile (a use-after-free of the caller's): nothing to record.
+        const auto it = find_managed_locked(begin, bytes);
+        if (it == managed_.end()) return;
+        it->second.last_prefetch = location;
+        ++it->second.prefetches;
+        ManagedMemoryState& counts = devices_[static_cast<std::size_t>(device)].managed;
+        ++(location.is_host() ? counts.prefetches_to_host : counts.prefetches_to_device);
+      },
+      OnDefault::QueueWhenBusy);
 }
 
 void HostBackend::advise_managed(int device, const void* ptr, std::size_t bytes,

@@ -35,9 +35,9 @@
 // configuration (a negative Dim3, block larger than the device allows, dynamic shared memory over
 // its limit, an empty grid, a wrong view dtype or rank) throw InvalidArgument before anything is
 // enqueued. A failure while the kernel runs is reported like
-// an asynchronous device failure: BackendError from the next synchronize of its stream (or from
-// launch itself on the default stream of the host backend, which runs the kernel before it
-// returns).
+// an asynchronous device failure: BackendError from the next synchronize of its stream, on every
+// backend and every stream (the default stream included: there the next synchronous operation on
+// it, such as a copy to the host, reports it too).
 //
 // Thread safety: launch may be called from several threads; kernels on one stream run in launch
 // order, kernels on different streams may run concurrently.
@@ -803,7 +803,15 @@ void launch_named(std::string_view name, const LaunchConfig& config, void (*kern
 /// MappedArray's, and that of an ArrayView into memory devmem allocated or viewed (so
 /// `launch(cfg, k, devmem::device_array<float>({n}).view<float, 1>())` is safe; a view over a
 /// pointer devmem never saw is the caller's to keep alive). Numba keeps its arguments alive the
-/// same way. Asynchronous on its stream.
+/// same way.
+///
+/// Asynchronous on its stream, the default stream included: launch returns once the kernel is
+/// enqueued, usually before it has run, as on CUDA (the host backend's simulator runs it on a
+/// worker thread). Host code sees its results only after an ordering operation: a synchronize
+/// (Stream, Context, Event), or a later operation on the stream that waits for it (a copy to the
+/// host on the default stream returns with the kernel's results). Reading host-accessible memory
+/// the kernel writes (managed, mapped or registered host memory) right after launch is a race,
+/// on every backend.
 ///
 /// Errors: an argument that cannot be given for its parameter, or a number that would be narrowed
 /// for its arithmetic parameter (is_narrowing), is a compile error naming its position, counted

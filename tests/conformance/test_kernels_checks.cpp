@@ -84,6 +84,7 @@ TEST_CASE("kernels: the simulator reports writes outside the dynamic shared memo
   CHECK(out.to_vector<float>() == std::vector<float>(32, 5.0f));
   try {
     devmem::launch<dynamic_shared_writes>({1, 32, 32 * sizeof(float)}, out, 32, 40);
+    devmem::synchronize();  // reports the kernel's failure
     FAIL("launch did not report the overrun");
   } catch (const devmem::BackendError& e) {
     check_launch_failure(e,
@@ -94,6 +95,7 @@ TEST_CASE("kernels: the simulator reports writes outside the dynamic shared memo
   }
   try {
     devmem::launch<dynamic_shared_writes>({1, 32, 32 * sizeof(float)}, out, -2, 0);
+    devmem::synchronize();  // reports the kernel's failure
     FAIL("launch did not report the underrun");
   } catch (const devmem::BackendError& e) {
     check_launch_failure(e,
@@ -102,6 +104,7 @@ TEST_CASE("kernels: the simulator reports writes outside the dynamic shared memo
   }
   try {
     devmem::launch<dynamic_shared_overrun_at_end>({1, 8, 4 * sizeof(float)}, out);
+    devmem::synchronize();  // reports the kernel's failure
     FAIL("launch did not report the overrun");
   } catch (const devmem::BackendError& e) {
     check_launch_failure(e,
@@ -125,6 +128,7 @@ TEST_CASE("kernels: the simulator refuses a view that reached a kernel without l
   devmem::current_context()->flush_deallocations();
   try {
     devmem::launch<fill_unlisted>({1, 256}, p);
+    devmem::synchronize();  // reports the kernel's failure
     FAIL("the kernel indexed an unchecked view");
   } catch (const devmem::BackendError& e) {
     check_launch_failure(e, "fill_unlisted: ArrayView of shape (256,) at 0x");
@@ -180,6 +184,7 @@ TEST_CASE(
     INFO("case " << what);
     try {
       devmem::launch<round_two_bounds>({1, 1, 8 * sizeof(float)}, m, what, i, j);
+      devmem::synchronize();  // reports the kernel's failure
       FAIL("launch did not report the index");
     } catch (const devmem::BackendError& e) {
       check_launch_failure(e, "round_two_bounds: " + text + " in thread (0, 0, 0) of block");

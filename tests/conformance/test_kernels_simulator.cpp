@@ -256,7 +256,8 @@ TEST_CASE("kernels: the simulator reports barrier divergence", "[kernels][host-o
   }
   SECTION("threads wait at different barriers") {
     try {
-      devmem::launch({1, 8}, odd_threads_use_another_barrier, out);  // default stream: throws here
+      devmem::launch({1, 8}, odd_threads_use_another_barrier, out);
+      devmem::synchronize();  // reports the kernel's failure
       FAIL("launch did not report the divergence");
     } catch (const devmem::BackendError& e) {
       check_launch_failure(e,
@@ -269,6 +270,7 @@ TEST_CASE("kernels: the simulator reports barrier divergence", "[kernels][host-o
   SECTION("a block barrier and a warp barrier wait for each other") {
     try {
       devmem::launch({1, 40}, block_barrier_against_warp_barrier, out);
+      devmem::synchronize();  // reports the kernel's failure
       FAIL("launch did not report the deadlock");
     } catch (const devmem::BackendError& e) {
       check_launch_failure(e, "deadlock in block (0, 0, 0): 1 threads wait at syncthreads()");
@@ -280,6 +282,7 @@ TEST_CASE("kernels: the simulator reports barrier divergence", "[kernels][host-o
   SECTION("a lane returns before a wave barrier") {
     try {
       devmem::launch({1, 64}, lane_skips_wave_barrier, out);
+      devmem::synchronize();  // reports the kernel's failure
       FAIL("launch did not report the divergence");
     } catch (const devmem::BackendError& e) {
       check_launch_failure(e,
@@ -375,7 +378,8 @@ TEST_CASE("kernels: the simulator refuses two untagged shared arrays of one type
   }
   SECTION("in two device functions that different threads call") {
     try {
-      devmem::launch({1, 8}, untagged_arrays_in_two_branches, out);  // default stream: throws here
+      devmem::launch({1, 8}, untagged_arrays_in_two_branches, out);
+      devmem::synchronize();  // reports the kernel's failure
       FAIL("launch did not report the untagged arrays");
     } catch (const devmem::BackendError& e) {
       check_launch_failure(e,
@@ -395,6 +399,7 @@ TEST_CASE("kernels: the simulator enforces the shared-memory limit", "[kernels][
   const DeviceArray out = devmem::device_array<int>({4});
   try {
     devmem::launch({1, 4, 10000}, too_much_static_shared, out);
+    devmem::synchronize();  // reports the kernel's failure
     FAIL("launch did not report the shared memory");
   } catch (const devmem::BackendError& e) {
     CHECK(e.code_name() == "LaunchOutOfResources");
@@ -418,6 +423,7 @@ TEST_CASE("kernels: the simulator refuses static shared arrays over 48 KiB toget
     INFO("dynamic shared bytes " << dynamic);
     try {
       devmem::launch({1, 4, dynamic}, two_static_halves, out);
+      devmem::synchronize();  // reports the kernel's failure
       FAIL("launch did not report the static shared memory");
     } catch (const devmem::BackendError& e) {
       CHECK(e.code_name() == "LaunchOutOfResources");
@@ -494,6 +500,7 @@ TEST_CASE("kernels: simulator-only misuse", "[kernels][host-only]") {
   const DeviceArray out = devmem::device_array<int>({1});
   try {
     devmem::launch({1, 1}, launches_from_a_kernel, out);
+    devmem::synchronize();  // reports the kernel's failure
     FAIL("a launch from a kernel was accepted");
   } catch (const devmem::BackendError& e) {
     check_launch_failure(e, "devmem::launch: cannot launch a kernel from inside a kernel");
@@ -530,7 +537,8 @@ TEST_CASE("kernels: the simulator reports out-of-bounds array accesses", "[kerne
   }
   SECTION("a far index") {
     try {
-      devmem::launch({1, 1}, write_one_at, y, 1LL << 40);  // default stream: throws here
+      devmem::launch({1, 1}, write_one_at, y, 1LL << 40);
+      devmem::synchronize();  // reports the kernel's failure
       FAIL("launch did not report the index");
     } catch (const devmem::BackendError& e) {
       check_launch_failure(e,
@@ -542,6 +550,7 @@ TEST_CASE("kernels: the simulator reports out-of-bounds array accesses", "[kerne
   SECTION("a negative index is out of bounds, as on a GPU (no wrap-around)") {
     try {
       devmem::launch({1, 1}, write_one_at, storage.slice(0, 10, 20), -1LL);
+      devmem::synchronize();  // reports the kernel's failure
       FAIL("launch did not report the index");
     } catch (const devmem::BackendError& e) {
       check_launch_failure(e,
@@ -554,6 +563,7 @@ TEST_CASE("kernels: the simulator reports out-of-bounds array accesses", "[kerne
     const DeviceArray m = storage.slice(0, 0, 20).reshape({4, 5});
     try {
       devmem::launch({1, 1}, write_one_at_2d, m, 1LL, 5LL);  // (1, 5) would be element (2, 0)
+      devmem::synchronize();                                 // reports the kernel's failure
       FAIL("launch did not report the index");
     } catch (const devmem::BackendError& e) {
       check_launch_failure(e,
@@ -565,6 +575,7 @@ TEST_CASE("kernels: the simulator reports out-of-bounds array accesses", "[kerne
   SECTION("a shared array") {
     try {
       devmem::launch<shared_array_overrun>({1, 40}, y);
+      devmem::synchronize();  // reports the kernel's failure
       FAIL("launch did not report the index");
     } catch (const devmem::BackendError& e) {
       check_launch_failure(e,
@@ -574,6 +585,7 @@ TEST_CASE("kernels: the simulator reports out-of-bounds array accesses", "[kerne
     }
     try {
       devmem::launch({1, 1}, shared_array_2d_overrun, y, 8);
+      devmem::synchronize();  // reports the kernel's failure
       FAIL("launch did not report the index");
     } catch (const devmem::BackendError& e) {
       check_launch_failure(e,
@@ -586,6 +598,7 @@ TEST_CASE("kernels: the simulator reports out-of-bounds array accesses", "[kerne
     devmem::launch({1, 1}, local_array_overrun, y, 4);  // in bounds
     try {
       devmem::launch({1, 2}, local_array_overrun, y, 5);
+      devmem::synchronize();  // reports the kernel's failure
       FAIL("launch did not report the index");
     } catch (const devmem::BackendError& e) {
       check_launch_failure(
@@ -598,6 +611,7 @@ TEST_CASE("kernels: the simulator reports out-of-bounds array accesses", "[kerne
     const DeviceArray out = devmem::device_array<float>({1}, Order::C, s);
     try {
       devmem::launch({1, 1}, read_lut_at, out, kLutSize);
+      devmem::synchronize();  // reports the kernel's failure
       FAIL("launch did not report the index");
     } catch (const devmem::BackendError& e) {
       check_launch_failure(e,
@@ -677,8 +691,11 @@ TEST_CASE("kernels: injected launch failures", "[kernels][host-only]") {
   CHECK_THROWS_MATCHES(s.synchronize(), devmem::BackendError,
                        MessageStartsWith("host launch: Injected (999): injected failure"));
   CHECK(out.to_vector<int>(s) == std::vector<int>(32, -1));  // the kernel did not run
+  // On the default stream too the launch returns, and the failure comes from the next synchronize.
   devmem::host::fail_nth(devmem::host::Call::Launch, 1);
-  CHECK_THROWS_AS(devmem::launch({1, 32}, fill_iota, out, 0), devmem::BackendError);
+  devmem::launch({1, 32}, fill_iota, out, 0);
+  CHECK_THROWS_MATCHES(devmem::default_stream().synchronize(), devmem::BackendError,
+                       MessageStartsWith("host launch: Injected (999): injected failure"));
   devmem::launch({1, 32, 0, s}, fill_iota, out, 0);
   CHECK(out.to_vector<int>(s)[31] == 31);
 }

@@ -259,6 +259,9 @@ void scenario_kernel_launch() {
   devmem::launch({4, 32, 0, s}, scale_in_shared_memory, d, 2.0);
   s.synchronize();
   devmem::launch({4, 32}, scale_in_shared_memory, d, 0.5);
+  // The download on `s` runs after the default-stream kernel (the legacy default stream orders
+  // every blocking stream), but only the default stream's synchronize reports its failure.
+  devmem::default_stream().synchronize();
   const std::vector<double> back = d.to_vector<double>(s);
   for (std::size_t i = 0; i < back.size(); ++i) {
     expect(back[i] == values[i], "two kernels scaling by 2 and by 0.5");

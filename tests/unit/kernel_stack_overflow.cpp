@@ -38,7 +38,8 @@ DEVMEM_KERNEL void overflow_in_one_thread(devmem::ArrayView<int, 1> out) {
   ::setrlimit(RLIMIT_CORE, &no_core);
   const devmem::DeviceArray out = devmem::device_array<int>({16});
   devmem::launch({2, 8}, overflow_in_one_thread, out);
-  std::fprintf(stderr, "the launch returned\n");
+  devmem::synchronize();  // the launch returns before the kernel has run
+  std::fprintf(stderr, "the kernel returned\n");
   std::_Exit(0);
 }
 
