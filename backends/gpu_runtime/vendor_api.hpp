@@ -2,7 +2,8 @@
 // as a C++20 concept, VendorApi, so that a table missing a call or getting a signature wrong is
 // refused where it is defined (each table static_asserts it: backends/cuda/cuda_api.hpp,
 // backends/roc/hip_api.hpp, backends/strict_fake/strict_fake_api.hpp, and the fake of
-// backends/gpu_runtime/tests/gpu_runtime_fake.hpp), instead of deep inside the backend's instantiation.
+// backends/gpu_runtime/tests/gpu_runtime_fake.hpp), instead of deep inside the backend's
+// instantiation.
 //
 // A table (an `Api` traits struct) only names the vendor's types, constants and calls: the CUDA
 // runtime, HIP, which mirrors it, and the test runtimes that imitate them. Every call returns

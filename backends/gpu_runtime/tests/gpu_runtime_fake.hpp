@@ -7,8 +7,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "tests/common/stderr_capture.hpp"
 #include "backends/gpu_runtime/runtime_backend.hpp"
+#include "tests/common/stderr_capture.hpp"
 
 #include <devmem/backend.hpp>
 #include <devmem/error.hpp>

@@ -2,8 +2,8 @@
 // docs/scaling-out.md#ipc), within one process: exporting moves an allocation into a memfd
 // without moving it or changing its bytes, and bad pointers and handles are BackendErrors naming
 // the call. Opening in another process is tested by the conformance suite (test_ipc.cpp).
-#include "tests/common/exported_memfds.hpp"
 #include "host_backend_test_support.hpp"
+#include "tests/common/exported_memfds.hpp"
 
 using namespace host_backend_test;
 

@@ -1,6 +1,6 @@
-// The HIP-CPU compatibility layer (cpu_standins/hipcpu/include/devmem_hipcpu/hip_compat.hpp) against
-// ROCm's documented semantics, call by call, through the HIP names devmem's roc backend uses.
-// Built in the roc-hipcpu and cuda-hipcpu presets only.
+// The HIP-CPU compatibility layer (cpu_standins/hipcpu/include/devmem_hipcpu/hip_compat.hpp)
+// against ROCm's documented semantics, call by call, through the HIP names devmem's roc backend
+// uses. Built in the roc-hipcpu and cuda-hipcpu presets only.
 #include <catch2/catch.hpp>
 
 #include <hip/hip_runtime_api.h>
