@@ -383,13 +383,7 @@ std::vector<std::shared_ptr<HostStream>> HostBackend::streams_of(int device) {
   return result;
 }
 
-void HostBackend::drain(int device) {
-  // No stream of any device, default streams included, has work queued or running: every
-  // operation enqueued before this call has run, and the acquire loads see what it wrote.
-  if (stream_work_.load(std::memory_order_acquire) == 0 &&
-      default_work_.load(std::memory_order_acquire) == 0) {
-    return;
-  }
+void HostBackend::wait_for_queued_work(int device) {
   // Errors stay stored on their streams: they belong to that stream's next synchronize/query.
   wait_for_default_streams(device);
   for (const auto& stream : streams_of(device)) stream->wait_idle();

@@ -281,8 +281,19 @@ class HostBackend final : public Backend {
   /// Snapshot of the streams of `device` (every device when `device` < 0).
   [[nodiscard]] std::vector<std::shared_ptr<HostStream>> streams_of(int device);
   /// Waits until the streams of `device` (every device when < 0), its default stream's included,
-  /// have run their queued work.
-  void drain(int device);
+  /// have run their queued work. Inline: with nothing queued anywhere it is two atomic loads,
+  /// which every copy on the default stream pays (devmem::mpi's eager messages are such copies).
+  void drain(int device) {
+    // No stream of any device, default streams included, has work queued or running: every
+    // operation enqueued before this call has run, and the acquire loads see what it wrote.
+    if (stream_work_.load(std::memory_order_acquire) == 0 &&
+        default_work_.load(std::memory_order_acquire) == 0) {
+      return;
+    }
+    wait_for_queued_work(device);
+  }
+  /// drain's wait, when some stream has work queued or running.
+  void wait_for_queued_work(int device);
   /// What an operation on the default stream does: Run waits for the device's queued work (drain)
   /// and runs inline; Queue enqueues it on the default-stream worker; QueueWhenBusy queues it
   /// while the device's default stream has work queued, and runs it as Run otherwise.
@@ -321,8 +332,15 @@ class HostBackend final : public Backend {
   void enqueue_on(HostStream& target, HostStream::Operation op);
   /// Waits until the default streams of `device` (every device when < 0) have run their work.
   void wait_for_default_streams(int device);
-  /// Rethrows (and clears) the unreported failure of `device`'s queued default-stream work.
-  void rethrow_default_failure(int device);
+  /// Rethrows (and clears) the unreported failure of `device`'s queued default-stream work. Inline:
+  /// one atomic load when there is none (every synchronize of the default stream asks).
+  void rethrow_default_failure(int device) {
+    if (default_stream_of(device).failed.load(std::memory_order_acquire)) {
+      take_default_failure(device);
+    }
+  }
+  /// rethrow_default_failure's rethrow, once a failure is there.
+  void take_default_failure(int device);
   /// For the destructor: finishes the default streams' work (finish_default_streams), then joins
   /// their workers; the exit handler no longer sees this backend.
   void stop_default_streams() noexcept;

@@ -141,9 +141,8 @@ void HostBackend::wait_for_default_streams(int device) {
   }
 }
 
-void HostBackend::rethrow_default_failure(int device) {
+void HostBackend::take_default_failure(int device) {
   DefaultStream& defaults = default_stream_of(device);
-  if (!defaults.failed.load(std::memory_order_acquire)) return;
   std::exception_ptr error;
   {
     const std::lock_guard lock(defaults.mutex);
