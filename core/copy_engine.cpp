@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <span>
 
 namespace devmem::detail {
 
@@ -210,6 +211,39 @@ void copy_elements(const char* operation, Context& context, StreamState& stream,
                                  kind_of(src.on_device, dst.on_device), stream.handle);
   finish_copy(stream, src, dst);
   if (trace::active()) trace_copy(start, operation, stream, src, dst, true);
+}
+
+void read_element_bytes(const char* operation, Context& context, StreamState& stream,
+                        const std::shared_ptr<DeviceMemory>& memory, std::int64_t offset,
+                        const DType& dtype, std::span<std::byte> destination) {
+  // The two sides as copy_elements sees them (0-d layouts: no vectors to allocate), for the same
+  // capture refusal and trace event; the copy itself is one backend call of itemsize bytes.
+  const auto itemsize = static_cast<std::int64_t>(destination.size());
+  const Layout src_layout{{}, {}, offset, itemsize};
+  const Layout dst_layout{{}, {}, 0, itemsize};
+  std::byte* const element = memory->ptr + offset;
+  CopyEndpoint src{element,
+                   memory->host_alias != nullptr ? memory->host_alias + offset : element,
+                   memory->host_alias != nullptr,
+                   &src_layout,
+                   &dtype,
+                   true,
+                   false,
+                   nullptr};
+  src.device_memory = memory.get();
+  CopyEndpoint dst{
+      destination.data(), destination.data(), true, &dst_layout, &dtype, false, false, nullptr};
+  dst.pageable = true;
+  refuse_pageable_during_capture(operation, context, stream, src, dst);
+  order_after_allocation(stream, *memory);
+  const auto start = trace::start_time();
+  context.backend().copy(context.device(), destination.data(), element, destination.size(),
+                         CopyKind::DeviceToHost, stream.handle);
+  // The bytes are returned to the caller: the copy must be complete (the array, which the caller
+  // holds, keeps the memory alive until then).
+  context.backend().synchronize_stream(context.device(), stream.handle);
+  detail::ContextState::of(context).in_flight.collect_retired();
+  if (trace::active()) trace_copy(start, operation, stream, src, dst, false);
 }
 
 Order resolve_copy_order(const Layout& source, Order order, const char* operation) {

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 namespace devmem {
 
@@ -50,6 +51,14 @@ CopyEndpoint endpoint(const HostArray& array);
 /// temporary. Only destination elements are written.
 void copy_elements(const char* operation, Context& context, StreamState& stream,
                    const CopyEndpoint& dst, const CopyEndpoint& src);
+
+/// Copies `destination.size()` bytes at byte `offset` of `memory` into `destination` (ordinary
+/// host memory) on `stream` and waits for them: one element read (DeviceArray::item_bytes), with
+/// copy_elements' ordering after the allocation, capture refusal and trace event, without the
+/// endpoints' views.
+void read_element_bytes(const char* operation, Context& context, StreamState& stream,
+                        const std::shared_ptr<DeviceMemory>& memory, std::int64_t offset,
+                        const DType& dtype, std::span<std::byte> destination);
 
 /// Copies the elements of `src`, a device array of another device than `dst`'s, into `dst` on
 /// `dst_stream` (of dst's device), whatever their strides (docs/scaling-out.md#several-devices):

@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
+#include <utility>
 
 namespace devmem {
 
@@ -146,16 +148,25 @@ DeviceArray DeviceArray::copy(Order order, const Stream& stream) const {
 }
 
 void DeviceArray::read_element(std::span<const std::int64_t> index, void* value) const {
+  item_bytes(index, std::span<std::byte>(static_cast<std::byte*>(value),
+                                         static_cast<std::size_t>(layout_.itemsize)));
+}
+
+void DeviceArray::item_bytes(std::span<const std::int64_t> index, std::span<std::byte> destination,
+                             const Stream& stream) const {
   const std::int64_t offset = checked_offset(index, "item");
+  if (std::cmp_not_equal(destination.size(), layout_.itemsize)) {
+    throw InvalidArgument(
+        fmt::format("item: the destination has {} bytes, an element of dtype {} has {}",
+                    destination.size(), dtype_.name(), layout_.itemsize));
+  }
+  // A zero-byte dtype (V0) has nothing to read, and may have no memory at all.
+  if (destination.empty()) return;
+  if (!memory_) throw InvalidArgument("item: the array has no memory");
   const auto ctx_holder = context_of(*this);
   Context& ctx = *ctx_holder;
-  detail::StreamState& s = detail::resolve_stream(Stream{}, stream_, ctx, "item");
-  const DeviceArray element(memory_, Layout{{}, {}, offset, layout_.itemsize}, dtype_, stream_);
-  const HostArray out = HostArray::view(value, Shape{}, dtype_);
-  detail::copy_elements("item", ctx, s, detail::endpoint(out), detail::endpoint(element));
-  // The value is returned to the caller: the copy must be complete.
-  ctx.backend().synchronize_stream(ctx.device(), s.handle);
-  detail::ContextState::of(ctx).in_flight.collect_retired();
+  detail::StreamState& s = detail::resolve_stream(stream, stream_, ctx, "item");
+  detail::read_element_bytes("item", ctx, s, memory_, offset, dtype_, destination);
 }
 
 void DeviceArray::write_element(std::span<const std::int64_t> index, const void* value) const {

@@ -197,6 +197,16 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
     read_element(idx, &value);
     return value;
   }
+  /// Reads the element at `index` (one index per axis, negative ones counting from the end, as
+  /// NumPy) into `destination`, exactly itemsize() bytes of host memory, on `stream` (unspecified:
+  /// the array's), and returns when the bytes are there (it synchronizes that stream): the untyped
+  /// item(), for any dtype (records, strings, float16), and the one-element read behind the Python
+  /// package's `d[i, j]`: one copy of itemsize() bytes, no view or host array made.
+  /// Throws InvalidArgument for a wrong number of indices, an index out of bounds ("item: index 3
+  /// is out of bounds for axis 0 with size 3"), a destination of another size, or during a
+  /// capture of `stream` (`destination` is pageable memory). Thread safe.
+  void item_bytes(std::span<const std::int64_t> index, std::span<std::byte> destination,
+                  const Stream& stream = {}) const;
   /// Writes one element from the host.
   template <Element T, std::integral... I>
   void set_item(const T& value, I... indices) const {

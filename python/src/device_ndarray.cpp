@@ -10,7 +10,9 @@
 #include <fmt/format.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <limits>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -138,7 +140,76 @@ Selection select(const DeviceArray& array, const py::object& key) {
   return {std::move(view), integers == ndim};
 }
 
+/// The most axes whose element index element_index() parses on the stack (NumPy allows 64).
+constexpr std::size_t max_fast_axes = 32;
+
+/// The integers of `key` when it names one element of `array` (an integer for a 1-d array, or a
+/// tuple of ndim integers; bools are not indices), checked against the axes with select()'s
+/// messages; `found` false sends every other key to select().
+struct ElementIndex {
+  std::array<std::int64_t, max_fast_axes> values{};
+  std::size_t count = 0;
+  bool found = false;
+};
+
+/// An int, or another integer type (NumPy's int64, an __index__), as apply_integer reads it; false
+/// for anything else.
+bool parse_fast_integer(PyObject* item, std::int64_t extent, int axis, std::int64_t& out) {
+  if (PyBool_Check(item) != 0) return false;
+  py::object converted;
+  if (PyLong_Check(item) == 0) {
+    if (PyIndex_Check(item) == 0) return false;
+    converted = py::reinterpret_steal<py::object>(PyNumber_Index(item));
+    if (!converted) throw py::error_already_set();
+    item = converted.ptr();
+  }
+  int overflow = 0;
+  const long long i = PyLong_AsLongLongAndOverflow(item, &overflow);
+  if (i == -1 && overflow == 0 && PyErr_Occurred() != nullptr) throw py::error_already_set();
+  if (overflow != 0 || i < -extent || i >= extent) {
+    throw py::index_error(fmt::format("index {} is out of bounds for axis {} with size {}",
+                                      py::str(py::handle(item)).cast<std::string>(), axis, extent));
+  }
+  out = i;
+  return true;
+}
+
+ElementIndex element_index(const DeviceArray& array, const py::object& key) {
+  ElementIndex index;
+  const auto ndim = static_cast<std::size_t>(array.ndim());
+  if (ndim == 0 || ndim > max_fast_axes) return index;
+  const Shape& shape = array.shape();
+  if (PyTuple_Check(key.ptr()) != 0) {
+    if (static_cast<std::size_t>(PyTuple_GET_SIZE(key.ptr())) != ndim) return index;
+    for (std::size_t k = 0; k < ndim; ++k) {
+      if (!parse_fast_integer(PyTuple_GET_ITEM(key.ptr(), static_cast<Py_ssize_t>(k)), shape[k],
+                              static_cast<int>(k), index.values[k])) {
+        return index;
+      }
+    }
+  } else if (ndim != 1 || !parse_fast_integer(key.ptr(), shape[0], 0, index.values[0])) {
+    return index;
+  }
+  index.count = ndim;
+  index.found = true;
+  return index;
+}
+
 py::object getitem(const DeviceNDArray& self, const py::object& key, const py::object& stream) {
+  if (const ElementIndex index = element_index(self.array, key);
+      index.found && !descriptor_fields(self.dtype).has_fields) {
+    // One element (the common `d[5]`, `d[i, j]`): its bytes straight into a new 0-d array, no
+    // view or host array made (DeviceArray::item_bytes), then NumPy's scalar of it.
+    const Stream s = to_stream(stream);
+    py::array scalar(self.dtype, std::vector<py::ssize_t>{});
+    const std::span<std::byte> bytes(static_cast<std::byte*>(scalar.mutable_data()),
+                                     static_cast<std::size_t>(self.array.itemsize()));
+    without_gil([&] {
+      self.array.item_bytes(std::span<const std::int64_t>(index.values.data(), index.count), bytes,
+                            s);
+    });
+    return scalar[py::tuple()];
+  }
   Selection selection = select(self.array, key);
   DeviceArray view = std::move(selection.view);
   const Stream s = to_stream(stream);

@@ -37,6 +37,43 @@ def test_full_index_reads_a_host_scalar(pair):
     assert devmem.to_device(np.int16(-5).reshape(()))[()] == -5
 
 
+ELEMENT_DTYPES = ["f8", "f4", "f2", "i1", "u8", "c16", "?", ">i4", "M8[s]", "S3", "V4"]
+
+
+@pytest.mark.parametrize("dtype", ELEMENT_DTYPES)
+def test_element_reads_match_numpy_for_every_dtype_and_layout(rng, dtype):
+    # One integer per axis is read straight into the scalar (DeviceArray::item_bytes): the same
+    # value, type and byte order as NumPy's, on strided, reversed and transposed views too.
+    raw = rng.integers(0, 256, size=5 * 6 * np.dtype(dtype).itemsize, dtype=np.uint8)
+    host = raw.view(dtype).reshape(5, 6)
+    if np.dtype(dtype).kind == "b":
+        host = host.astype(bool)
+
+    d = devmem.to_device(host)
+    views = [(host, d), (host[::-2, 1::2], d[::-2, 1::2]), (host.T, d.T), (host[3], d[3])]
+    for h, v in views:
+        for index in np.ndindex(h.shape):
+            value = v[index]
+            expected = h[index]
+            # Bytes, not ==: random bytes make NaNs and NaTs, which equal nothing.
+            assert type(value) is type(expected), (dtype, index)
+            assert value.tobytes() == expected.tobytes(), (dtype, index)
+            negative = v[tuple(i - n for i, n in zip(index, h.shape))]
+            assert negative.tobytes() == expected.tobytes(), (dtype, index)
+    # NumPy's integer types index too, and the last index is read by a 1-d view's int.
+    assert d[np.int64(4), np.int32(-1)] == host[4, -1]
+    assert d[4][np.uint8(5)] == host[4, 5]
+
+
+def test_element_read_on_a_stream_and_through_getitem():
+    s = devmem.stream()
+    d = devmem.to_device(np.arange(12.0).reshape(3, 4), stream=s)
+    assert d.getitem((2, 3), stream=s) == 11.0
+    assert d.getitem(1, stream=0).copy_to_host().tolist() == [4.0, 5.0, 6.0, 7.0]  # a row: a view
+    records = devmem.to_device(np.zeros(3, dtype=[("a", "i4"), ("b", "f8")]))
+    assert isinstance(records[1], devmem.DeviceNDArray)  # a record element stays on the device
+
+
 def test_bad_indices():
     d = devmem.device_array((3, 4))
     with pytest.raises(IndexError, match="out of bounds for axis 1 with size 4"):
@@ -51,6 +88,14 @@ def test_bad_indices():
         d[[0, 1]]
     with pytest.raises(IndexError, match="valid indices"):
         d[None]
+    with pytest.raises(IndexError, match="valid indices"):
+        d[True, 0]  # a bool is not an index, as in the general path
+    with pytest.raises(IndexError, match="index -4 is out of bounds for axis 0 with size 3"):
+        d[-4, 0]
+    with pytest.raises(IndexError, match="index 4 is out of bounds for axis 1 with size 4"):
+        d[np.int64(2), np.int64(4)]
+    with pytest.raises(IndexError, match="index 4 is out of bounds for axis 0 with size 4"):
+        d[0][4]
     with pytest.raises(ValueError, match="step cannot be zero"):
         d[::0]
 

@@ -551,6 +551,10 @@ TEST_CASE("strict fake: capture-unsafe operations on a capturing stream are refu
   s.synchronize();
   CHECK(capture_survives(s, [&] { d.copy_to_host(pageable, s); }));  // pageable D2H synchronizes
   CHECK(capture_survives(s, [&] { d.copy_to_device(pageable, s); }));
+  CHECK(capture_survives(s, [&] {  // one element into pageable memory: item_bytes
+    std::array<std::byte, sizeof(double)> element{};
+    d.item_bytes(std::array<std::int64_t, 2>{1, 2}, element, s);
+  }));
   CHECK(capture_survives(s, [&] { static_cast<void>(d.transpose().copy(Order::C, s)); }));
   CHECK(capture_survives(
       s, [&] { static_cast<void>(devmem::device_array<double>(Shape{8}, Order::C, s)); }));
