@@ -1,7 +1,8 @@
 // Streams and events: stream(), default_stream(), synchronize/query, native handles, asynchronous
 // copies, events and cross-stream ordering, auto_synchronize (also on the error path), and the
 // lifetime of buffers used by queued work, and the events devmem recycles for Stream::record() and
-// stream-ordered allocations (core/event_pool.hpp).
+// stream-ordered allocations (core/event_pool.hpp). One file although over 800 lines: the cases
+// share BusyWork, the queued copies that keep a stream busy while an ordering is checked.
 #include "support.hpp"
 
 #include "core/event_pool.hpp"  // white-box: the pool's capacity

@@ -1,6 +1,7 @@
 // Layout math against hand-computed NumPy results, and every InvalidArgument message of layout.hpp
 // except those of plan_copy (test_copy_plan.cpp). Expected values were worked out from NumPy's
-// algorithms by hand; the ones taken from Numba's behaviour or tests say so.
+// algorithms by hand; the ones taken from Numba's behaviour or tests say so. One file although over
+// 800 lines: it follows layout.hpp function by function, so a rule and its test sit in one place.
 #include "layout_test_utils.hpp"
 #include "matchers.hpp"
 
