@@ -40,8 +40,8 @@ using host::Status;
 inline constexpr std::size_t kSharedAlignment = 64;
 // CUDA's limit of a kernel's static __shared__ memory (all its arrays together).
 inline constexpr std::size_t kStaticSharedLimit = std::size_t{48} * 1024;
-inline constexpr unsigned char kUninitialisedShared =
-    0xA5;  // shared memory starts as garbage on a GPU
+// Shared memory starts as garbage on a GPU.
+inline constexpr unsigned char kUninitialisedShared = 0xA5;
 
 /// Thrown into a suspended simulated thread to unwind it when its block is aborted. Not a
 /// std::exception, so kernel code catching std::exception does not swallow it.
@@ -85,8 +85,8 @@ class BlockRunner;
 // The scheduler of this OS thread, if any (host_kernel.cpp). Read by every thread index and
 // barrier call of a kernel: initial-exec is one load from the thread pointer, where the default
 // model of a shared library calls __tls_get_addr (one pointer fits the static TLS reserve even
-// when dlopen'ed).
-[[gnu::tls_model("initial-exec")]] extern thread_local BlockRunner* t_runner;
+// when dlopen'ed). constinit: no TLS wrapper function, as when it was internal to host_kernel.cpp.
+[[gnu::tls_model("initial-exec")]] extern thread_local constinit BlockRunner* t_runner;
 
 /// Runs the blocks handed to it on the calling OS thread, one block at a time.
 class BlockRunner {

@@ -58,7 +58,7 @@
 
 namespace devmem::detail::sim {
 
-[[gnu::tls_model("initial-exec")]] thread_local BlockRunner* t_runner = nullptr;
+[[gnu::tls_model("initial-exec")]] thread_local constinit BlockRunner* t_runner = nullptr;
 
 namespace {
 
