@@ -19,8 +19,7 @@
 #include <utility>
 #include <vector>
 
-namespace devmem {
-namespace detail {
+namespace devmem::detail {
 
 template <class Arg>
 inline constexpr bool is_array_view_argument = false;
@@ -293,5 +292,4 @@ auto convert_kernel_arguments(const PreparedLaunch& launch, std::index_sequence<
       KernelArgument<std::remove_cvref_t<Params>>::convert(launch, std::forward<Args>(args), I)...);
 }
 
-}  // namespace detail
-}  // namespace devmem
+}  // namespace devmem::detail
