@@ -21,8 +21,8 @@
 
 namespace devmem::strict_fake {
 
-thread_local int t_current = 0;
-thread_local int t_last_error = kOk;
+thread_local constinit int t_current = 0;
+thread_local constinit int t_last_error = kOk;
 // The handle of the legacy default stream: resolved to the current device's legacy stream.
 StreamState g_legacy_handle;
 

@@ -84,8 +84,9 @@ struct Block {
 };
 
 // The device current on this thread (setDevice), and the error getLastError reports and clears.
-extern thread_local int t_current;
-extern thread_local int t_last_error;
+// constinit: read without a TLS wrapper function in every file of the runtime.
+extern thread_local constinit int t_current;
+extern thread_local constinit int t_last_error;
 // The handle of the legacy default stream: resolved to the current device's legacy stream.
 extern StreamState g_legacy_handle;
 
