@@ -205,7 +205,7 @@ struct Runtime {
     return nullptr;
   }
   /// Poisons and returns a block that is no longer in `blocks`.
-  void give_back(const char* ptr, Block block) {
+  void give_back(const char* ptr, const Block& block) {
     const std::size_t size = (block.bytes + kAlign - 1) / kAlign * kAlign;
     std::memset(host_view(ptr), kPoison, block.bytes);
     used[block.device] -= size;
