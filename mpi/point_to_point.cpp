@@ -145,6 +145,82 @@ class MessageOperation : public Operation {
     return chunk_rows(plan_, k).first * row_bytes(array_);
   }
 
+  // ---- the staged payload: chunk k passes through slot k % 2 ----
+  // A sender copies a chunk from the device into its slot, then sends it; a receiver receives a
+  // chunk into its slot, then copies it to the device. Either way a slot's transfer is posted once
+  // the copy that last used the slot has finished, and a finished transfer starts the next copy,
+  // so the copy of one chunk overlaps the transfer of the other.
+  enum class Direction { Send, Receive };
+
+  // Advances the staged payload as far as it can without waiting for MPI; true once it is done.
+  bool advance_staged(Direction direction) {
+    const bool sending = direction == Direction::Send;
+    payload_requests_.resize(2, MPI_REQUEST_NULL);
+    while (true) {
+      bool moved = false;
+      if (transfer_ready(direction)) {
+        post_staged(direction);
+        moved = true;
+      }
+      if (transferred_ < posted_) {
+        const auto s = static_cast<std::size_t>(transferred_ % 2);
+        if (test_request(payload_requests_.at(s), sending ? "MPI_Isend (devmem::mpi payload)"
+                                                          : "MPI_Irecv (devmem::mpi payload)")) {
+          ++transferred_;
+          // A sender refills the slot with its next chunk, a receiver copies out the chunk it got.
+          if (copied_ < plan_.chunks) copy_staged(direction);
+          moved = true;
+        }
+      }
+      if (transferred_ == plan_.chunks && copied_ == plan_.chunks) {
+        if (!sending) wait_for_copies();  // a sender's copies were waited for before their sends
+        return true;
+      }
+      if (!moved) return false;
+    }
+  }
+
+  // Whether the next chunk's transfer may be posted: a sender's once the chunk's copy into its
+  // slot has started, a receiver's once the slot's previous chunk has been copied out of it (the
+  // post waits for that copy to finish).
+  [[nodiscard]] bool transfer_ready(Direction direction) const {
+    if (direction == Direction::Send) return posted_ < copied_;
+    return posted_ < plan_.chunks && posted_ - copied_ < 2;
+  }
+
+  // Posts the next chunk's MPI_Isend from its slot, or MPI_Irecv into it.
+  void post_staged(Direction direction) {
+    const auto s = static_cast<std::size_t>(posted_ % 2);
+    if (auto& e = copy_events_.at(s); e.has_value()) e->synchronize();  // bounded device work
+    const int bytes = checked_int(chunk_bytes_of(posted_), "a chunk's byte count");
+    if (direction == Direction::Send) {
+      check_mpi(MPI_Isend(slots_.at(s).data(), bytes, MPI_BYTE, channel_.peer,
+                          payload_tag(channel_, seq_), channel_.comm, &payload_requests_.at(s)),
+                "MPI_Isend (devmem::mpi payload)");
+    } else {
+      check_mpi(MPI_Irecv(slots_.at(s).data(), bytes, MPI_BYTE, channel_.peer,
+                          payload_tag(channel_, seq_), channel_.comm, &payload_requests_.at(s)),
+                "MPI_Irecv (devmem::mpi payload)");
+    }
+    ++posted_;
+  }
+
+  // Starts the next chunk's copy on the stream: from the device into its slot, or out of its slot
+  // to the device.
+  void copy_staged(Direction direction) {
+    const std::int64_t k = copied_;
+    const auto s = static_cast<std::size_t>(k % 2);
+    const DeviceArray chunk = chunk_view(array_.device(), plan_, k);
+    const HostArray slot = slot_view(slots_.at(s), array_.device(), plan_, k);
+    if (direction == Direction::Send) {
+      chunk.copy_to_host(slot, stream_);
+    } else {
+      chunk.copy_to_device(slot, stream_);
+    }
+    copy_events_.at(s) = stream_.record();
+    ++copied_;
+  }
+
   Endpoint array_;
   int peer_;
   int tag_;
@@ -166,8 +242,9 @@ class MessageOperation : public Operation {
   std::array<std::optional<Event>, 2> copy_events_;
   std::vector<MPI_Request> payload_requests_;
   bool payload_posted_ = false;
-  std::int64_t copied_ = 0;
-  std::int64_t posted_ = 0;
+  std::int64_t copied_ = 0;       // staged chunks whose copy has started
+  std::int64_t posted_ = 0;       // staged chunks whose transfer has been posted
+  std::int64_t transferred_ = 0;  // staged chunks whose transfer has completed
 };
 
 // ---- send ---------------------------------------------------------------------------------------
@@ -258,7 +335,7 @@ class SendOperation final : public MessageOperation {
       return test_request(start_request_, "MPI_Isend (devmem::mpi payload)");
     }
     if (plan_.chunks == 0) return true;
-    return transport_ == Transport::Staged ? advance_staged() : advance_direct();
+    return transport_ == Transport::Staged ? advance_staged(Direction::Send) : advance_direct();
   }
 
  private:
@@ -299,7 +376,7 @@ class SendOperation final : public MessageOperation {
     if (plan_.chunks == 0) return;
     if (transport_ == Transport::Staged) {
       make_slots();
-      while (copied_ < std::min<std::int64_t>(plan_.chunks, 2)) start_copy();
+      while (copied_ < std::min<std::int64_t>(plan_.chunks, 2)) copy_staged(Direction::Send);
       return;
     }
     if (array_.on_device()) {
@@ -307,43 +384,6 @@ class SendOperation final : public MessageOperation {
       ready_ = stream_.record();
     } else if (!array_.c_contiguous()) {
       packed_host_ = array_.host().copy(Order::C);
-    }
-  }
-
-  void start_copy() {
-    const std::int64_t k = copied_++;
-    const auto s = static_cast<std::size_t>(k % 2);
-    chunk_view(array_.device(), plan_, k)
-        .copy_to_host(slot_view(slots_.at(s), array_.device(), plan_, k), stream_);
-    copy_events_.at(s) = stream_.record();
-  }
-
-  bool advance_staged() {
-    // Post the next send once its chunk has reached the slot; refill a slot once its send is done.
-    payload_requests_.resize(2, MPI_REQUEST_NULL);
-    while (true) {
-      bool moved = false;
-      if (posted_ < copied_) {
-        const auto s = static_cast<std::size_t>(posted_ % 2);
-        if (auto& e = copy_events_.at(s); e.has_value()) e->synchronize();  // bounded device work
-        check_mpi(MPI_Isend(slots_.at(s).data(),
-                            checked_int(chunk_bytes_of(posted_), "a chunk's byte count"), MPI_BYTE,
-                            channel_.peer, payload_tag(channel_, seq_), channel_.comm,
-                            &payload_requests_.at(s)),
-                  "MPI_Isend (devmem::mpi payload)");
-        ++posted_;
-        moved = true;
-      }
-      if (completed_ < posted_) {
-        const auto s = static_cast<std::size_t>(completed_ % 2);
-        if (test_request(payload_requests_.at(s), "MPI_Isend (devmem::mpi payload)")) {
-          ++completed_;
-          if (copied_ < plan_.chunks) start_copy();
-          moved = true;
-        }
-      }
-      if (completed_ == plan_.chunks) return true;
-      if (!moved) return false;
     }
   }
 
@@ -372,7 +412,6 @@ class SendOperation final : public MessageOperation {
   bool eager_ = false;
   bool start_posted_ = false;
   bool acknowledged_ = false;
-  std::int64_t completed_ = 0;
   std::optional<DeviceArray> packed_device_;
   std::optional<HostArray> packed_host_;
 };
@@ -456,7 +495,7 @@ class RecvOperation final : public MessageOperation {
     if (eager_) return !ready_ || ready_->query();
     const bool payload_done =
         plan_.chunks == 0 ||
-        (transport_ == Transport::Staged ? advance_staged() : advance_direct());
+        (transport_ == Transport::Staged ? advance_staged(Direction::Receive) : advance_direct());
     return payload_done && test_request(ack_request_, "MPI_Isend (devmem::mpi acknowledgement)");
   }
 
@@ -521,7 +560,7 @@ class RecvOperation final : public MessageOperation {
     if (transport_ == Transport::Staged) {
       make_slots();
       payload_requests_.resize(2, MPI_REQUEST_NULL);
-      while (posted_ < std::min<std::int64_t>(plan_.chunks, 2)) post_staged();
+      while (posted_ < std::min<std::int64_t>(plan_.chunks, 2)) post_staged(Direction::Receive);
       return;
     }
     void* base = array_.data();
@@ -543,43 +582,6 @@ class RecvOperation final : public MessageOperation {
                           channel_.peer, payload_tag(channel_, seq_), channel_.comm,
                           &payload_requests_[static_cast<std::size_t>(k)]),
                 "MPI_Irecv (devmem::mpi payload)");
-    }
-  }
-
-  void post_staged() {
-    const auto s = static_cast<std::size_t>(posted_ % 2);
-    if (auto& e = copy_events_.at(s); e.has_value()) e->synchronize();  // bounded device work
-    check_mpi(
-        MPI_Irecv(slots_.at(s).data(), checked_int(chunk_bytes_of(posted_), "a chunk's byte count"),
-                  MPI_BYTE, channel_.peer, payload_tag(channel_, seq_), channel_.comm,
-                  &payload_requests_.at(s)),
-        "MPI_Irecv (devmem::mpi payload)");
-    ++posted_;
-  }
-
-  bool advance_staged() {
-    while (true) {
-      bool moved = false;
-      if (posted_ < plan_.chunks && posted_ - copied_ < 2) {
-        post_staged();
-        moved = true;
-      }
-      // A received chunk goes to the device on the stream.
-      if (copied_ < posted_) {
-        const auto s = static_cast<std::size_t>(copied_ % 2);
-        if (test_request(payload_requests_.at(s), "MPI_Irecv (devmem::mpi payload)")) {
-          chunk_view(array_.device(), plan_, copied_)
-              .copy_to_device(slot_view(slots_.at(s), array_.device(), plan_, copied_), stream_);
-          copy_events_.at(s) = stream_.record();
-          ++copied_;
-          moved = true;
-        }
-      }
-      if (copied_ == plan_.chunks) {
-        wait_for_copies();
-        return true;
-      }
-      if (!moved) return false;
     }
   }
 

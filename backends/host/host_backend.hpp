@@ -79,6 +79,37 @@ inline constexpr std::size_t kManagedAlignment = 4096;
   const std::size_t rounded = (bytes + kDevicePageBytes - 1) / kDevicePageBytes * kDevicePageBytes;
   return rounded < bytes ? 0 : rounded;
 }
+// cudaMalloc guarantees 256-byte alignment. The simulator gives whole pages of its own (page
+// aligned, the size rounded up to pages), so that exporting an allocation to another process can
+// remap exactly its pages (host_ipc.cpp) without touching a neighbour's bytes.
+inline constexpr std::size_t kDeviceAlignment = kDevicePageBytes;
+/// Page-locked host allocations are whole pages, page-aligned (host_memory.cpp allocates them,
+/// ~HostBackend frees those left with the same alignment).
+inline constexpr std::size_t kPageSize = 4096;
+
+/// The entry of `ranges` (start -> size, or start -> HostRange) that contains [begin, begin+bytes),
+/// or end(). Entries never overlap, so only the last one starting at or before `begin` can match.
+template <class Map, class SizeOf>
+typename Map::const_iterator find_containing(const Map& ranges, std::uintptr_t begin,
+                                             std::size_t bytes, SizeOf size_of) {
+  auto it = ranges.upper_bound(begin);
+  if (it == ranges.begin()) return ranges.end();
+  --it;
+  const std::size_t into = begin - it->first;
+  const std::size_t size = size_of(it->second);
+  if (into < size && bytes <= size - into) return it;
+  return ranges.end();
+}
+
+/// The size of an entry of a device's allocation map, for find_containing.
+inline std::size_t size_of_allocation(std::size_t bytes) noexcept {
+  return bytes;
+}
+
+/// Changed (under the freeing backend's memory_mutex_) whenever a device allocation of any host
+/// backend is freed, and when a backend is destroyed: each thread's cache of the allocations its
+/// copies touched (host_copy.cpp, which defines it) is valid only while it stays the same.
+extern std::atomic<std::uint64_t> g_allocations_freed;
 
 class HostBackend final : public Backend {
  public:

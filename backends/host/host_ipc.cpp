@@ -1,7 +1,7 @@
 // Inter-process sharing of the host backend's device memory (docs/scaling-out.md#ipc).
 //
 // Design. Ordinary device allocations stay ordinary process memory (operator new, whole pages of
-// their own: see kDeviceAlignment in host_backend.cpp), so allocating costs no file descriptor
+// their own: see kDeviceAlignment in host_backend.hpp), so allocating costs no file descriptor
 // and no system call. An allocation becomes shareable only when it is exported:
 // 1. the device's streams are drained (nothing may write it meanwhile);
 // 2. a memfd of the allocation's pages is created and its current bytes copied into it;
