@@ -534,7 +534,7 @@ void start_eager_recv(const std::shared_ptr<Operation>& op) {
   if (static_cast<const EagerRecv&>(*op).stashed()) {
     launch(op);
   } else {
-    start(op);
+    start_borrowed(*op);  // its Request is its only owner
   }
 }
 

@@ -67,14 +67,15 @@ RoundEnvelope round_envelope(const DeviceArray& array, int peer, int tag, MPI_Co
 bool eager_round_send_fits(const DeviceArray& array);
 bool eager_round_recv_fits(const DeviceArray& array);
 // The round's operation with its MPI request posted; a send is started with launch(), a receive
-// with start() (its message has rarely arrived yet).
+// with start_borrowed() (its message has rarely arrived yet; its Request is its only owner).
 std::shared_ptr<Operation> make_eager_round_send(const DeviceArray& array,
                                                  const RoundEnvelope& envelope);
 std::shared_ptr<Operation> make_eager_round_recv(const DeviceArray& array,
                                                  const RoundEnvelope& envelope);
 
-// Starts a receive made by make_eager_recv: into the progress list without a first test, unless
-// its message was stashed by probe() (then advanced once, as launch() does).
+// Starts a receive made by make_eager_recv: into the progress list without a first test
+// (start_borrowed: the caller makes its Request at once), unless its message was stashed by
+// probe() (then advanced once, as launch() does).
 void start_eager_recv(const std::shared_ptr<Operation>& op);
 
 }  // namespace devmem::mpi::detail
