@@ -230,9 +230,9 @@ struct ThreadEagerCloser {
   }
 };
 
-// Registers the closer before the thread keeps its first buffer; called only when the list is
-// empty (a thread_local with a destructor costs a lookup and a guard per access), and out of line
-// (inlined, its lookup made the caller look its own list up a second time).
+// Registers the closer when the thread keeps its first buffer; called only then (a thread_local
+// with a destructor costs a lookup and a guard per access), out of line and after the list's
+// update (before it, the call made the caller look its own list up a second time).
 [[gnu::noinline]] void register_eager_closer() {
   thread_local const ThreadEagerCloser closer;
   static_cast<void>(closer);
@@ -384,8 +384,9 @@ EagerBuffer::~EagerBuffer() {
   if (storage_ == nullptr) return;
   ThreadEagerBuffers& local = t_caches.eager;
   if (!local.closed && local.count < kThreadEagerBuffers) {
-    if (local.count == 0) register_eager_closer();
+    const bool first = local.count == 0;
     local.free.at(local.count++) = {storage_.release(), data_};
+    if (first) register_eager_closer();
     return;
   }
   try {
