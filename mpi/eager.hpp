@@ -33,15 +33,16 @@ inline constexpr int kEagerRecvMaxDims = 8;
 // eager_limit_bytes and kMaxWireDims axes, a host array or a device array on the default stream
 // (whose copy is complete on return); a receive also C-contiguous, with at most kEagerRecvMaxDims
 // axes. The envelope must have been checked and must not name MPI_PROC_NULL. A send is started
-// with launch(), a receive with start_eager_recv(); run_blocking() runs either.
-std::shared_ptr<Operation> make_eager_send(const DeviceArray& array, int destination, int tag,
-                                           MPI_Comm comm);
-std::shared_ptr<Operation> make_eager_send(const HostArray& array, int destination, int tag,
-                                           MPI_Comm comm);
-std::shared_ptr<Operation> make_eager_recv(const DeviceArray& array, int source, int tag,
-                                           MPI_Comm comm);
-std::shared_ptr<Operation> make_eager_recv(const HostArray& array, int source, int tag,
-                                           MPI_Comm comm);
+// with launch(), a receive with start_eager_recv(); run_blocking() runs either. `caches` are the
+// calling thread's (thread_caches()).
+std::shared_ptr<Operation> make_eager_send(ThreadCaches& caches, const DeviceArray& array,
+                                           int destination, int tag, MPI_Comm comm);
+std::shared_ptr<Operation> make_eager_send(ThreadCaches& caches, const HostArray& array,
+                                           int destination, int tag, MPI_Comm comm);
+std::shared_ptr<Operation> make_eager_recv(ThreadCaches& caches, const DeviceArray& array,
+                                           int source, int tag, MPI_Comm comm);
+std::shared_ptr<Operation> make_eager_recv(ThreadCaches& caches, const HostArray& array, int source,
+                                           int tag, MPI_Comm comm);
 // The later rounds of a persistent pair (mpi/persistent.cpp) whose payload is at most
 // eager_limit_bytes, on the same terms: the payload alone on the pair's payload tag, the message
 // of mpi/point_to_point.cpp's small rounds, so either side may take either path. The first round
@@ -67,14 +68,15 @@ RoundEnvelope round_envelope(const DeviceArray& array, int peer, int tag, MPI_Co
 bool eager_round_send_fits(const DeviceArray& array);
 bool eager_round_recv_fits(const DeviceArray& array);
 // The round's operation with its MPI request posted; a send is started with launch(), a receive
-// with start() (its message has rarely arrived yet).
+// with start_borrowed() (its message has rarely arrived yet; its Request is its only owner).
 std::shared_ptr<Operation> make_eager_round_send(const DeviceArray& array,
                                                  const RoundEnvelope& envelope);
 std::shared_ptr<Operation> make_eager_round_recv(const DeviceArray& array,
                                                  const RoundEnvelope& envelope);
 
-// Starts a receive made by make_eager_recv: into the progress list without a first test, unless
-// its message was stashed by probe() (then advanced once, as launch() does).
+// Starts a receive made by make_eager_recv: into the progress list without a first test
+// (start_borrowed: the caller makes its Request at once), unless its message was stashed by
+// probe() (then advanced once, as launch() does).
 void start_eager_recv(const std::shared_ptr<Operation>& op);
 
 }  // namespace devmem::mpi::detail

@@ -178,7 +178,36 @@ struct ThreadEagerBuffers {
   std::size_t count = 0;
   bool closed = false;
 };
-thread_local ThreadEagerBuffers t_eager;
+
+// The last envelope this thread passed, per direction: a program sends to the same peers with the
+// same tags again and again, and the checks with the communicator's facts cost a small message
+// about a twentieth of its instructions. The verdict depends only on the envelope, the
+// communicator's facts (fixed while it lives: a freed one's facts are deleted, which the count
+// tells) and whether initialize() ran. No MPI_COMM_NULL in the initialiser (its cast is not a
+// constant expression).
+struct PassedEnvelope {
+  bool valid = false;
+  MPI_Comm comm{};
+  int peer = 0;
+  int tag = 0;
+  bool initialized = false;
+  std::uint64_t deletions = 0;
+};
+
+}  // namespace
+
+// Constant-initialised and trivially destructible: a thread_local with a dynamic initialiser
+// costs a guard and a second TLS lookup per access, and the eager buffers must stay reachable
+// while the thread's other thread_local objects are destroyed.
+struct ThreadCaches {
+  std::array<PassedEnvelope, 2> passed_envelope{};              // [receiving]
+  const std::pair<DType, std::string>* last_typestr = nullptr;  // in typestr_of's cache
+  ThreadEagerBuffers eager;
+};
+
+namespace {
+
+thread_local ThreadCaches t_caches;
 
 // Hands the thread's free buffers to the shared pool (or frees them) when the thread ends.
 struct ThreadEagerCloser {
@@ -188,9 +217,10 @@ struct ThreadEagerCloser {
   ThreadEagerCloser(ThreadEagerCloser&&) = delete;
   ThreadEagerCloser& operator=(ThreadEagerCloser&&) = delete;
   ~ThreadEagerCloser() {
-    t_eager.closed = true;
-    while (t_eager.count > 0) {
-      std::unique_ptr<HostArray> buffer(t_eager.free.at(--t_eager.count).storage);
+    ThreadEagerBuffers& local = t_caches.eager;
+    local.closed = true;
+    while (local.count > 0) {
+      std::unique_ptr<HostArray> buffer(local.free.at(--local.count).storage);
       try {
         const std::lock_guard lock(g_eager_mutex);
         if (g_eager_pool.size() < kMaxPooledEagerBuffers) g_eager_pool.push_back(std::move(buffer));
@@ -199,6 +229,14 @@ struct ThreadEagerCloser {
     }
   }
 };
+
+// Registers the closer when the thread keeps its first buffer; called only then (a thread_local
+// with a destructor costs a lookup and a guard per access), out of line and after the list's
+// update (before it, the call made the caller look its own list up a second time).
+[[gnu::noinline]] void register_eager_closer() {
+  thread_local const ThreadEagerCloser closer;
+  static_cast<void>(closer);
+}
 
 // ---- probe stash --------------------------------------------------------------------------------
 
@@ -249,30 +287,22 @@ int payload_tag(const Channel& channel, std::int64_t seq) {
 
 namespace {
 
-// The last envelope this thread passed, per direction: a program sends to the same peers with the
-// same tags again and again, and the checks with the communicator's facts cost a small message
-// about a twentieth of its instructions. The verdict depends only on the envelope, the
-// communicator's facts (fixed while it lives: a freed one's facts are deleted, which the count
-// tells) and whether initialize() ran.
-// Constant-initialised (no MPI_COMM_NULL, whose cast is not a constant expression): a
-// thread_local with a dynamic initialiser costs a guard and a second TLS lookup per access.
-struct PassedEnvelope {
-  bool valid = false;
-  MPI_Comm comm{};
-  int peer = 0;
-  int tag = 0;
-  bool initialized = false;
-  std::uint64_t deletions = 0;
-};
-thread_local std::array<PassedEnvelope, 2> t_passed_envelope;  // [receiving]
-
 void check_envelope_uncached(const char* operation, MPI_Comm comm, int peer, int tag,
                              bool receiving, bool private_traffic);
 
 }  // namespace
 
+ThreadCaches& thread_caches() noexcept {
+  return t_caches;
+}
+
 void check_envelope(const char* operation, MPI_Comm comm, int peer, int tag, bool receiving) {
-  PassedEnvelope& passed = t_passed_envelope.at(receiving ? 1 : 0);
+  check_envelope(t_caches, operation, comm, peer, tag, receiving);
+}
+
+void check_envelope(ThreadCaches& caches, const char* operation, MPI_Comm comm, int peer, int tag,
+                    bool receiving) {
+  PassedEnvelope& passed = caches.passed_envelope.at(receiving ? 1 : 0);
   const std::uint64_t deletions = g_comm_info_deletions.load(std::memory_order_acquire);
   const bool initialized = g_initialized.load(std::memory_order_acquire);
   if (passed.valid && passed.comm == comm && passed.peer == peer && passed.tag == tag &&
@@ -324,7 +354,11 @@ void check_envelope_uncached(const char* operation, MPI_Comm comm, int peer, int
 // ---- eager buffers ------------------------------------------------------------------------------
 
 EagerBuffer EagerBuffer::take() {
-  if (ThreadEagerBuffers& local = t_eager; local.count > 0) {
+  return take(t_caches);
+}
+
+EagerBuffer EagerBuffer::take(ThreadCaches& caches) {
+  if (ThreadEagerBuffers& local = caches.eager; local.count > 0) {
     const ThreadEagerBuffers::Slot slot = local.free.at(--local.count);
     return EagerBuffer(std::unique_ptr<HostArray>(slot.storage), slot.data);
   }
@@ -348,15 +382,11 @@ EagerBuffer& EagerBuffer::operator=(EagerBuffer&& other) noexcept {
 
 EagerBuffer::~EagerBuffer() {
   if (storage_ == nullptr) return;
-  ThreadEagerBuffers& local = t_eager;
+  ThreadEagerBuffers& local = t_caches.eager;
   if (!local.closed && local.count < kThreadEagerBuffers) {
-    if (local.count == 0) {
-      // Registered before the thread keeps its first buffer (touched again only when the list
-      // was empty: a thread-local with a destructor costs a lookup and a guard per access).
-      thread_local const ThreadEagerCloser closer;
-      static_cast<void>(closer);
-    }
+    const bool first = local.count == 0;
     local.free.at(local.count++) = {storage_.release(), data_};
+    if (first) register_eager_closer();
     return;
   }
   try {
@@ -369,9 +399,12 @@ EagerBuffer::~EagerBuffer() {
 // ---- Endpoint -----------------------------------------------------------------------------------
 
 const std::string& typestr_of(const DType& dtype) {
-  // The cache entry of the last dtype this thread asked for, without a lock (one pointer of
-  // thread-local storage: one lookup of it per call).
-  thread_local const std::pair<DType, std::string>* last = nullptr;
+  return typestr_of(t_caches, dtype);
+}
+
+const std::string& typestr_of(ThreadCaches& caches, const DType& dtype) {
+  // The cache entry of the last dtype this thread asked for, without a lock.
+  const std::pair<DType, std::string>*& last = caches.last_typestr;
   if (const auto* entry = last; entry != nullptr && entry->first == dtype) return entry->second;
   // A program uses a handful of dtypes; a deque keeps the entries where they are, for the life of
   // the process (operations move between threads).

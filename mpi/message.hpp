@@ -48,6 +48,15 @@ int payload_tag(const Channel& channel, std::int64_t seq);
 // (MPI_ANY_TAG passes when receiving after initialize()).
 void check_envelope(const char* operation, MPI_Comm comm, int peer, int tag, bool receiving);
 
+// This thread's caches of the small-message path (the envelope that last passed each direction's
+// checks, the last dtype's typestr, the free eager buffers) in one thread_local: libdevmem_mpi
+// reaches a thread_local through a call (__tls_get_addr), and a small message looked up three.
+// isend and irecv look this one up once and hand it to the overloads below.
+struct ThreadCaches;
+[[nodiscard]] ThreadCaches& thread_caches() noexcept;
+void check_envelope(ThreadCaches& caches, const char* operation, MPI_Comm comm, int peer, int tag,
+                    bool receiving);
+
 // ---- the message header -------------------------------------------------------------------------
 
 enum class MessageKind : std::uint8_t {
@@ -86,6 +95,7 @@ class EagerBuffer {
  public:
   EagerBuffer() = default;
   static EagerBuffer take();
+  static EagerBuffer take(ThreadCaches& caches);  // the calling thread's (thread_caches())
   EagerBuffer(EagerBuffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)), storage_(std::move(other.storage_)) {}
   EagerBuffer& operator=(EagerBuffer&& other) noexcept;
@@ -122,6 +132,7 @@ class EagerBuffer {
 // A dtype's NumPy typestr from a per-thread cache (DType::typestr() formats a new string); the
 // string lives as long as the process.
 const std::string& typestr_of(const DType& dtype);
+const std::string& typestr_of(ThreadCaches& caches, const DType& dtype);
 
 // The elements in C order into the host bytes at `destination` (nbytes() of them), on `stream`
 // (host arrays: at once): a contiguous array as one raw copy (the general path builds views and a

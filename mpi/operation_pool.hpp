@@ -69,17 +69,21 @@ class BlockPool {
       ::operator delete(block);
       return;
     }
-    if (list.head == nullptr) {
-      // Registered before the list keeps its first block, and touched only then: a thread_local
-      // with a destructor costs a TLS lookup and a guard on every access.
-      thread_local const BlockListCloser closer(list);
-      static_cast<void>(closer);
-    }
+    const bool first = list.head == nullptr;
     list.head = ::new (block) BlockList::Node{list.head};
     ++list.count;
+    if (first) register_closer(list);
   }
 
  private:
+  // Registered when the list keeps its first block, and touched only then: a thread_local with a
+  // destructor costs a TLS lookup and a guard on every access. Out of line and after the list's
+  // update: before it, the call made give() look its list up a second time on every call.
+  [[gnu::noinline]] static void register_closer(BlockList& list) {
+    thread_local const BlockListCloser closer(list);
+    static_cast<void>(closer);
+  }
+
   static BlockList& free_list() noexcept {
     thread_local BlockList list;
     return list;

@@ -84,7 +84,7 @@ void PersistentRequest::start() {
       round_ = Operation::make_request(std::move(op));
     } else {
       auto op = make_eager_round_recv(s.array.device(), *s.eager);
-      detail::start(op);
+      detail::start_borrowed(*op);  // round_ is its only owner
       round_ = Operation::make_request(std::move(op));
     }
     return;

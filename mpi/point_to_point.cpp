@@ -616,9 +616,10 @@ class RecvOperation final : public MessageOperation {
 // (mpi/eager.hpp); the others the operations above.
 template <class Array>
 Request make_send(const Array& array, int destination, int tag, MPI_Comm comm) {
-  check_envelope("mpi::send", comm, destination, tag, false);
+  ThreadCaches& caches = thread_caches();
+  check_envelope(caches, "mpi::send", comm, destination, tag, false);
   if (destination == MPI_PROC_NULL) return {};
-  if (auto op = make_eager_send(array, destination, tag, comm)) {
+  if (auto op = make_eager_send(caches, array, destination, tag, comm)) {
     launch(op);
     return Operation::make_request(std::move(op));
   }
@@ -627,9 +628,10 @@ Request make_send(const Array& array, int destination, int tag, MPI_Comm comm) {
 
 template <class Array>
 Request make_recv(const Array& array, int source, int tag, MPI_Comm comm) {
-  check_envelope("mpi::recv", comm, source, tag, true);
+  ThreadCaches& caches = thread_caches();
+  check_envelope(caches, "mpi::recv", comm, source, tag, true);
   if (source == MPI_PROC_NULL) return {};
-  if (auto op = make_eager_recv(array, source, tag, comm)) {
+  if (auto op = make_eager_recv(caches, array, source, tag, comm)) {
     start_eager_recv(op);
     return Operation::make_request(std::move(op));
   }
@@ -638,9 +640,10 @@ Request make_recv(const Array& array, int source, int tag, MPI_Comm comm) {
 
 template <class Array>
 void blocking_send(const Array& array, int destination, int tag, MPI_Comm comm) {
-  check_envelope("mpi::send", comm, destination, tag, false);
+  ThreadCaches& caches = thread_caches();
+  check_envelope(caches, "mpi::send", comm, destination, tag, false);
   if (destination == MPI_PROC_NULL) return;
-  std::shared_ptr<Operation> op = make_eager_send(array, destination, tag, comm);
+  std::shared_ptr<Operation> op = make_eager_send(caches, array, destination, tag, comm);
   if (!op)
     op = std::make_shared<SendOperation>(Endpoint(array), destination, tag, comm, MessageRole{});
   run_blocking(op, "mpi::send");
@@ -648,9 +651,10 @@ void blocking_send(const Array& array, int destination, int tag, MPI_Comm comm) 
 
 template <class Array>
 Status blocking_recv(const Array& array, int source, int tag, MPI_Comm comm) {
-  check_envelope("mpi::recv", comm, source, tag, true);
+  ThreadCaches& caches = thread_caches();
+  check_envelope(caches, "mpi::recv", comm, source, tag, true);
   if (source == MPI_PROC_NULL) return {};
-  std::shared_ptr<Operation> op = make_eager_recv(array, source, tag, comm);
+  std::shared_ptr<Operation> op = make_eager_recv(caches, array, source, tag, comm);
   if (!op) op = std::make_shared<RecvOperation>(Endpoint(array), source, tag, comm, MessageRole{});
   run_blocking(op, "mpi::recv");
   return op->status;

@@ -29,7 +29,14 @@ namespace {
 
 std::recursive_mutex g_progress_mutex;
 std::vector<std::shared_ptr<Operation>> g_active;
-std::atomic<std::size_t> g_active_count{0};  // g_active.size(), for a lock-free "nothing to do"
+// Operations started by start_borrowed(): a stack pushed without the lock, which the lock's
+// holder moves into the list (g_borrowed_*, oldest first) before it looks at them.
+std::atomic<Operation*> g_borrowed_incoming{nullptr};
+Operation* g_borrowed_first = nullptr;
+Operation* g_borrowed_last = nullptr;
+std::size_t g_borrowed_count = 0;
+// g_active.size() + g_borrowed_count, for a lock-free "nothing to do" (with g_borrowed_incoming).
+std::atomic<std::size_t> g_active_count{0};
 // Operations that failed with MPI requests still pending keep their buffers here until the
 // process ends: MPI may still write into them.
 std::vector<std::shared_ptr<Operation>> g_abandoned;
@@ -57,6 +64,48 @@ double timeout_seconds() {
   return seconds;
 }
 
+void store_active_count() {
+  g_active_count.store(g_active.size() + g_borrowed_count, std::memory_order_release);
+}
+
+// Moves the operations that start_borrowed() pushed into their list, in the order they were
+// started (the timeout report lists them so). Under the lock.
+void take_incoming() {
+  if (g_borrowed_incoming.load(std::memory_order_relaxed) == nullptr) return;
+  Operation* op = g_borrowed_incoming.exchange(nullptr, std::memory_order_acquire);
+  Operation* const newest = op;
+  Operation* oldest = nullptr;
+  while (op != nullptr) {  // newest first: each goes before the ones started after it
+    Operation* const older = op->borrowed_next;
+    op->borrowed_next = oldest;
+    if (oldest != nullptr) oldest->borrowed_prev = op;
+    op->borrowed = Operation::Borrowed::Listed;
+    oldest = op;
+    op = older;
+    ++g_borrowed_count;
+  }
+  if (oldest == nullptr) return;
+  oldest->borrowed_prev = g_borrowed_last;
+  (g_borrowed_last != nullptr ? g_borrowed_last->borrowed_next : g_borrowed_first) = oldest;
+  g_borrowed_last = newest;
+  store_active_count();
+}
+
+// Takes a borrowed operation out of its list. Under the lock.
+void unlist_borrowed(Operation& op) {
+  if (op.borrowed == Operation::Borrowed::Incoming) take_incoming();
+  if (op.borrowed != Operation::Borrowed::Listed) return;
+  (op.borrowed_prev != nullptr ? op.borrowed_prev->borrowed_next : g_borrowed_first) =
+      op.borrowed_next;
+  (op.borrowed_next != nullptr ? op.borrowed_next->borrowed_prev : g_borrowed_last) =
+      op.borrowed_prev;
+  op.borrowed_next = nullptr;
+  op.borrowed_prev = nullptr;
+  op.borrowed = Operation::Borrowed::No;
+  --g_borrowed_count;
+  store_active_count();
+}
+
 [[noreturn]] void abort_on_timeout(const char* what, const Operation* waiting, double seconds) {
   int rank = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -73,6 +122,11 @@ double timeout_seconds() {
       int listed = 0;
       for (const auto& op : g_active) {
         if (op->finished) continue;
+        report += fmt::format("  - {}\n", op->describe());
+        ++listed;
+      }
+      take_incoming();
+      for (const Operation* op = g_borrowed_first; op != nullptr; op = op->borrowed_next) {
         report += fmt::format("  - {}\n", op->describe());
         ++listed;
       }
@@ -131,14 +185,66 @@ void unlist(std::size_t index) {
     g_active[index]->list_index = index;
   }
   g_active.pop_back();
-  g_active_count.store(g_active.size(), std::memory_order_release);
+  store_active_count();
+}
+
+// Takes `op` out of whichever list it is in. Under the lock.
+void unlist(Operation& op) {
+  if (op.list_index != Operation::kNotListed) unlist(op.list_index);
+  if (op.borrowed != Operation::Borrowed::No) unlist_borrowed(op);
+}
+
+// Advances `op` once; true when it finished or failed (then its error is kept, and
+// park_on_wait tells whether MPI may still touch its buffers). Does not mark it finished.
+bool step(Operation& op) noexcept {
+  try {
+    return op.advance();
+  } catch (...) {
+    op.error = std::current_exception();
+    op.park_on_wait = op.abandon();
+    return true;
+  }
+}
+
+// Advances a borrowed operation once. Finished, it leaves its list before `finished` is set: its
+// owner may destroy it as soon as it sees that. Under the lock.
+void advance_borrowed(Operation& op) {
+  if (!step(op)) return;
+  unlist_borrowed(op);
+  op.finished.store(true, std::memory_order_release);
+}
+
+// Advances an operation whose owner the caller holds once; finished, it leaves its list (and a
+// failed one whose MPI requests were pending is parked). Under the lock.
+void advance_owned(const std::shared_ptr<Operation>& op) {
+  if (!step(*op)) return;
+  unlist(*op);
+  if (std::exchange(op->park_on_wait, false)) g_abandoned.push_back(op);
+  op->finished.store(true, std::memory_order_release);
+}
+
+// A failed borrowed operation's wait: parks it when MPI may still touch its buffers.
+void park_if_needed(const std::shared_ptr<Operation>& op) {
+  if (!op->park_on_wait) return;
+  const std::lock_guard lock(g_progress_mutex);
+  if (std::exchange(op->park_on_wait, false)) g_abandoned.push_back(op);
 }
 
 }  // namespace
 
 void progress_all() {
-  if (g_active_count.load(std::memory_order_acquire) == 0) return;
+  if (g_active_count.load(std::memory_order_acquire) == 0 &&
+      g_borrowed_incoming.load(std::memory_order_acquire) == nullptr) {
+    return;
+  }
   const std::lock_guard lock(g_progress_mutex);
+  take_incoming();
+  // Each advance may take only its own operation out of the list.
+  for (Operation* op = g_borrowed_first; op != nullptr;) {
+    Operation* const next = op->borrowed_next;
+    advance_borrowed(*op);
+    op = next;
+  }
   bool any_finished = false;
   for (const auto& op : g_active) {
     // An operation finished by its own wait (wait_operation) is still listed: erased here.
@@ -156,7 +262,16 @@ void start(const std::shared_ptr<Operation>& op) {
   const std::lock_guard lock(g_progress_mutex);
   op->list_index = g_active.size();
   g_active.push_back(op);
-  g_active_count.store(g_active.size(), std::memory_order_release);
+  store_active_count();
+}
+
+void start_borrowed(Operation& op) noexcept {
+  op.borrowed = Operation::Borrowed::Incoming;
+  Operation* head = g_borrowed_incoming.load(std::memory_order_relaxed);
+  do {
+    op.borrowed_next = head;
+  } while (!g_borrowed_incoming.compare_exchange_weak(head, &op, std::memory_order_release,
+                                                      std::memory_order_relaxed));
 }
 
 void run_blocking(const std::shared_ptr<Operation>& op, const char* what) {
@@ -180,7 +295,7 @@ void run_blocking(const std::shared_ptr<Operation>& op, const char* what) {
 
 void advance_started(const std::shared_ptr<Operation>& op) {
   const std::lock_guard lock(g_progress_mutex);
-  if (!op->finished) advance_once(op);
+  if (!op->finished) advance_owned(op);
 }
 
 void launch(const std::shared_ptr<Operation>& op) {
@@ -228,7 +343,10 @@ bool cancel_request(MPI_Request& request) noexcept {
 void wait_operation(const std::shared_ptr<Operation>& op) {
   // A small send finishes when it is launched: its wait costs no backoff or lock.
   if (op->finished.load(std::memory_order_acquire)) {
-    if (op->error) std::rethrow_exception(std::exchange(op->error, nullptr));
+    if (op->error) {
+      park_if_needed(op);
+      std::rethrow_exception(std::exchange(op->error, nullptr));
+    }
     return;
   }
   Backoff backoff("a devmem::mpi wait");
@@ -237,8 +355,9 @@ void wait_operation(const std::shared_ptr<Operation>& op) {
     // pass over all of them each.
     {
       const std::lock_guard lock(g_progress_mutex);
-      if (!op->finished) advance_once(op);
       // Out of the list at once (progress_all would erase it only when it next runs).
+      if (!op->finished) advance_owned(op);
+      // One that advance_started() finished is still listed.
       if (op->finished && op->list_index != Operation::kNotListed) unlist(op->list_index);
     }
     if (op->finished.load(std::memory_order_acquire)) break;
@@ -246,7 +365,10 @@ void wait_operation(const std::shared_ptr<Operation>& op) {
     if (op->finished.load(std::memory_order_acquire)) break;
     backoff.pause();
   }
-  if (op->error) std::rethrow_exception(std::exchange(op->error, nullptr));
+  if (op->error) {
+    park_if_needed(op);
+    std::rethrow_exception(std::exchange(op->error, nullptr));
+  }
 }
 
 }  // namespace detail
@@ -278,7 +400,17 @@ void report_dropped(const char* how, const std::exception_ptr& error) {
 // its buffers, which it keeps until the process ends).
 void park_during_unwinding(const std::shared_ptr<Operation>& op) noexcept {
   const std::lock_guard lock(g_progress_mutex);
-  if (op->finished) return;
+  if (op->finished) {
+    // A failed borrowed operation is parked by whoever waits for it: this destructor.
+    if (std::exchange(op->park_on_wait, false)) {
+      try {
+        g_abandoned.push_back(op);
+      } catch (...) {  // out of memory keeping it: MPI's requests were cancelled already
+      }
+    }
+    return;
+  }
+  unlist(*op);  // a borrowed one's list does not keep it
   op->finished = true;
   op->error = nullptr;
   try {
@@ -361,8 +493,7 @@ void wait_all(std::span<Request> requests) {
     for (const Request& r : requests) {
       const std::shared_ptr<Operation>& op = Operation::of(r);
       if (!op || op->finished.load(std::memory_order_acquire)) continue;
-      advance_once(op);
-      if (op->finished && op->list_index != Operation::kNotListed) unlist(op->list_index);
+      advance_owned(op);
     }
   }
   std::exception_ptr first;

@@ -44,6 +44,16 @@ struct Operation {
   // under the progress lock: a wait takes its finished operation out without searching the list.
   static constexpr std::size_t kNotListed = static_cast<std::size_t>(-1);
   std::size_t list_index = kNotListed;
+  // An operation started by start_borrowed() is in the lock-free stack of those started since the
+  // lock's last holder moved them into their list (Incoming), in that list (Listed), or in neither;
+  // `next` links the stack, then the list with `prev`. Under the progress lock once listed.
+  enum class Borrowed : unsigned char { No, Incoming, Listed };
+  Borrowed borrowed = Borrowed::No;
+  Operation* borrowed_next = nullptr;
+  Operation* borrowed_prev = nullptr;
+  // A borrowed operation that failed with MPI requests pending: its list holds no reference to
+  // keep it, so its wait parks it (written before `finished`).
+  bool park_on_wait = false;
 
   static Request make_request(std::shared_ptr<Operation> operation) noexcept {
     return Request(std::move(operation));
@@ -56,6 +66,12 @@ struct Operation {
 
 // Adds `op` to the operations that progress advances (once: it must not be listed).
 void start(const std::shared_ptr<Operation>& op);
+// start() for an operation owned by one Request only (an eager receive, a persistent pair's eager
+// round), whose wait, or parking while an exception unwinds, takes it out before it can be
+// destroyed: listed by address, pushed without the lock or a reference (the lock, the list's
+// shared_ptr and taking it out again were a tenth of a small receive's instructions). Every
+// progress pass, test and wait still advances it, and the timeout report names it.
+void start_borrowed(Operation& op) noexcept;
 // Advances a started operation once (under the progress lock) unless it has finished.
 void advance_started(const std::shared_ptr<Operation>& op);
 // Advances a new operation once (a small message often completes at once: it then never enters

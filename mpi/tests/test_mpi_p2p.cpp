@@ -79,6 +79,27 @@ TEST_CASE("mpi p2p: a small message is eager: a mismatch is the receiver's error
   }
 }
 
+TEST_CASE("mpi p2p: a pending small irecv refuses a handshake while its rank waits for another",
+          "[mpi][p2p][eager]") {
+  // The sender's blocking send waits for the refusal before it sends what the receiver blocks on:
+  // the small receive must be advanced by the other receive's wait, not only by its own.
+  const int peer = partner();
+  if (peer < 0) return;
+  const std::int64_t n = dm::eager_limit_bytes / 8 + 1;
+  if (rank() % 2 == 0) {
+    CHECK_THROWS_WITH(dm::send(devmem::to_device(iota(n, 1.0)), peer, 37),
+                      Catch::Contains("the receiver expects float64"));
+    dm::send(devmem::to_device(iota(2, 7.0)), peer, 38);
+  } else {
+    const devmem::DeviceArray small = devmem::device_array<double>({3});
+    dm::Request r = dm::irecv(small, peer, 37);
+    const devmem::DeviceArray other = devmem::device_array<double>({2});
+    dm::recv(other, peer, 38);
+    CHECK(other.to_vector<double>() == iota(2, 7.0));
+    CHECK_THROWS_WITH(r.wait(), Catch::Contains("shape/dtype mismatch"));
+  }
+}
+
 TEST_CASE("mpi p2p: a Status names the source, the tag and the count", "[mpi][p2p]") {
   const int peer = partner();
   if (peer < 0) return;
