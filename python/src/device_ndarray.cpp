@@ -92,20 +92,25 @@ DeviceArray apply_slice(const DeviceArray& view, int dim, py::handle item) {
   return view.slice(dim, slice_bound(slice->start), slice_bound(slice->stop), step.value_or(1));
 }
 
-/// `view` indexed by the integer `item` on axis `dim` (axis `axis` of the original array).
-DeviceArray apply_integer(const DeviceArray& view, int dim, int axis, py::handle item) {
+/// The integer `item` (anything with __index__) as an index of an axis of length `extent`
+/// (axis `axis` of the original array): IndexError, naming the index as the caller wrote it,
+/// outside [-extent, extent).
+std::int64_t checked_index(py::handle item, std::int64_t extent, int axis) {
   const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(item.ptr()));
   if (!index) throw py::error_already_set();
   int overflow = 0;
   const long long i = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
   if (i == -1 && overflow == 0 && PyErr_Occurred() != nullptr) throw py::error_already_set();
-  const std::int64_t extent = view.shape()[static_cast<std::size_t>(dim)];
   if (overflow != 0 || i < -extent || i >= extent) {
-    // py::str of the index: one beyond int64 is named as the caller wrote it.
     throw py::index_error(fmt::format("index {} is out of bounds for axis {} with size {}",
                                       py::str(index).cast<std::string>(), axis, extent));
   }
-  return view.index(dim, i);
+  return i;
+}
+
+/// `view` indexed by the integer `item` on axis `dim` (axis `axis` of the original array).
+DeviceArray apply_integer(const DeviceArray& view, int dim, int axis, py::handle item) {
+  return view.index(dim, checked_index(item, view.shape()[static_cast<std::size_t>(dim)], axis));
 }
 
 struct Selection {
@@ -148,29 +153,14 @@ constexpr std::size_t max_fast_axes = 32;
 /// messages; `found` false sends every other key to select().
 struct ElementIndex {
   std::array<std::int64_t, max_fast_axes> values{};
-  std::size_t count = 0;
   bool found = false;
 };
 
-/// An int, or another integer type (NumPy's int64, an __index__), as apply_integer reads it; false
-/// for anything else.
+/// Whether `item` is an index select() reads as an integer (an int, NumPy's integer types, any
+/// __index__; not a bool), and if so its value, checked against the axis by checked_index.
 bool parse_fast_integer(PyObject* item, std::int64_t extent, int axis, std::int64_t& out) {
-  if (PyBool_Check(item) != 0) return false;
-  py::object converted;
-  if (PyLong_Check(item) == 0) {
-    if (PyIndex_Check(item) == 0) return false;
-    converted = py::reinterpret_steal<py::object>(PyNumber_Index(item));
-    if (!converted) throw py::error_already_set();
-    item = converted.ptr();
-  }
-  int overflow = 0;
-  const long long i = PyLong_AsLongLongAndOverflow(item, &overflow);
-  if (i == -1 && overflow == 0 && PyErr_Occurred() != nullptr) throw py::error_already_set();
-  if (overflow != 0 || i < -extent || i >= extent) {
-    throw py::index_error(fmt::format("index {} is out of bounds for axis {} with size {}",
-                                      py::str(py::handle(item)).cast<std::string>(), axis, extent));
-  }
-  out = i;
+  if (PyIndex_Check(item) == 0 || PyBool_Check(item) != 0) return false;
+  out = checked_index(item, extent, axis);
   return true;
 }
 
@@ -190,7 +180,6 @@ ElementIndex element_index(const DeviceArray& array, const py::object& key) {
   } else if (ndim != 1 || !parse_fast_integer(key.ptr(), shape[0], 0, index.values[0])) {
     return index;
   }
-  index.count = ndim;
   index.found = true;
   return index;
 }
@@ -205,8 +194,9 @@ py::object getitem(const DeviceNDArray& self, const py::object& key, const py::o
     const std::span<std::byte> bytes(static_cast<std::byte*>(scalar.mutable_data()),
                                      static_cast<std::size_t>(self.array.itemsize()));
     without_gil([&] {
-      self.array.item_bytes(std::span<const std::int64_t>(index.values.data(), index.count), bytes,
-                            s);
+      self.array.item_bytes(std::span<const std::int64_t>(
+                                index.values.data(), static_cast<std::size_t>(self.array.ndim())),
+                            bytes, s);
     });
     return scalar[py::tuple()];
   }
