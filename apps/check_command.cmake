@@ -6,6 +6,7 @@ cmake_minimum_required(VERSION 3.25)
 #                                    trace events, complete (parsed whole by string(JSON))
 #   [-DCHECK=json|csv|csv-kernels]   stdout must be a bench JSON document / CSV with the bench's
 #                                    header (and copy rows, or kernel rows)
+#   [-DKERNEL_ROWS=OFF]              with CHECK=json: the kernels array must be empty (--no-kernels)
 # CTest's WILL_FAIL only knows "non-zero"; the exit codes of devmem are part of its interface.
 string(REPLACE "|" ";" arg_list "${ARGS}")
 execute_process(COMMAND "${PROGRAM}" ${arg_list}
@@ -63,9 +64,17 @@ if(CHECK STREQUAL "json")
   check_rows(copies direction memory bytes devmem_gbps raw_gbps ratio)
   # The strided transfers (a transpose and a reversed axis per direction) and their baseline.
   check_rows(strided layout direction bytes devmem_gbps raw_gbps ratio loop_gbps ratio_vs_loop)
-  # The kernel group (host backend): every kernel against its plain loop.
-  check_rows(kernels kernel size threads seconds_per_launch loop_seconds threads_per_second
-             slowdown ratio)
+  # The kernel group (host backend): every kernel against its plain loop; with -DKERNEL_ROWS=OFF
+  # (a run with --no-kernels) the array must be there and empty.
+  if(DEFINED KERNEL_ROWS AND NOT KERNEL_ROWS)
+    string(JSON rows LENGTH "${out}" kernels)
+    if(NOT rows EQUAL 0)
+      message(FATAL_ERROR "--no-kernels, yet the JSON document has ${rows} kernel results\n${shown}")
+    endif()
+  else()
+    check_rows(kernels kernel size threads seconds_per_launch loop_seconds threads_per_second
+               slowdown ratio)
+  endif()
   string(JSON backend GET "${out}" backend)
   if(NOT backend STREQUAL "host")
     message(FATAL_ERROR "backend is '${backend}', expected 'host'\n${shown}")
