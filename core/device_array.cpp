@@ -46,6 +46,10 @@ std::shared_ptr<Context> DeviceArray::context() const {
   return memory_ ? memory_->context : stream_.context();
 }
 
+Context* DeviceArray::memory_context() const noexcept {
+  return memory_ ? memory_->context.get() : nullptr;
+}
+
 DeviceArray DeviceArray::bind(const Stream& stream) const {
   if (memory_ && stream.is_specified()) {
     (void)detail::resolve_stream(stream, Stream{}, *memory_->context, "bind");

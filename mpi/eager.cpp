@@ -119,7 +119,7 @@ std::optional<EagerFacts> recv_facts(const Array& array) {
 void pack_eager(const DeviceArray& array, const EagerFacts& facts, std::byte* destination) {
   if (facts.nbytes == 0) return;
   if (facts.contiguous) {
-    if (const std::shared_ptr<Context> context = array.context()) {
+    if (Context* const context = array.memory_context()) {
       context->backend().copy(context->device(), destination, array.data(),
                               static_cast<std::size_t>(facts.nbytes), CopyKind::DeviceToHost,
                               array.stream().native_handle());
@@ -183,7 +183,7 @@ class EagerRecv final : public Operation {
  public:
   EagerRecv(ThreadCaches& caches, const DeviceArray& array, const EagerFacts& facts, int source,
             int tag, MPI_Comm comm)
-      : EagerRecv(caches, array, facts, source, tag, comm, array.context().get(),
+      : EagerRecv(caches, array, facts, source, tag, comm, array.memory_context(),
                   array.stream().native_handle()) {}
   EagerRecv(ThreadCaches& caches, const HostArray& array, const EagerFacts& facts, int source,
             int tag, MPI_Comm comm)

@@ -167,10 +167,11 @@ std::unique_lock<std::recursive_mutex> progress_lock() {
 // buffers). Under the progress lock, or before anyone else can see `op`.
 void advance_once(const std::shared_ptr<Operation>& op) {
   try {
-    if (op->advance()) op->finished = true;
+    // Release stores, not exchanges: no other thread has seen `op` yet.
+    if (op->advance()) op->finished.store(true, std::memory_order_release);
   } catch (...) {
     op->error = std::current_exception();
-    op->finished = true;
+    op->finished.store(true, std::memory_order_release);
     if (op->abandon()) g_abandoned.push_back(op);
   }
 }
@@ -301,16 +302,17 @@ void advance_started(const std::shared_ptr<Operation>& op) {
 void launch(const std::shared_ptr<Operation>& op) {
   // No other thread sees `op` before start(): only parking a failed one needs the lock.
   try {
-    if (op->advance()) op->finished = true;
+    // Release stores, not exchanges: no other thread has seen `op` yet.
+    if (op->advance()) op->finished.store(true, std::memory_order_release);
   } catch (...) {
     op->error = std::current_exception();
-    op->finished = true;
+    op->finished.store(true, std::memory_order_release);
     if (op->abandon()) {
       const std::lock_guard lock(g_progress_mutex);
       g_abandoned.push_back(op);
     }
   }
-  if (!op->finished) start(op);
+  if (!op->finished.load(std::memory_order_relaxed)) start(op);
 }
 
 // Waits for one MPI request of a blocking call while advancing the non-blocking operations, as

@@ -296,6 +296,10 @@ class HostBackend final : public Backend {
   /// IllegalAddress unless every byte of `span` around `ptr` is device-accessible.
   void check_device_span(const char* function, const char* role, const void* ptr,
                          ByteSpan span) const;
+  /// Whether [first, first + bytes) lies in a device allocation of this backend that this thread
+  /// found before and no device allocation has been freed since (check_device_span's cache; no
+  /// lock). False says nothing: check_device_span then looks the range up.
+  [[nodiscard]] bool cached_device_span(std::uintptr_t first, std::size_t bytes) const noexcept;
   /// Checks both sides of a copy of `kind`: device sides with check_device_span, host sides only
   /// for null pointers.
   void check_copy(const char* function, CopyKind kind, const void* dst, ByteSpan dst_span,

@@ -54,19 +54,47 @@ using AllocationHits = std::array<AllocationHit, kAllocationHits>;
 // On the heap, one pointer in thread-local storage: libdevmem's TLS is static (host_kernel.cpp's
 // initial-exec runner pointer), and a module loaded with dlopen (Python's `import devmem`) gets
 // only glibc's small static-TLS surplus; 8 KiB of entries there made the load fail with "cannot
-// allocate memory in static TLS block" (tests/dlopen checks that it loads).
-thread_local std::unique_ptr<AllocationHits> t_allocation_hits;
+// allocate memory in static TLS block" (tests/dlopen checks that it loads). The pointer is
+// initial-exec and trivially destructible, so that a lookup is one load from the thread pointer
+// (a `thread_local std::unique_ptr` cost a call to __tls_get_addr and the TLS wrapper's
+// initialisation check, a third of a small copy's checks); AllocationHitsOwner frees the table
+// when the thread ends.
+[[gnu::tls_model("initial-exec")]] thread_local constinit AllocationHits* t_allocation_hits =
+    nullptr;
+struct AllocationHitsOwner {
+  AllocationHitsOwner() = default;
+  AllocationHitsOwner(const AllocationHitsOwner&) = delete;
+  AllocationHitsOwner& operator=(const AllocationHitsOwner&) = delete;
+  AllocationHitsOwner(AllocationHitsOwner&&) = delete;
+  AllocationHitsOwner& operator=(AllocationHitsOwner&&) = delete;
+  ~AllocationHitsOwner() {
+    if (!owns_table) return;
+    delete t_allocation_hits;
+    t_allocation_hits = nullptr;
+  }
+  bool owns_table = false;
+};
+thread_local AllocationHitsOwner t_allocation_hits_owner;
+
+/// Makes this thread's table; null when it cannot be allocated.
+[[gnu::noinline]] AllocationHits* make_allocation_hits() noexcept {
+  t_allocation_hits = new (std::nothrow) AllocationHits{};
+  // The owner's first use in this thread registers its destructor.
+  t_allocation_hits_owner.owns_table = t_allocation_hits != nullptr;
+  return t_allocation_hits;
+}
 
 /// This thread's entry for `address`; null when the thread's table cannot be allocated (the
 /// caller then looks the allocation up under the lock, as without the table).
 AllocationHit* allocation_hit(std::uintptr_t address) noexcept {
-  if (!t_allocation_hits) {
-    t_allocation_hits.reset(new (std::nothrow) AllocationHits{});
-    if (!t_allocation_hits) return nullptr;
+  AllocationHits* hits = t_allocation_hits;
+  if (hits == nullptr) [[unlikely]] {
+    hits = make_allocation_hits();
+    if (hits == nullptr) return nullptr;
   }
   // Fibonacci hashing of the page number: allocations a few pages apart spread over the entries.
   constexpr std::uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
-  return &(*t_allocation_hits)[static_cast<std::size_t>(((address >> 12) * kGolden) >> 56)];
+  return &(*hits)[static_cast<std::size_t>(((address >> 12) * kGolden) >> 56)];
 }
 
 /// The bytes [0, (height - 1) * pitch + width) that a 2-D copy touches on one side; nullopt on
@@ -114,12 +142,8 @@ void HostBackend::check_device_span(const char* function, const char* role, cons
   if (!overflow) {
     const auto first = static_cast<std::uintptr_t>(begin);
     if (first + bytes >= first) {
+      if (cached_device_span(first, bytes)) return;
       AllocationHit* const hit = allocation_hit(first);
-      if (hit != nullptr && hit->backend == this &&
-          hit->freed == g_allocations_freed.load(std::memory_order_acquire) &&
-          first >= hit->begin && first + bytes <= hit->end) {
-        return;
-      }
       const std::lock_guard lock(memory_mutex_);
       for (const DeviceMemory& memory : devices_) {
         const auto it = find_containing(memory.allocations, first, bytes, size_of_allocation);
@@ -138,6 +162,13 @@ void HostBackend::check_device_span(const char* function, const char* role, cons
   fail(function, Status::IllegalAddress,
        "{} {:#x} ({} bytes) is not inside a live device allocation or mapped host memory", role,
        address_of(ptr) + static_cast<std::uintptr_t>(span.lo), bytes);
+}
+
+bool HostBackend::cached_device_span(std::uintptr_t first, std::size_t bytes) const noexcept {
+  const AllocationHit* const hit = allocation_hit(first);
+  return hit != nullptr && hit->backend == this &&
+         hit->freed == g_allocations_freed.load(std::memory_order_acquire) && first >= hit->begin &&
+         first + bytes >= first && first + bytes <= hit->end;
 }
 
 void HostBackend::check_copy(const char* function, CopyKind kind, const void* dst,
@@ -242,6 +273,24 @@ void HostBackend::submit_copy(const char* function, int device, NativeStream str
 void HostBackend::copy(int device, void* dst, const void* src, std::size_t bytes, CopyKind kind,
                        NativeStream stream) {
   const detail::Injection injection = detail::begin_call(Call::Copy, device);
+  // A small copy between host memory and a device allocation that this thread copied to or from
+  // before, on the default stream, with no failure injected: the checks below pass (a device of
+  // this backend, a valid kind, the device side inside a live allocation, a non-null host side)
+  // and submit_copy would drain and copy inline. Done here without the calls: in loops of small
+  // copies (devmem::mpi's eager messages, element reads) the checks' calls cost more than the
+  // copy.
+  if (stream == nullptr && !injection && bytes > 0 && bytes < ParallelCopier::kSplitThreshold &&
+      device >= 0 && device < device_count_ &&
+      (kind == CopyKind::HostToDevice || kind == CopyKind::DeviceToHost)) {
+    const bool to_device = kind == CopyKind::HostToDevice;
+    const void* const device_side = to_device ? dst : src;
+    const void* const host_side = to_device ? src : dst;
+    if (host_side != nullptr && cached_device_span(address_of(device_side), bytes)) {
+      drain(device);
+      std::memcpy(dst, src, bytes);
+      return;
+    }
+  }
   check_device("copy", device);
   const ByteSpan span{0, clamp_to_int64(bytes)};
   check_copy("copy", kind, dst, span, src, span);

@@ -99,6 +99,11 @@ class DEVMEM_API DeviceArray : public ArrayBase<DeviceArray> {
   [[nodiscard]] const Stream& stream() const noexcept { return stream_; }
   /// The context (device) the memory belongs to; null for an empty default-constructed array.
   [[nodiscard]] std::shared_ptr<Context> context() const;
+  /// The context of the memory this array views, without a reference of its own: it stays valid
+  /// while this array, or another holder of its owner(), lives. Null for an array without memory
+  /// (default-constructed). For loops of small operations that would otherwise pay context()'s
+  /// reference count (two atomic operations) per call. Thread safe.
+  [[nodiscard]] Context* memory_context() const noexcept;
   /// Bytes of device memory the elements span (Numba's alloc_size).
   [[nodiscard]] std::int64_t alloc_size() const noexcept { return layout_.byte_extent().bytes(); }
   /// The same array using `stream` by default (Numba's bind).

@@ -249,6 +249,18 @@ TEST_CASE("device_array: the stream is kept", "[allocation][streams]") {
   CHECK(on_default.context() == devmem::current_context());
 }
 
+TEST_CASE("device_array: memory_context is context() without a reference", "[allocation]") {
+  const DeviceArray d = devmem::device_array(Shape{4, 6}, f8());
+  const std::shared_ptr<devmem::Context> context = d.context();
+  const long references = context.use_count();
+  CHECK(d.memory_context() == context.get());
+  CHECK(context.use_count() == references);
+  // Views of the same memory, and the same array bound to another stream, name the same context.
+  CHECK(d.T().memory_context() == context.get());
+  CHECK(d.bind(devmem::stream()).memory_context() == context.get());
+  CHECK(DeviceArray{}.memory_context() == nullptr);
+}
+
 TEST_CASE("device_array: invalid arguments", "[allocation][errors]") {
   SECTION("negative dimension") {
     REQUIRE_THROWS_MATCHES(devmem::device_array(Shape{2, -1}, f8()), devmem::InvalidArgument,

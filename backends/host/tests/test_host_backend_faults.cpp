@@ -120,6 +120,38 @@ TEST_CASE("host backend: fail_nth on copies and memsets", "[host_backend][fault]
     CHECK(host::call_count(Call::Memset) == 1);
   }
 
+  SECTION("a small copy into memory this thread copied to before fails the same way") {
+    // The second copy of a range takes the small-copy path (the allocation found by the first is
+    // cached for this thread); injected failures, counts and checks are those of the first.
+    b.copy(0, dev.get(), ones.data(), 8, CopyKind::HostToDevice, nullptr);
+    host::reset_call_counts();
+    host::fail_nth(Call::Copy, 2);
+    b.copy(0, dev.get() + 8, ones.data(), 8, CopyKind::HostToDevice, nullptr);
+    check_injected(capture<BackendError>([&] {
+                     b.copy(0, dev.get() + 16, ones.data(), 8, CopyKind::HostToDevice, nullptr);
+                   }),
+                   "copy", Call::Copy, 2);
+    CHECK(dev.get()[8] == std::byte{1});
+    CHECK(dev.get()[16] == std::byte{0});  // nothing was copied
+    std::vector<std::byte> back(8);
+    b.copy(0, back.data(), dev.get(), 8, CopyKind::DeviceToHost, nullptr);
+    CHECK(back[0] == std::byte{1});
+    CHECK(host::call_count(Call::Copy) == 3);
+    check_backend_error(capture<BackendError>([&] {
+                          b.copy(0, nullptr, dev.get(), 8, CopyKind::DeviceToHost, nullptr);
+                        }),
+                        "copy", Status::InvalidValue);
+    check_backend_error(
+        capture<BackendError>(
+            [&] { b.copy(0, dev.get() + 60, ones.data(), 8, CopyKind::HostToDevice, nullptr); }),
+        "copy", Status::IllegalAddress);
+    check_backend_error(capture<BackendError>([&] {
+                          b.copy(b.device_count(), dev.get(), ones.data(), 8,
+                                 CopyKind::HostToDevice, nullptr);
+                        }),
+                        "copy", Status::InvalidDevice);
+  }
+
   SECTION("on a stream the operation is dropped and reported by the next synchronize") {
     StreamHandle stream(b);
     host::reset_call_counts();
