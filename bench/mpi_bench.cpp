@@ -3,9 +3,10 @@
 // device_direct), and an unpipelined copy-then-send written by hand (whole array to pinned memory,
 // MPI_Send, MPI_Recv, whole array back). Reports bandwidth (2 x bytes per round trip) and the
 // ratios; then round-trip latency from 8 bytes and the message rate (mpi_latency.hpp). Usage:
-// mpirun -np 2 devmem_mpi_bench [--quick] [--chunk BYTES] [--part bandwidth|small|all]. Exit 1 on
-// a wrong
-// result or error.
+// mpirun -np 2 devmem_mpi_bench [--quick] [--chunk BYTES] [--part bandwidth|small|all]
+// [--sizes BYTES,...] [--median]. --median reports the median round trip (rank 0's clock) instead
+// of the mean: on a shared machine a rank descheduled for milliseconds moves the mean, not the
+// median. Exit 1 on a wrong result or error.
 #include "mpi_latency.hpp"
 
 #include <devmem/devmem.hpp>
@@ -24,10 +25,25 @@ namespace {
 
 constexpr int kTag = 11;
 
-// Seconds per round trip of `exchange` (rank 0 sends first, rank 1 answers), after one warm-up.
+bool g_median = false;
+
+// Seconds per round trip of `exchange` (rank 0 sends first, rank 1 answers), after one warm-up:
+// the mean of the slower rank, or with --median the median of rank 0's round trips.
 double round_trip(int reps, const std::function<void()>& exchange) {
   exchange();
   MPI_Barrier(MPI_COMM_WORLD);
+  if (g_median) {
+    std::vector<double> times(static_cast<std::size_t>(reps));
+    for (double& t : times) {
+      const auto start = std::chrono::steady_clock::now();
+      exchange();
+      t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
+    double median = times[static_cast<std::size_t>(reps / 2)];
+    MPI_Bcast(&median, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    return median;
+  }
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < reps; ++i) exchange();
   const double seconds =
@@ -46,6 +62,7 @@ int run(int argc, char** argv, int rank) {
   bool quick = false;
   std::string part = "all";
   std::int64_t chunk = std::int64_t{256} << 10;
+  std::vector<std::int64_t> chosen_sizes;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
@@ -57,30 +74,47 @@ int run(int argc, char** argv, int rank) {
       }
     } else if (std::strcmp(argv[i], "--chunk") == 0 && i + 1 < argc) {
       chunk = std::atoll(argv[++i]);
+    } else if (std::strcmp(argv[i], "--median") == 0) {
+      g_median = true;
+    } else if (std::strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) {
+      for (const char* p = argv[++i]; *p != '\0';) {
+        char* end = nullptr;
+        const long long value = std::strtoll(p, &end, 10);
+        if (end == p || value < 8) {
+          if (rank == 0) std::fprintf(stderr, "devmem_mpi_bench: --sizes BYTES,... (each >= 8)\n");
+          return 1;
+        }
+        chosen_sizes.push_back(value / 8 * 8);
+        p = *end == ',' ? end + 1 : end;
+      }
     } else {
       if (rank == 0)
         std::fprintf(
             stderr,
-            "usage: devmem_mpi_bench [--quick] [--chunk BYTES] [--part bandwidth|small|all]\n");
+            "usage: devmem_mpi_bench [--quick] [--chunk BYTES] [--part bandwidth|small|all] "
+            "[--sizes BYTES,...] [--median]\n");
       return 1;
     }
   }
   const int peer = 1 - rank;
   const bool bandwidth = part != "small";
   const std::vector<std::int64_t> sizes =
-      !bandwidth ? std::vector<std::int64_t>{}
-      : quick    ? std::vector<std::int64_t>{64 << 10, 1 << 20}
-                 : std::vector<std::int64_t>{64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
+      !bandwidth              ? std::vector<std::int64_t>{}
+      : !chosen_sizes.empty() ? chosen_sizes
+      : quick                 ? std::vector<std::int64_t>{64 << 10, 1 << 20}
+              : std::vector<std::int64_t>{64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
   if (rank == 0 && bandwidth) {
     std::printf(
         "# devmem MPI ping-pong (ranks 0 and 1)\n\nbackend: %s, staging chunk %s, device-aware "
-        "MPI for this backend: %s\n\n",
+        "MPI for this backend: %s, %s round trip\n\n",
         devmem::backend_name().c_str(), format_size(chunk).c_str(),
-        devmem::mpi::device_aware(devmem::backend_name()) ? "yes" : "no");
+        devmem::mpi::device_aware(devmem::backend_name()) ? "yes" : "no",
+        g_median ? "median" : "mean");
     std::printf(
         "| size | raw MPI (GB/s) | devmem staged, pipelined (GB/s) | staged, one chunk "
         "(GB/s) | copy-then-send by hand (GB/s) | device_direct (GB/s) | devmem / raw | "
-        "pipelined / copy-then-send |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        "pipelined / copy-then-send | device_direct / raw |\n"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   }
   int failures = 0;
   for (const std::int64_t bytes : sizes) {
@@ -149,9 +183,10 @@ int run(int argc, char** argv, int rank) {
     }
     auto gbps = [&](double t) { return 2.0 * static_cast<double>(bytes) / t / 1e9; };
     if (rank == 0) {
-      std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2fx | %.2fx |\n",
+      std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2fx | %.2fx | %.2fx |\n",
                   format_size(bytes).c_str(), gbps(t_raw), gbps(t_pipelined), gbps(t_one_chunk),
-                  gbps(t_by_hand), gbps(t_direct), t_raw / t_pipelined, t_by_hand / t_pipelined);
+                  gbps(t_by_hand), gbps(t_direct), t_raw / t_pipelined, t_by_hand / t_pipelined,
+                  t_raw / t_direct);
     }
   }
   if (part != "bandwidth") failures += devmem_bench::run_small_messages(rank, quick);
