@@ -5,8 +5,8 @@
 // ratios; then round-trip latency from 8 bytes and the message rate (mpi_latency.hpp). Usage:
 // mpirun -np 2 devmem_mpi_bench [--quick] [--chunk BYTES] [--part bandwidth|small|all]
 // [--sizes BYTES,...] [--median]. --median reports the median round trip (rank 0's clock) instead
-// of the mean: on a shared machine a rank descheduled for milliseconds moves the mean, not the
-// median. Exit 1 on a wrong result or error.
+// of the mean, with the variants interleaved in rounds: on a shared machine a rank descheduled for
+// milliseconds moves the mean, not the median. Exit 1 on a wrong result or error.
 #include "mpi_latency.hpp"
 
 #include <devmem/devmem.hpp>
@@ -26,24 +26,48 @@ namespace {
 constexpr int kTag = 11;
 
 bool g_median = false;
+constexpr int kMedianRounds = 8;
+
+// One way of moving the array: `setup` chooses devmem::mpi's settings, `exchange` does one round
+// trip.
+struct Variant {
+  std::function<void()> setup;
+  std::function<void()> exchange;
+};
+
+// --median: the median round trip of each variant on rank 0's clock, the variants interleaved in
+// kMedianRounds rounds of reps / kMedianRounds round trips each (one warm-up per round), so that
+// a change of load moves them all alike.
+std::vector<double> median_round_trips(int reps, const std::vector<Variant>& variants) {
+  const int per_round = std::max(reps / kMedianRounds, 1);
+  std::vector<std::vector<double>> times(variants.size());
+  for (int round = 0; round < kMedianRounds; ++round) {
+    for (std::size_t v = 0; v < variants.size(); ++v) {
+      variants[v].setup();
+      variants[v].exchange();
+      MPI_Barrier(MPI_COMM_WORLD);
+      for (int i = 0; i < per_round; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        variants[v].exchange();
+        times[v].push_back(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      }
+    }
+  }
+  std::vector<double> medians;
+  for (std::vector<double>& t : times) {
+    std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
+    medians.push_back(t[t.size() / 2]);
+  }
+  MPI_Bcast(medians.data(), static_cast<int>(medians.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  return medians;
+}
 
 // Seconds per round trip of `exchange` (rank 0 sends first, rank 1 answers), after one warm-up:
-// the mean of the slower rank, or with --median the median of rank 0's round trips.
+// the mean of the slower rank.
 double round_trip(int reps, const std::function<void()>& exchange) {
   exchange();
   MPI_Barrier(MPI_COMM_WORLD);
-  if (g_median) {
-    std::vector<double> times(static_cast<std::size_t>(reps));
-    for (double& t : times) {
-      const auto start = std::chrono::steady_clock::now();
-      exchange();
-      t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    }
-    std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
-    double median = times[static_cast<std::size_t>(reps / 2)];
-    MPI_Bcast(&median, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    return median;
-  }
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < reps; ++i) exchange();
   const double seconds =
@@ -163,15 +187,32 @@ int run(int argc, char** argv, int rank) {
         send();
       }
     };
-    const double t_raw = round_trip(reps, raw);
-    devmem::mpi::set_transport(devmem::mpi::Transport::Staged);
-    devmem::mpi::set_staging_chunk_bytes(chunk);
-    const double t_pipelined = round_trip(reps, devmem_pingpong);
-    devmem::mpi::set_staging_chunk_bytes(bytes);
-    const double t_one_chunk = round_trip(reps, devmem_pingpong);
-    const double t_by_hand = round_trip(reps, by_hand);
-    devmem::mpi::set_transport(devmem::mpi::Transport::DeviceDirect);
-    const double t_direct = round_trip(reps, devmem_pingpong);
+    auto settings = [&](devmem::mpi::Transport transport, std::int64_t chunk_bytes) {
+      return [transport, chunk_bytes] {
+        devmem::mpi::set_transport(transport);
+        devmem::mpi::set_staging_chunk_bytes(chunk_bytes);
+      };
+    };
+    const std::vector<Variant> variants{
+        {[] {}, raw},
+        {settings(devmem::mpi::Transport::Staged, chunk), devmem_pingpong},
+        {settings(devmem::mpi::Transport::Staged, bytes), devmem_pingpong},
+        {[] {}, by_hand},
+        {settings(devmem::mpi::Transport::DeviceDirect, chunk), devmem_pingpong}};
+    std::vector<double> seconds(variants.size());
+    if (g_median) {
+      seconds = median_round_trips(reps, variants);
+    } else {
+      for (std::size_t v = 0; v < variants.size(); ++v) {
+        variants[v].setup();
+        seconds[v] = round_trip(reps, variants[v].exchange);
+      }
+    }
+    const double t_raw = seconds[0];
+    const double t_pipelined = seconds[1];
+    const double t_one_chunk = seconds[2];
+    const double t_by_hand = seconds[3];
+    const double t_direct = seconds[4];
     devmem::mpi::set_transport(devmem::mpi::Transport::Automatic);
 
     // Each round trip copies rank 0's array to rank 1 and back: both hold rank 0's values.
