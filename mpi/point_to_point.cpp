@@ -148,8 +148,9 @@ class MessageOperation : public Operation {
   // ---- the staged payload: chunk k passes through slot k % 2 ----
   // A sender copies a chunk from the device into its slot, then sends it; a receiver receives a
   // chunk into its slot, then copies it to the device. Either way a slot's transfer is posted once
-  // the copy that last used the slot has finished, and a finished transfer starts the next copy,
-  // so the copy of one chunk overlaps the transfer of the other.
+  // the copy that last used the slot has finished; a sender copies its next chunk into the free
+  // slot once the chunk before it is posted, a receiver copies out a chunk once it has arrived, so
+  // the copy of one chunk overlaps the transfer of the other.
   enum class Direction { Send, Receive };
 
   // Advances the staged payload as far as it can without waiting for MPI; true once it is done.
@@ -162,13 +163,15 @@ class MessageOperation : public Operation {
         post_staged(direction);
         moved = true;
       }
+      if (copy_ready(direction)) {
+        copy_staged(direction);
+        moved = true;
+      }
       if (transferred_ < posted_) {
         const auto s = static_cast<std::size_t>(transferred_ % 2);
         if (test_request(payload_requests_.at(s), sending ? "MPI_Isend (devmem::mpi payload)"
                                                           : "MPI_Irecv (devmem::mpi payload)")) {
           ++transferred_;
-          // A sender refills the slot with its next chunk, a receiver copies out the chunk it got.
-          if (copied_ < plan_.chunks) copy_staged(direction);
           moved = true;
         }
       }
@@ -178,6 +181,13 @@ class MessageOperation : public Operation {
       }
       if (!moved) return false;
     }
+  }
+
+  // Whether the next chunk's copy may start: a sender's into a free slot once the chunk before it
+  // is on its way, a receiver's out of its slot once it has arrived.
+  [[nodiscard]] bool copy_ready(Direction direction) const {
+    if (direction == Direction::Receive) return copied_ < transferred_;
+    return copied_ < plan_.chunks && copied_ == posted_ && copied_ - transferred_ < 2;
   }
 
   // Whether the next chunk's transfer may be posted: a sender's once the chunk's copy into its
@@ -294,7 +304,10 @@ class SendOperation final : public MessageOperation {
       start_count_ = static_cast<int>(header_bytes(h.sender_error != 0 ? 0 : h.ndim) +
                                       static_cast<std::size_t>(h.payload_bytes));
       plan_ = plan_for(array_, rows);
-      if (h.sender_error == 0) prepare_payload();
+      // The payload is prepared by the first advance(), after the header is posted: the
+      // handshake's round trip then overlaps the first chunk's copy (which on the host backend and
+      // the default stream runs within the call), and a failed copy is the operation's error.
+      payload_pending_ = h.sender_error == 0;
       check_mpi(MPI_Irecv(&ack_, sizeof(Wire), MPI_BYTE, channel_.peer,
                           acknowledgement_tag(channel_, seq_), channel_.comm, &ack_request_),
                 "MPI_Irecv (devmem::mpi acknowledgement)");
@@ -314,6 +327,7 @@ class SendOperation final : public MessageOperation {
         if (packed_ && !packed_->query()) return false;
         post_start();
       }
+      prepare_pending_payload();
       if (!test_request(start_request_, "MPI_Isend (devmem::mpi message)")) return false;
       if (eager_) return true;
       if (!acknowledged_) {
@@ -345,6 +359,12 @@ class SendOperation final : public MessageOperation {
     start_posted_ = true;
   }
 
+  void prepare_pending_payload() {
+    if (!payload_pending_) return;
+    payload_pending_ = false;
+    prepare_payload();
+  }
+
   void check_acknowledgement() {
     const std::string where = fmt::format("mpi::send to rank {} (tag {})", peer_, tag_);
     if (ack_.magic != kMagic) {
@@ -369,14 +389,17 @@ class SendOperation final : public MessageOperation {
                     array_.describe(), format_wire(ack_)));
   }
 
-  // Staged: the first two copies start now, overlapping the handshake. Direct: a strided device
-  // array is packed on the device (devmem's copy kernel, not MPI's per-piece copies), a strided
-  // host array on the host; the payload waits for the stream's earlier work.
+  // Staged: the first copies start now, overlapping the handshake: both slots' where the copies
+  // are asynchronous (enqueued on a stream), else only the first chunk's, so that its transfer is
+  // posted before the second chunk is copied (advance_staged). Direct: a strided device array is
+  // packed on the device (devmem's copy kernel, not MPI's per-piece copies), a strided host array
+  // on the host; the payload waits for the stream's earlier work.
   void prepare_payload() {
     if (plan_.chunks == 0) return;
     if (transport_ == Transport::Staged) {
       make_slots();
-      while (copied_ < std::min<std::int64_t>(plan_.chunks, 2)) copy_staged(Direction::Send);
+      const std::int64_t ahead = asynchronous(array_, stream_) ? 2 : 1;
+      while (copied_ < std::min<std::int64_t>(plan_.chunks, ahead)) copy_staged(Direction::Send);
       return;
     }
     if (array_.on_device()) {
@@ -406,8 +429,9 @@ class SendOperation final : public MessageOperation {
     return test_all(payload_requests_, "MPI_Isend (devmem::mpi payload)");
   }
 
-  std::optional<Event> packed_;  // an eager message's copy into its buffer
-  bool small_round_ = false;     // a later persistent round of at most eager_limit_bytes
+  std::optional<Event> packed_;   // an eager message's copy into its buffer
+  bool small_round_ = false;      // a later persistent round of at most eager_limit_bytes
+  bool payload_pending_ = false;  // prepare_payload() is due (handshake messages, after the header)
   bool handshake_ = true;
   bool eager_ = false;
   bool start_posted_ = false;
