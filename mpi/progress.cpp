@@ -167,7 +167,8 @@ std::unique_lock<std::recursive_mutex> progress_lock() {
 // buffers). Under the progress lock, or before anyone else can see `op`.
 void advance_once(const std::shared_ptr<Operation>& op) {
   try {
-    // Release stores, not exchanges: no other thread has seen `op` yet.
+    // Release stores, as advance_owned's: a waiter that sees `finished` with its acquire load sees
+    // the status and error written before it.
     if (op->advance()) op->finished.store(true, std::memory_order_release);
   } catch (...) {
     op->error = std::current_exception();
