@@ -104,8 +104,13 @@ int run(int argc, char** argv, int rank) {
       for (const char* p = argv[++i]; *p != '\0';) {
         char* end = nullptr;
         const long long value = std::strtoll(p, &end, 10);
-        if (end == p || value < 8) {
-          if (rank == 0) std::fprintf(stderr, "devmem_mpi_bench: --sizes BYTES,... (each >= 8)\n");
+        if (end == p || value < 8 || (*end != ',' && *end != '\0')) {
+          if (rank == 0) {
+            std::fprintf(stderr,
+                         "devmem_mpi_bench: --sizes: '%s' is not a list of byte counts >= 8 "
+                         "(BYTES,...)\n",
+                         argv[i]);
+          }
           return 1;
         }
         chosen_sizes.push_back(value / 8 * 8);
